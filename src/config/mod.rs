@@ -1,0 +1,3 @@
+//! Profiles, themes, keymaps and the platform paths they live in.
+
+pub mod paths;

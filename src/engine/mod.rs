@@ -1,0 +1,3 @@
+//! The engine: the model-owner thread and everything that touches MLX state.
+
+pub mod runtime;

@@ -1,0 +1,184 @@
+//! What the MLX runtime is: version, device, memory. Shown by `--version`, `cohort device`,
+//! and the inspector's memory panel.
+
+use std::ffi::CStr;
+use std::fmt;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use mlx_rs::{Array, Device, DeviceType, Dtype};
+
+/// MLX's own version string (the library actually loaded, not the one built against).
+pub fn mlx_version() -> String {
+    // SAFETY: mlx_string_new/free bracket the call; mlx_version fills the string on success and
+    // mlx_string_data points into it until it is freed, so the copy is made before the free.
+    unsafe {
+        let mut s = mlx_sys::mlx_string_new();
+        let version = if mlx_sys::mlx_version(&mut s) == 0 {
+            CStr::from_ptr(mlx_sys::mlx_string_data(s))
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            "unknown".to_owned()
+        };
+        mlx_sys::mlx_string_free(s);
+        version
+    }
+}
+
+/// Which accelerator the loaded MLX library drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Metal,
+    Cuda,
+    Cpu,
+}
+
+impl Backend {
+    /// Ask the loaded library; the same binary runs on the CPU or the CUDA libmlx.so.
+    pub fn detect() -> Self {
+        let mut metal = false;
+        let mut cuda = false;
+        // SAFETY: both functions only write the bool they are given.
+        unsafe {
+            mlx_sys::mlx_metal_is_available(&mut metal);
+            mlx_sys::mlx_cuda_is_available(&mut cuda);
+        }
+        if metal {
+            Backend::Metal
+        } else if cuda {
+            Backend::Cuda
+        } else {
+            Backend::Cpu
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Metal => "metal",
+            Backend::Cuda => "cuda",
+            Backend::Cpu => "cpu",
+        }
+    }
+}
+
+/// The device computations run on by default: the GPU when the library has one.
+pub fn default_device() -> Device {
+    match Backend::detect() {
+        Backend::Cpu => Device::cpu(),
+        _ => Device::gpu(),
+    }
+}
+
+/// MLX's allocator figures, in bytes.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct MemoryStats {
+    pub active: usize,
+    pub peak: usize,
+    pub cache: usize,
+}
+
+impl MemoryStats {
+    pub fn read() -> Self {
+        Self {
+            active: mlx_rs::memory::active_memory().unwrap_or(0),
+            peak: mlx_rs::memory::peak_memory().unwrap_or(0),
+            cache: mlx_rs::memory::cache_memory().unwrap_or(0),
+        }
+    }
+}
+
+/// Bytes as a short human figure (MiB / GiB).
+pub fn human_bytes(bytes: usize) -> String {
+    let b = bytes as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    }
+}
+
+/// A one-screen description of the runtime.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RuntimeReport {
+    pub cohort_version: &'static str,
+    pub mlx_version: String,
+    pub backend: &'static str,
+    pub device: String,
+    pub memory: MemoryStats,
+}
+
+impl RuntimeReport {
+    pub fn collect() -> Self {
+        let device = default_device();
+        Self {
+            cohort_version: env!("CARGO_PKG_VERSION"),
+            mlx_version: mlx_version(),
+            backend: Backend::detect().name(),
+            device: device_label(&device),
+            memory: MemoryStats::read(),
+        }
+    }
+}
+
+impl fmt::Display for RuntimeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "cohort {}", self.cohort_version)?;
+        writeln!(f, "MLX    {} ({} backend)", self.mlx_version, self.backend)?;
+        writeln!(f, "device {}", self.device)?;
+        write!(
+            f,
+            "memory active {}, peak {}, cache {}",
+            human_bytes(self.memory.active),
+            human_bytes(self.memory.peak),
+            human_bytes(self.memory.cache)
+        )
+    }
+}
+
+fn device_label(device: &Device) -> String {
+    let kind = match device.get_type() {
+        Ok(DeviceType::Gpu) => "gpu",
+        Ok(DeviceType::Cpu) => "cpu",
+        Err(_) => "unknown",
+    };
+    format!("{kind}:{}", device.get_index().unwrap_or(0))
+}
+
+/// One matmul timing: `n x n` by `n x n` in `dtype`, median of `iters` evaluated runs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MatmulFigure {
+    pub dtype: String,
+    pub n: i32,
+    pub median_ms: f64,
+    pub tflops: f64,
+}
+
+/// Time a square matmul on the default device. Each run is evaluated on its own, so the figure
+/// includes one host synchronisation per matmul (as a decode step's would).
+pub fn time_matmul(n: i32, dtype: Dtype, iters: usize) -> Result<MatmulFigure> {
+    if n <= 0 || iters == 0 {
+        bail!("matmul size and iteration count must be positive (got n={n}, iters={iters})");
+    }
+    let key = mlx_rs::random::key(7)?;
+    let a = mlx_rs::random::normal::<f32>(&[n, n], None, None, Some(&key))?.as_dtype(dtype)?;
+    let b = mlx_rs::random::normal::<f32>(&[n, n], None, None, Some(&key))?.as_dtype(dtype)?;
+    mlx_rs::transforms::eval([&a, &b])?;
+    let run = || -> Result<f64> {
+        let t = Instant::now();
+        let c: Array = mlx_rs::ops::matmul(&a, &b)?;
+        c.eval()?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    run()?; // warm-up: kernel selection and allocation
+    let mut times = (0..iters).map(|_| run()).collect::<Result<Vec<_>>>()?;
+    times.sort_by(f64::total_cmp);
+    let median_ms = times[times.len() / 2];
+    let flops = 2.0 * (n as f64).powi(3);
+    Ok(MatmulFigure {
+        dtype: format!("{dtype:?}").to_lowercase(),
+        n,
+        median_ms,
+        tflops: flops / (median_ms * 1e-3) / 1e12,
+    })
+}

@@ -1,0 +1,1 @@
+//! Model loading and layers: one file per family or layer kind.
