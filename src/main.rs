@@ -8,10 +8,7 @@ use cohort::config::paths::Paths;
 use cohort::engine::runtime::{self, RuntimeReport};
 
 #[derive(Parser)]
-#[command(
-    name = "cohort",
-    about = "Chat with a local LLM in up to eight panes of one batched MTP cohort"
-)]
+#[command(name = "cohort", about = "Chat with a local LLM in up to eight panes of one batched MTP cohort")]
 #[command(disable_version_flag = true)]
 struct Cli {
     /// Print cohort's version, the MLX version and the device in use.

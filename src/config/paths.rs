@@ -19,17 +19,11 @@ impl Paths {
     pub fn resolve() -> Result<Self> {
         if let Some(home) = std::env::var_os("COHORT_HOME") {
             let home = PathBuf::from(home);
-            return Ok(Self {
-                config_dir: home.join("config"),
-                data_dir: home.join("data"),
-            });
+            return Ok(Self { config_dir: home.join("config"), data_dir: home.join("data") });
         }
         let dirs = directories::ProjectDirs::from("", "", "cohort")
             .context("no home directory to keep cohort's files in (set COHORT_HOME)")?;
-        Ok(Self {
-            config_dir: dirs.config_dir().to_path_buf(),
-            data_dir: dirs.data_dir().to_path_buf(),
-        })
+        Ok(Self { config_dir: dirs.config_dir().to_path_buf(), data_dir: dirs.data_dir().to_path_buf() })
     }
 
     /// The folder log files go to.

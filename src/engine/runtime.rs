@@ -15,9 +15,7 @@ pub fn mlx_version() -> String {
     unsafe {
         let mut s = mlx_sys::mlx_string_new();
         let version = if mlx_sys::mlx_version(&mut s) == 0 {
-            CStr::from_ptr(mlx_sys::mlx_string_data(s))
-                .to_string_lossy()
-                .into_owned()
+            CStr::from_ptr(mlx_sys::mlx_string_data(s)).to_string_lossy().into_owned()
         } else {
             "unknown".to_owned()
         };
