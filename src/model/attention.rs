@@ -1,0 +1,87 @@
+//! Gated full attention (Qwen3.5 / Qwen3-Next): per-head q/k RMSNorm, partial rotate-half RoPE,
+//! grouped KV heads, and a sigmoid output gate carried in the second half of each q_proj head.
+
+use anyhow::Result;
+use mlx_rs::Array;
+use mlx_rs::fast::ScaledDotProductAttentionMask;
+
+use super::cache::{KvCache, row};
+use super::config::{QuantSpec, Qwen35Config};
+use super::linear::Linear;
+use super::norm::RmsNorm;
+use super::weights::Weights;
+
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: RmsNorm,
+    k_norm: RmsNorm,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    rotary_dims: i32,
+    rope_theta: f32,
+}
+
+impl Attention {
+    pub fn load(
+        w: &mut Weights,
+        prefix: &str,
+        cfg: &Qwen35Config,
+        quant: &dyn Fn(&str) -> Option<QuantSpec>,
+    ) -> Result<Self> {
+        let (h, nh, nkv, hd) = (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+        let lin = |w: &mut Weights, name: &str, i, o| {
+            Linear::load(w, &format!("{prefix}.{name}"), i, o, quant(&format!("{prefix}.{name}")))
+        };
+        Ok(Self {
+            q_proj: lin(w, "q_proj", h, nh * hd * 2)?,
+            k_proj: lin(w, "k_proj", h, nkv * hd)?,
+            v_proj: lin(w, "v_proj", h, nkv * hd)?,
+            o_proj: lin(w, "o_proj", nh * hd, h)?,
+            q_norm: RmsNorm::load(w, &format!("{prefix}.q_norm.weight"), hd, cfg.rms_norm_eps)?,
+            k_norm: RmsNorm::load(w, &format!("{prefix}.k_norm.weight"), hd, cfg.rms_norm_eps)?,
+            heads: nh,
+            kv_heads: nkv,
+            head_dim: hd,
+            rotary_dims: cfg.rotary_dims(),
+            rope_theta: cfg.rope_theta,
+        })
+    }
+
+    /// x [B, T, H]; `caches[b]` is row b's KV for this layer.
+    pub fn forward(&self, x: &Array, caches: &mut [&mut KvCache]) -> Result<Array> {
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
+        let q = self.q_proj.forward(x)?.reshape(&[b, t, nh, 2 * hd])?;
+        let halves = mlx_rs::ops::split_equal(&q, 2, -1)?;
+        let queries = self.q_norm.forward(&halves[0])?.transpose_axes(&[0, 2, 1, 3])?;
+        let gate = halves[1].reshape(&[b, t, nh * hd])?;
+        let keys =
+            self.k_norm.forward(&self.k_proj.forward(x)?.reshape(&[b, t, nkv, hd])?)?.transpose_axes(&[0, 2, 1, 3])?;
+        let values = self.v_proj.forward(x)?.reshape(&[b, t, nkv, hd])?.transpose_axes(&[0, 2, 1, 3])?;
+        let scale = (hd as f32).powf(-0.5);
+        // Rows differ in position, so RoPE, the cache write and attention run per row; the
+        // projections around them stay batched.
+        let mut outs = Vec::with_capacity(b as usize);
+        for (i, cache) in caches.iter_mut().enumerate() {
+            let i = i as i32;
+            let offset = cache.offset();
+            let rope = |a: &Array| mlx_rs::fast::rope(a, self.rotary_dims, false, self.rope_theta, 1.0, offset, None);
+            let qr = rope(&row(&queries, i)?)?;
+            let kr = rope(&row(&keys, i)?)?;
+            let (kall, vall) = cache.append(&kr, &row(&values, i)?)?;
+            let mask = if t > 1 { Some(ScaledDotProductAttentionMask::Causal) } else { None };
+            outs.push(mlx_rs::fast::scaled_dot_product_attention(&qr, &kall, &vall, scale, mask, None)?);
+        }
+        let o = if outs.len() == 1 { outs.pop().unwrap() } else { mlx_rs::ops::concatenate(&outs, 0)? };
+        let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
+        self.o_proj.forward(&o.multiply(mlx_rs::ops::sigmoid(&gate)?)?)
+    }
+
+    pub fn nbytes(&self) -> usize {
+        [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj].iter().map(|l| l.nbytes()).sum()
+    }
+}

@@ -1,0 +1,192 @@
+//! Row-owned state: every row of a batch owns its attention KV (with a committed offset kept
+//! apart from physical capacity), its Gated DeltaNet conv tail and recurrent state, and its MTP
+//! history KV. A batched step gathers rows' state, runs once, and hands each row its part back.
+
+use anyhow::{Result, bail};
+use mlx_rs::{Array, Dtype};
+
+use super::ops::{slice_axis, slice_update};
+
+/// Positions added to a KV buffer at a time (a verify's two-token write rarely reallocates).
+const KV_STEP: i32 = 256;
+
+/// One row's keys and values for one attention layer: [1, kv_heads, capacity, head_dim].
+#[derive(Default, Clone)]
+pub struct KvCache {
+    keys: Option<Array>,
+    values: Option<Array>,
+    /// Positions that are part of the row's logical context.
+    offset: i32,
+    /// Positions holding written data; equals `offset` after every commit or trim.
+    physical: i32,
+}
+
+impl KvCache {
+    pub fn offset(&self) -> i32 {
+        self.offset
+    }
+
+    pub fn physical(&self) -> i32 {
+        self.physical
+    }
+
+    pub fn capacity(&self) -> i32 {
+        self.keys.as_ref().map(|k| k.shape()[2]).unwrap_or(0)
+    }
+
+    /// Write `k`, `v` ([1, kv_heads, T, head_dim]) at the offset and return views of every
+    /// position so far.
+    pub fn append(&mut self, k: &Array, v: &Array) -> Result<(Array, Array)> {
+        let t = k.shape()[2];
+        let needed = self.offset + t;
+        if needed > self.capacity() {
+            let grow = ((needed - self.capacity() + KV_STEP - 1) / KV_STEP) * KV_STEP;
+            let mut shape = k.shape().to_vec();
+            shape[2] = grow;
+            let zeros_k = mlx_rs::ops::zeros_dtype(&shape, k.dtype())?;
+            let mut vshape = v.shape().to_vec();
+            vshape[2] = grow;
+            let zeros_v = mlx_rs::ops::zeros_dtype(&vshape, v.dtype())?;
+            // Only committed positions are carried over: anything past the offset is dead.
+            self.keys = Some(match &self.keys {
+                Some(old) => mlx_rs::ops::concatenate(&[slice_axis(old, 2, 0, self.offset)?, zeros_k], 2)?,
+                None => zeros_k,
+            });
+            self.values = Some(match &self.values {
+                Some(old) => mlx_rs::ops::concatenate(&[slice_axis(old, 2, 0, self.offset)?, zeros_v], 2)?,
+                None => zeros_v,
+            });
+        }
+        let keys = slice_update(self.keys.as_ref().unwrap(), k, &[0, 0, self.offset, 0])?;
+        let values = slice_update(self.values.as_ref().unwrap(), v, &[0, 0, self.offset, 0])?;
+        self.offset = needed;
+        self.physical = needed;
+        let kv = (slice_axis(&keys, 2, 0, needed)?, slice_axis(&values, 2, 0, needed)?);
+        self.keys = Some(keys);
+        self.values = Some(values);
+        Ok(kv)
+    }
+
+    /// Drop the last `n` positions from the logical context; the physical bound follows.
+    pub fn trim(&mut self, n: i32) -> Result<()> {
+        if n < 0 || n > self.offset {
+            bail!("cannot trim {n} positions from a KV cache holding {}", self.offset);
+        }
+        self.offset -= n;
+        self.physical = self.offset;
+        Ok(())
+    }
+
+    /// Arrays to evaluate so the cache holds no pending graph.
+    pub fn arrays(&self) -> Vec<&Array> {
+        self.keys.iter().chain(self.values.iter()).collect()
+    }
+}
+
+/// One row's Gated DeltaNet state for one layer.
+#[derive(Default, Clone)]
+pub struct GdnState {
+    /// The last K-1 pre-convolution qkv rows, [1, K-1, conv_dim].
+    pub conv: Option<Array>,
+    /// The recurrent state, [1, Hv, Dv, Dk], float32.
+    pub ssm: Option<Array>,
+}
+
+/// One layer's state in one row.
+#[derive(Clone)]
+pub enum LayerState {
+    Attention(KvCache),
+    Linear(GdnState),
+}
+
+/// Everything one row owns of the model's state.
+#[derive(Clone)]
+pub struct RowCache {
+    pub layers: Vec<LayerState>,
+    /// The MTP module's own attention KV (the MTP history).
+    pub mtp: KvCache,
+    /// Tokens in the row's committed context.
+    pub len: i32,
+}
+
+impl RowCache {
+    pub fn new(kinds: &[super::config::LayerKind]) -> Self {
+        let layers = kinds
+            .iter()
+            .map(|k| match k {
+                super::config::LayerKind::Full => LayerState::Attention(KvCache::default()),
+                super::config::LayerKind::Linear => LayerState::Linear(GdnState::default()),
+            })
+            .collect();
+        Self { layers, mtp: KvCache::default(), len: 0 }
+    }
+
+    /// The recurrent part of the row (what a rejected verify must restore).
+    pub fn recurrent_snapshot(&self) -> Vec<Option<GdnState>> {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Linear(s) => Some(s.clone()),
+                LayerState::Attention(_) => None,
+            })
+            .collect()
+    }
+
+    pub fn restore_recurrent(&mut self, snap: &[Option<GdnState>]) {
+        for (layer, saved) in self.layers.iter_mut().zip(snap) {
+            if let (LayerState::Linear(s), Some(saved)) = (layer, saved) {
+                *s = saved.clone();
+            }
+        }
+    }
+
+    /// Drop the last `n` tokens from every attention layer (GDN state is restored separately).
+    pub fn trim_attention(&mut self, n: i32) -> Result<()> {
+        for layer in &mut self.layers {
+            if let LayerState::Attention(kv) = layer {
+                kv.trim(n)?;
+            }
+        }
+        self.len -= n;
+        Ok(())
+    }
+
+    /// Every array the row holds, for evaluation at step boundaries.
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = Vec::new();
+        for layer in &self.layers {
+            match layer {
+                LayerState::Attention(kv) => out.extend(kv.arrays()),
+                LayerState::Linear(s) => out.extend(s.conv.iter().chain(s.ssm.iter())),
+            }
+        }
+        out.extend(self.mtp.arrays());
+        out
+    }
+
+    /// Committed and physical offsets of the first attention layer (all attention layers move
+    /// together), for telemetry and tests.
+    pub fn attention_offsets(&self) -> Option<(i32, i32)> {
+        self.layers.iter().find_map(|l| match l {
+            LayerState::Attention(kv) => Some((kv.offset(), kv.physical())),
+            LayerState::Linear(_) => None,
+        })
+    }
+}
+
+/// Stack rows' optional arrays along axis 0, filling rows without state with zeros of `shape`.
+pub fn gather_rows(parts: &[Option<&Array>], shape: &[i32], dtype: Dtype) -> Result<Array> {
+    let rows: Vec<Array> = parts
+        .iter()
+        .map(|p| match p {
+            Some(a) => Ok((*a).clone()),
+            None => mlx_rs::ops::zeros_dtype(shape, dtype),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(mlx_rs::ops::concatenate(&rows, 0)?)
+}
+
+/// Row `b` of a batched array, keeping the batch axis.
+pub fn row(a: &Array, b: i32) -> Result<Array> {
+    slice_axis(a, 0, b, b + 1)
+}

@@ -1,0 +1,177 @@
+//! Gated DeltaNet linear attention (Qwen3.5's `linear_attn`): a causal depthwise convolution with
+//! a carried tail, q/k L2 normalisation, per-head decay and write gates, the delta-rule recurrence
+//! over a [Hv, Dv, Dk] float32 state, a gated RMSNorm and the output projection.
+//!
+//! This is the plain-ops path: the reference for any fused kernel and the CPU route.
+
+use anyhow::Result;
+use mlx_rs::{Array, Dtype};
+
+use super::cache::{GdnState, gather_rows, row};
+use super::config::{QuantSpec, Qwen35Config};
+use super::linear::Linear;
+use super::ops::{scalar_like, slice_axis};
+use super::weights::Weights;
+
+pub struct GatedDeltaNet {
+    in_proj_qkv: Linear,
+    in_proj_z: Linear,
+    in_proj_b: Linear,
+    in_proj_a: Linear,
+    out_proj: Linear,
+    /// [conv_dim, K, 1]
+    conv_weight: Array,
+    a_log: Array,
+    dt_bias: Array,
+    norm_weight: Array,
+    eps: f32,
+    key_heads: i32,
+    key_dim: i32,
+    value_heads: i32,
+    value_dim: i32,
+    kernel: i32,
+}
+
+/// The state of every row after each position of a block (for a verify that may keep fewer).
+pub type PositionStates = Vec<Vec<GdnState>>;
+
+impl GatedDeltaNet {
+    pub fn load(
+        w: &mut Weights,
+        prefix: &str,
+        cfg: &Qwen35Config,
+        quant: &dyn Fn(&str) -> Option<QuantSpec>,
+    ) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let (hk, dk, hv, dv) =
+            (cfg.linear_num_key_heads, cfg.linear_key_head_dim, cfg.linear_num_value_heads, cfg.linear_value_head_dim);
+        let conv_dim = cfg.conv_dim();
+        let lin = |w: &mut Weights, name: &str, i, o| {
+            Linear::load(w, &format!("{prefix}.{name}"), i, o, quant(&format!("{prefix}.{name}")))
+        };
+        Ok(Self {
+            in_proj_qkv: lin(w, "in_proj_qkv", h, conv_dim)?,
+            in_proj_z: lin(w, "in_proj_z", h, hv * dv)?,
+            in_proj_b: lin(w, "in_proj_b", h, hv)?,
+            in_proj_a: lin(w, "in_proj_a", h, hv)?,
+            out_proj: lin(w, "out_proj", hv * dv, h)?,
+            conv_weight: w
+                .take_shaped(&format!("{prefix}.conv1d.weight"), &[conv_dim, cfg.linear_conv_kernel_dim, 1])?,
+            a_log: w.take_shaped(&format!("{prefix}.A_log"), &[hv])?,
+            dt_bias: w.take_shaped(&format!("{prefix}.dt_bias"), &[hv])?,
+            norm_weight: w.take_shaped(&format!("{prefix}.norm.weight"), &[dv])?,
+            eps: cfg.rms_norm_eps,
+            key_heads: hk,
+            key_dim: dk,
+            value_heads: hv,
+            value_dim: dv,
+            kernel: cfg.linear_conv_kernel_dim,
+        })
+    }
+
+    /// x [B, T, H]; `states[b]` is row b's state for this layer, updated in place. With
+    /// `capture`, also returns every row's state after each of the T positions.
+    pub fn forward(
+        &self,
+        x: &Array,
+        states: &mut [&mut GdnState],
+        capture: bool,
+    ) -> Result<(Array, Option<PositionStates>)> {
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let (hk, dk, hv, dv, k) = (self.key_heads, self.key_dim, self.value_heads, self.value_dim, self.kernel);
+        let conv_dim = 2 * hk * dk + hv * dv;
+        let dtype = x.dtype();
+
+        let qkv = self.in_proj_qkv.forward(x)?;
+        let z = self.in_proj_z.forward(x)?.reshape(&[b, t, hv, dv])?;
+        let beta = mlx_rs::ops::sigmoid(self.in_proj_b.forward(x)?)?;
+        let a = self.in_proj_a.forward(x)?;
+
+        // Causal depthwise convolution over [carried tail | new rows].
+        let tails: Vec<Option<&Array>> = states.iter().map(|s| s.conv.as_ref()).collect();
+        let tail = gather_rows(&tails, &[1, k - 1, conv_dim], dtype)?;
+        let conv_in = mlx_rs::ops::concatenate(&[tail, qkv], 1)?;
+        let conv_out = mlx_rs::nn::silu(mlx_rs::ops::conv1d(&conv_in, &self.conv_weight, 1, 0, 1, conv_dim)?)?;
+
+        let parts = mlx_rs::ops::split_at_indices(&conv_out, &[hk * dk, 2 * hk * dk], -1)?;
+        let q = parts[0].reshape(&[b, t, hk, dk])?;
+        let kk = parts[1].reshape(&[b, t, hk, dk])?;
+        let v = parts[2].reshape(&[b, t, hv, dv])?;
+        // L2 normalisation as rms_norm with eps/Dk; queries also take the 1/sqrt(Dk) scale.
+        let inv = (dk as f32).powf(-0.5);
+        let norm_eps = 1e-6 / dk as f32;
+        let q = mlx_rs::fast::rms_norm(&q, None, norm_eps)?.multiply(scalar_like(inv * inv, &q)?)?;
+        let kk = mlx_rs::fast::rms_norm(&kk, None, norm_eps)?.multiply(scalar_like(inv, &kk)?)?;
+
+        // g = exp(-exp(A_log) * softplus(a + dt_bias)), float32.
+        let softplus = mlx_rs::nn::softplus(a.add(&self.dt_bias)?)?;
+        let decay_rate = mlx_rs::ops::exp(self.a_log.as_dtype(Dtype::Float32)?)?;
+        let g = mlx_rs::ops::exp(decay_rate.multiply(softplus)?.negative()?)?;
+
+        // Value head h reads key head h / (Hv/Hk): repeat each key head in place.
+        let repeat = hv / hk;
+        let (q, kk) = if repeat > 1 {
+            (mlx_rs::ops::repeat_axis::<f32>(q, repeat, 2)?, mlx_rs::ops::repeat_axis::<f32>(kk, repeat, 2)?)
+        } else {
+            (q, kk)
+        };
+
+        let ssms: Vec<Option<&Array>> = states.iter().map(|s| s.ssm.as_ref()).collect();
+        let mut state = gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?;
+        let mut ys = Vec::with_capacity(t as usize);
+        let mut captured: Vec<Array> = Vec::new();
+        for i in 0..t {
+            let step = |a: &Array| -> Result<Array> { Ok(slice_axis(a, 1, i, i + 1)?.squeeze_axes(&[1])?) };
+            let (qt, kt, vt, gt, bt) = (step(&q)?, step(&kk)?, step(&v)?, step(&g)?, step(&beta)?);
+            state = state.multiply(gt.expand_dims_axes(&[-1, -2])?)?;
+            let k_row = kt.expand_dims(-2)?;
+            let kv_mem = state.multiply(&k_row)?.sum_axis(-1, None)?;
+            let delta = vt.subtract(kv_mem)?.multiply(bt.expand_dims(-1)?)?;
+            state = state.add(k_row.multiply(delta.expand_dims(-1)?)?)?;
+            let y = state.multiply(qt.expand_dims(-2)?)?.sum_axis(-1, None)?;
+            ys.push(y.as_dtype(dtype)?);
+            if capture {
+                captured.push(state.clone());
+            }
+        }
+        let y = mlx_rs::ops::stack(&ys, 1)?; // [B, T, Hv, Dv]
+
+        // Gated RMSNorm: normalise per head, then gate with silu(z) in float32.
+        let normed = mlx_rs::fast::rms_norm(&y, Some(&self.norm_weight), self.eps)?;
+        let gated = mlx_rs::nn::silu(z.as_dtype(Dtype::Float32)?)?
+            .multiply(normed.as_dtype(Dtype::Float32)?)?
+            .as_dtype(dtype)?;
+        let out = self.out_proj.forward(&gated.reshape(&[b, t, hv * dv])?)?;
+
+        // Hand each row its new state back.
+        let total = conv_in.shape()[1];
+        let new_tail = slice_axis(&conv_in, 1, total - (k - 1), total)?;
+        for (i, s) in states.iter_mut().enumerate() {
+            let i = i as i32;
+            s.conv = Some(row(&new_tail, i)?);
+            s.ssm = Some(row(&state, i)?);
+        }
+        let positions = if capture {
+            let mut per_pos = Vec::with_capacity(t as usize);
+            for (p, st) in captured.iter().enumerate() {
+                let end = p as i32 + 1 + (k - 1); // conv_in rows up to and including position p
+                let tail_p = slice_axis(&conv_in, 1, end - (k - 1), end)?;
+                let rows = (0..b)
+                    .map(|i| Ok(GdnState { conv: Some(row(&tail_p, i)?), ssm: Some(row(st, i)?) }))
+                    .collect::<Result<Vec<_>>>()?;
+                per_pos.push(rows);
+            }
+            Some(per_pos)
+        } else {
+            None
+        };
+        Ok((out, positions))
+    }
+
+    pub fn nbytes(&self) -> usize {
+        [&self.in_proj_qkv, &self.in_proj_z, &self.in_proj_b, &self.in_proj_a, &self.out_proj]
+            .iter()
+            .map(|l| l.nbytes())
+            .sum()
+    }
+}

@@ -1,0 +1,138 @@
+//! Linear layers and embeddings, dense or affine-quantized, exactly as mlx-lm stores them.
+
+use anyhow::{Context, Result, bail};
+use mlx_rs::{Array, Dtype};
+
+use super::config::QuantSpec;
+use super::weights::Weights;
+
+/// A bias-free linear layer `y = x W^T`.
+pub enum Linear {
+    /// Weight stored [out, in].
+    Dense { weight: Array },
+    /// Packed uint32 weight [out, in*bits/32] with per-group scales and biases [out, in/group].
+    Quantized { weight: Array, scales: Array, biases: Array, spec: QuantSpec },
+}
+
+impl Linear {
+    /// Load `{prefix}.weight` (and `.scales`/`.biases` when the module is quantized), checking
+    /// that it maps `input` features to `output`.
+    pub fn load(w: &mut Weights, prefix: &str, input: i32, output: i32, spec: Option<QuantSpec>) -> Result<Self> {
+        let wname = format!("{prefix}.weight");
+        if w.contains(&format!("{prefix}.scales")) {
+            let spec = stored_spec(w, prefix, input, spec)?;
+            let weight = w.take_shaped(&wname, &[output, input * spec.bits / 32])?;
+            if weight.dtype() != Dtype::Uint32 {
+                bail!("tensor \"{wname}\" in {} is {:?}, expected packed uint32", w.origin_of(&wname), weight.dtype());
+            }
+            let groups = input / spec.group_size;
+            let scales = w.take_shaped(&format!("{prefix}.scales"), &[output, groups])?;
+            let biases = w.take_shaped(&format!("{prefix}.biases"), &[output, groups])?;
+            Ok(Linear::Quantized { weight, scales, biases, spec })
+        } else {
+            let weight = w.take_shaped(&wname, &[output, input])?;
+            Ok(Linear::Dense { weight })
+        }
+    }
+
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        Ok(match self {
+            Linear::Dense { weight } => mlx_rs::ops::matmul(x, weight.t())?,
+            Linear::Quantized { weight, scales, biases, spec } => {
+                mlx_rs::ops::quantized_matmul(x, weight, scales, biases, true, spec.group_size, spec.bits)?
+            }
+        })
+    }
+
+    /// The full-precision weight [out, in] (dequantized when stored quantized).
+    pub fn dense_weight(&self) -> Result<Array> {
+        Ok(match self {
+            Linear::Dense { weight } => weight.clone(),
+            Linear::Quantized { weight, scales, biases, spec } => {
+                mlx_rs::ops::dequantize(weight, scales, biases, spec.group_size, spec.bits)?
+            }
+        })
+    }
+
+    /// Bytes the layer's parameters occupy.
+    pub fn nbytes(&self) -> usize {
+        match self {
+            Linear::Dense { weight } => weight.nbytes(),
+            Linear::Quantized { weight, scales, biases, .. } => weight.nbytes() + scales.nbytes() + biases.nbytes(),
+        }
+    }
+
+    pub fn quant(&self) -> Option<QuantSpec> {
+        match self {
+            Linear::Dense { .. } => None,
+            Linear::Quantized { spec, .. } => Some(*spec),
+        }
+    }
+}
+
+/// Token embeddings; the same storage serves a tied LM head.
+pub struct Embedding {
+    pub table: Linear,
+}
+
+impl Embedding {
+    pub fn load(w: &mut Weights, prefix: &str, vocab: i32, hidden: i32, spec: Option<QuantSpec>) -> Result<Self> {
+        Ok(Self { table: Linear::load(w, prefix, hidden, vocab, spec)? })
+    }
+
+    /// Rows for `ids` (any shape) -> ids.shape + [hidden], in `dtype`.
+    pub fn forward(&self, ids: &Array, dtype: Dtype) -> Result<Array> {
+        let flat = ids.flatten(None, None)?;
+        let rows = match &self.table {
+            Linear::Dense { weight } => weight.take_axis(&flat, 0)?,
+            Linear::Quantized { weight, scales, biases, spec } => {
+                let b = biases.take_axis(&flat, 0)?;
+                mlx_rs::ops::dequantize(
+                    weight.take_axis(&flat, 0)?,
+                    scales.take_axis(&flat, 0)?,
+                    &b,
+                    spec.group_size,
+                    spec.bits,
+                )?
+            }
+        };
+        let mut shape = ids.shape().to_vec();
+        shape.push(rows.shape()[1]);
+        Ok(rows.reshape(&shape)?.as_dtype(dtype)?)
+    }
+
+    /// Logits through the tied table: `x E^T`.
+    pub fn as_linear(&self, x: &Array) -> Result<Array> {
+        self.table.forward(x)
+    }
+}
+
+/// The quantization a stored module actually has, read from its tensors (bits from the packed
+/// width, group size from the scales, given the module's input width) and checked against what
+/// the config says when it says anything.
+pub fn stored_spec(w: &Weights, prefix: &str, input: i32, config: Option<QuantSpec>) -> Result<QuantSpec> {
+    let wname = format!("{prefix}.weight");
+    let weight = w
+        .get(&wname)
+        .with_context(|| format!("tensor \"{wname}\" is missing from the checkpoint in {}", w.dir().display()))?;
+    let scales = w.get(&format!("{prefix}.scales")).context("scales")?;
+    let packed = *weight.shape().last().unwrap_or(&0);
+    let groups = *scales.shape().last().unwrap_or(&0);
+    let origin = w.origin_of(&wname);
+    if input <= 0 || packed <= 0 || groups <= 0 || (packed * 32) % input != 0 || input % groups != 0 {
+        bail!("{prefix} in {origin}: packed width {packed} and {groups} scale groups do not fit an input of {input}");
+    }
+    let found = QuantSpec { bits: packed * 32 / input, group_size: input / groups };
+    if let Some(cfg) = config
+        && cfg != found
+    {
+        bail!(
+            "{prefix} in {origin}: config gives {}-bit group {}, the stored tensors are {}-bit group {}",
+            cfg.bits,
+            cfg.group_size,
+            found.bits,
+            found.group_size
+        );
+    }
+    Ok(found)
+}

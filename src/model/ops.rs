@@ -1,0 +1,85 @@
+//! Small array helpers the layers share: slicing by ranges and in-place slice updates, which
+//! mlx-rs exposes only through its generic indexing machinery.
+
+use anyhow::{Result, bail};
+use mlx_rs::Array;
+
+fn checked(status: i32, what: &str, raw: mlx_sys::mlx_array) -> Result<Array> {
+    // SAFETY: `raw` was created by mlx_array_new and filled (or left empty) by the op; on failure
+    // it is freed here, on success its ownership moves into the returned Array.
+    unsafe {
+        if status != 0 {
+            mlx_sys::mlx_array_free(raw);
+            bail!("MLX {what} failed");
+        }
+        Ok(Array::from_ptr(raw))
+    }
+}
+
+/// `a[start[0]..stop[0], start[1]..stop[1], ...]` (unit strides; missing trailing axes are whole).
+pub fn slice(a: &Array, start: &[i32], stop: &[i32]) -> Result<Array> {
+    let shape = a.shape();
+    let mut lo = vec![0; shape.len()];
+    let mut hi = shape.to_vec();
+    lo[..start.len()].copy_from_slice(start);
+    hi[..stop.len()].copy_from_slice(stop);
+    let strides = vec![1; shape.len()];
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: the vectors outlive the call; the op only reads them.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_slice(
+            &mut res,
+            a.as_ptr(),
+            lo.as_ptr(),
+            lo.len(),
+            hi.as_ptr(),
+            hi.len(),
+            strides.as_ptr(),
+            strides.len(),
+            stream.as_ref().as_ptr(),
+        );
+        checked(status, "slice", res)
+    }
+}
+
+/// Slice along one axis: `a[.., lo..hi, ..]`.
+pub fn slice_axis(a: &Array, axis: usize, lo: i32, hi: i32) -> Result<Array> {
+    let mut start = vec![0; axis + 1];
+    let mut stop: Vec<i32> = a.shape()[..=axis].to_vec();
+    start[axis] = lo;
+    stop[axis] = hi;
+    slice(a, &start, &stop)
+}
+
+/// A copy of `src` with `update` written at `start` (the update's shape gives the extent).
+pub fn slice_update(src: &Array, update: &Array, start: &[i32]) -> Result<Array> {
+    let ndim = src.shape().len();
+    let mut lo = vec![0; ndim];
+    lo[..start.len()].copy_from_slice(start);
+    let hi: Vec<i32> = lo.iter().zip(update.shape()).map(|(l, n)| l + n).collect();
+    let strides = vec![1; ndim];
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: as in `slice`.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_slice_update(
+            &mut res,
+            src.as_ptr(),
+            update.as_ptr(),
+            lo.as_ptr(),
+            lo.len(),
+            hi.as_ptr(),
+            hi.len(),
+            strides.as_ptr(),
+            strides.len(),
+            stream.as_ref().as_ptr(),
+        );
+        checked(status, "slice_update", res)
+    }
+}
+
+/// A scalar of `x`'s dtype, for arithmetic that must not promote.
+pub fn scalar_like(value: f32, like: &Array) -> Result<Array> {
+    Ok(Array::from_f32(value).as_dtype(like.dtype())?)
+}

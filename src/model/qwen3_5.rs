@@ -1,0 +1,342 @@
+//! The Qwen3.5 / Qwen3.6 hybrid text model (mlx-lm's `qwen3_5` and `qwen3_5_moe`): Gated
+//! DeltaNet and gated full-attention layers, dense or MoE MLPs, a final norm, the LM head, and
+//! the depth-one MTP module that shares the embedding and the head.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use mlx_rs::{Array, Dtype};
+
+use super::attention::Attention;
+use super::cache::{KvCache, LayerState, RowCache};
+use super::config::{LayerKind, QuantSpec, Qwen35Config};
+use super::gated_delta::{GatedDeltaNet, PositionStates};
+use super::linear::{Embedding, Linear};
+use super::mlp::Mlp;
+use super::moe::SparseMoe;
+use super::norm::RmsNorm;
+use super::weights::Weights;
+
+enum Mixer {
+    Linear(GatedDeltaNet),
+    Full(Attention),
+}
+
+enum Ffn {
+    Dense(Mlp),
+    Moe(Box<SparseMoe>),
+}
+
+impl Ffn {
+    fn load(
+        w: &mut Weights,
+        prefix: &str,
+        cfg: &Qwen35Config,
+        quant: &dyn Fn(&str) -> Option<QuantSpec>,
+    ) -> Result<Self> {
+        Ok(if cfg.is_moe() {
+            Ffn::Moe(Box::new(SparseMoe::load(w, prefix, cfg, quant)?))
+        } else {
+            Ffn::Dense(Mlp::load(w, prefix, cfg.hidden_size, cfg.intermediate_size, quant)?)
+        })
+    }
+
+    fn forward(&self, x: &Array) -> Result<Array> {
+        match self {
+            Ffn::Dense(m) => m.forward(x),
+            Ffn::Moe(m) => m.forward(x),
+        }
+    }
+
+    fn nbytes(&self) -> usize {
+        match self {
+            Ffn::Dense(m) => m.nbytes(),
+            Ffn::Moe(m) => m.nbytes(),
+        }
+    }
+}
+
+struct DecoderLayer {
+    input_norm: RmsNorm,
+    post_norm: RmsNorm,
+    mixer: Mixer,
+    ffn: Ffn,
+}
+
+/// Which positions get logits from a forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Every position (verify blocks).
+    All,
+    /// Only the last position (prefill).
+    Last,
+    /// None (intermediate prefill chunks).
+    None,
+}
+
+/// What a forward pass returns.
+pub struct ForwardOutput {
+    /// Final-norm hidden states [B, T, H] (what the MTP module reads).
+    pub hidden: Array,
+    /// [B, T or 1, V], unless `Logits::None` was asked for.
+    pub logits: Option<Array>,
+    /// Per GDN layer (by layer index), every row's state after each position, when captured.
+    pub captures: Vec<Option<PositionStates>>,
+}
+
+/// The depth-one MTP module: fc(concat(norm(embed(token)), norm(hidden))) -> one full-attention
+/// decoder layer with its own KV -> norm -> the shared head.
+struct MtpModule {
+    pre_fc_norm_embedding: RmsNorm,
+    pre_fc_norm_hidden: RmsNorm,
+    fc: Linear,
+    layer: DecoderLayer,
+    norm: RmsNorm,
+}
+
+pub struct Qwen35Model {
+    pub cfg: Qwen35Config,
+    embed: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    lm_head: Option<Linear>,
+    mtp: Option<MtpModule>,
+    /// Activation dtype (float32 on the CPU, bfloat16 on GPUs).
+    pub dtype: Dtype,
+}
+
+impl Qwen35Model {
+    /// Load from a model directory (config.json + safetensors, optional mtp.safetensors).
+    pub fn load(dir: &Path, dtype: Dtype) -> Result<Self> {
+        let cfg = Qwen35Config::load(&dir.join("config.json"))?;
+        let mut w = Weights::load_dir(dir)?;
+        super::sanitize::sanitize(&mut w, cfg.tie_word_embeddings)?;
+        if dtype == Dtype::Float32 {
+            w.cast_floats(Dtype::Float32)?;
+        }
+        let model = Self::from_weights(cfg, &mut w, dtype).with_context(|| format!("loading {}", dir.display()))?;
+        let left = w.leftover();
+        if !left.is_empty() {
+            tracing::warn!(count = left.len(), first = %left[0], "checkpoint tensors not used by the model");
+        }
+        Ok(model)
+    }
+
+    fn from_weights(cfg: Qwen35Config, w: &mut Weights, dtype: Dtype) -> Result<Self> {
+        let quantization = cfg.quantization.clone();
+        let quant = move |path: &str| quantization.for_module(path);
+        let h = cfg.hidden_size;
+        let embed = Embedding::load(w, "model.embed_tokens", cfg.vocab_size, h, quant("model.embed_tokens"))?;
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers as usize);
+        for i in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let mixer = match cfg.layer_kind(i) {
+                LayerKind::Linear => Mixer::Linear(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), &cfg, &quant)?),
+                LayerKind::Full => Mixer::Full(Attention::load(w, &format!("{p}.self_attn"), &cfg, &quant)?),
+            };
+            layers.push(DecoderLayer {
+                input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm.weight"), h, cfg.rms_norm_eps)?,
+                post_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm.weight"), h, cfg.rms_norm_eps)?,
+                mixer,
+                ffn: Ffn::load(w, &format!("{p}.mlp"), &cfg, &quant)?,
+            });
+        }
+        let norm = RmsNorm::load(w, "model.norm.weight", h, cfg.rms_norm_eps)?;
+        let lm_head = if cfg.tie_word_embeddings {
+            None
+        } else {
+            Some(Linear::load(w, "lm_head", h, cfg.vocab_size, quant("lm_head"))?)
+        };
+        let mtp = if w.contains("mtp.fc.weight") { Some(Self::load_mtp(w, &cfg)?) } else { None };
+        Ok(Self { cfg, embed, layers, norm, lm_head, mtp, dtype })
+    }
+
+    fn load_mtp(w: &mut Weights, cfg: &Qwen35Config) -> Result<MtpModule> {
+        let h = cfg.hidden_size;
+        let eps = cfg.rms_norm_eps;
+        // MTP weights may be quantized differently from the body (MTPLX ships 4-bit g32): the
+        // sidecar's mtp_config.json says how, else the stored tensors do.
+        let mtp_quant = mtp_quantization(w.dir())?;
+        let q = move |path: &str| mtp_quant.as_ref().and_then(|mq| mq.for_module(path));
+        let layer = DecoderLayer {
+            input_norm: RmsNorm::load(w, "mtp.layers.0.input_layernorm.weight", h, eps)?,
+            post_norm: RmsNorm::load(w, "mtp.layers.0.post_attention_layernorm.weight", h, eps)?,
+            mixer: Mixer::Full(Attention::load(w, "mtp.layers.0.self_attn", cfg, &q)?),
+            ffn: Ffn::load(w, "mtp.layers.0.mlp", cfg, &q)?,
+        };
+        Ok(MtpModule {
+            pre_fc_norm_embedding: RmsNorm::load(w, "mtp.pre_fc_norm_embedding.weight", h, eps)?,
+            pre_fc_norm_hidden: RmsNorm::load(w, "mtp.pre_fc_norm_hidden.weight", h, eps)?,
+            fc: Linear::load(w, "mtp.fc", 2 * h, h, q("mtp.fc"))?,
+            layer,
+            norm: RmsNorm::load(w, "mtp.norm.weight", h, eps)?,
+        })
+    }
+
+    pub fn layer_kinds(&self) -> Vec<LayerKind> {
+        (0..self.cfg.num_hidden_layers).map(|i| self.cfg.layer_kind(i)).collect()
+    }
+
+    pub fn new_row(&self) -> RowCache {
+        RowCache::new(&self.layer_kinds())
+    }
+
+    pub fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
+    }
+
+    /// Bytes of all parameters.
+    pub fn nbytes(&self) -> usize {
+        let mut n = self.embed.table.nbytes() + self.lm_head.as_ref().map(|l| l.nbytes()).unwrap_or(0);
+        for l in &self.layers {
+            n += l.nbytes();
+        }
+        if let Some(m) = &self.mtp {
+            n += m.fc.nbytes() + m.layer.nbytes();
+        }
+        n
+    }
+
+    fn head(&self, x: &Array) -> Result<Array> {
+        match &self.lm_head {
+            Some(l) => l.forward(x),
+            None => self.embed.as_linear(x),
+        }
+    }
+
+    /// Run `tokens` [B, T] through the model; `rows[b]` is row b's state and advances by T.
+    pub fn forward(
+        &self,
+        tokens: &Array,
+        rows: &mut [&mut RowCache],
+        logits: Logits,
+        capture: bool,
+    ) -> Result<ForwardOutput> {
+        let b = tokens.shape()[0];
+        if rows.len() as i32 != b {
+            bail!("forward: {} rows of state for a batch of {b}", rows.len());
+        }
+        let t = tokens.shape()[1];
+        let mut x = self.embed.forward(tokens, self.dtype)?;
+        let mut captures = Vec::with_capacity(self.layers.len());
+        for (li, layer) in self.layers.iter().enumerate() {
+            let normed = layer.input_norm.forward(&x)?;
+            let (mixed, cap) = match &layer.mixer {
+                Mixer::Linear(gdn) => {
+                    let mut states: Vec<_> = rows
+                        .iter_mut()
+                        .map(|r| match &mut r.layers[li] {
+                            LayerState::Linear(s) => Ok(s),
+                            LayerState::Attention(_) => bail!("row state does not match layer {li}"),
+                        })
+                        .collect::<Result<_>>()?;
+                    gdn.forward(&normed, &mut states, capture)?
+                }
+                Mixer::Full(attn) => {
+                    let mut kvs: Vec<&mut KvCache> = rows
+                        .iter_mut()
+                        .map(|r| match &mut r.layers[li] {
+                            LayerState::Attention(kv) => Ok(kv),
+                            LayerState::Linear(_) => bail!("row state does not match layer {li}"),
+                        })
+                        .collect::<Result<_>>()?;
+                    (attn.forward(&normed, &mut kvs)?, None)
+                }
+            };
+            captures.push(cap);
+            let h = x.add(mixed)?;
+            x = h.add(layer.ffn.forward(&layer.post_norm.forward(&h)?)?)?;
+        }
+        for r in rows.iter_mut() {
+            r.len += t;
+        }
+        let hidden = self.norm.forward(&x)?;
+        let logits = match logits {
+            Logits::All => Some(self.head(&hidden)?),
+            Logits::Last => Some(self.head(&super::ops::slice_axis(&hidden, 1, t - 1, t)?)?),
+            Logits::None => None,
+        };
+        Ok(ForwardOutput { hidden, logits, captures })
+    }
+
+    /// Prefill one row with `ids` in chunks of `chunk`, evaluating between chunks so memory stays
+    /// bounded; returns the last position's hidden [1, 1, H] and logits [1, 1, V] (and the
+    /// hidden of every position when `keep_hidden`, for the MTP history).
+    pub fn prefill(
+        &self,
+        row: &mut RowCache,
+        ids: &[u32],
+        chunk: usize,
+        keep_hidden: bool,
+    ) -> Result<(Array, Array, Option<Array>)> {
+        if ids.is_empty() {
+            bail!("cannot prefill an empty prompt");
+        }
+        let chunk = chunk.max(1);
+        let mut hiddens = Vec::new();
+        let mut last = None;
+        let n_chunks = ids.len().div_ceil(chunk);
+        for (ci, part) in ids.chunks(chunk).enumerate() {
+            let tokens =
+                Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
+            let is_last = ci + 1 == n_chunks;
+            let out = self.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)?;
+            let mut to_eval: Vec<&Array> = row.arrays();
+            to_eval.push(&out.hidden);
+            if let Some(l) = &out.logits {
+                to_eval.push(l);
+            }
+            mlx_rs::transforms::eval(to_eval)?;
+            if keep_hidden {
+                hiddens.push(out.hidden.clone());
+            }
+            if is_last {
+                let t = out.hidden.shape()[1];
+                last = Some((super::ops::slice_axis(&out.hidden, 1, t - 1, t)?, out.logits.unwrap()));
+            }
+        }
+        let (h, l) = last.unwrap();
+        let all = if keep_hidden { Some(mlx_rs::ops::concatenate(&hiddens, 1)?) } else { None };
+        Ok((h, l, all))
+    }
+
+    /// The MTP module on `hidden` [B, T, H] (the target's final-norm states) and the tokens that
+    /// follow them [B, T]; appends to each row's MTP history and returns logits [B, T, V].
+    pub fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
+        let mtp = self.mtp.as_ref().context("this model has no MTP weights")?;
+        let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
+        let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
+        let x = mtp.fc.forward(&mlx_rs::ops::concatenate(&[e, h], -1)?)?;
+        let normed = mtp.layer.input_norm.forward(&x)?;
+        let Mixer::Full(attn) = &mtp.layer.mixer else { bail!("MTP layer must be full attention") };
+        let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
+        let hh = x.add(attn.forward(&normed, &mut kvs)?)?;
+        let out = hh.add(mtp.layer.ffn.forward(&mtp.layer.post_norm.forward(&hh)?)?)?;
+        self.head(&mtp.norm.forward(&out)?)
+    }
+}
+
+impl DecoderLayer {
+    fn nbytes(&self) -> usize {
+        let m = match &self.mixer {
+            Mixer::Linear(g) => g.nbytes(),
+            Mixer::Full(a) => a.nbytes(),
+        };
+        m + self.ffn.nbytes()
+    }
+}
+
+/// The quantization block of `mtp_config.json` beside a sidecar, when there is one.
+fn mtp_quantization(dir: &Path) -> Result<Option<super::config::Quantization>> {
+    let path = dir.join("mtp_config.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
+    Ok(Some(
+        super::config::parse_quantization(json.get("quantization"))
+            .with_context(|| format!("in {}", path.display()))?,
+    ))
+}

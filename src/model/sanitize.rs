@@ -1,0 +1,80 @@
+//! HF-original Qwen3.5 checkpoints converted at load, the way mlx-lm's `sanitize` converts them:
+//! conv1d weights to [C, K, 1], zero-centred RMSNorm weights to multipliers (+1), fused expert
+//! projections split. MTP weights get the same treatment (mlx-lm drops them; see the notes).
+
+use anyhow::Result;
+use mlx_rs::Array;
+
+use super::ops::slice_axis;
+use super::weights::Weights;
+
+const PLUS_ONE_SUFFIXES: [&str; 5] = [
+    ".input_layernorm.weight",
+    ".post_attention_layernorm.weight",
+    "model.norm.weight",
+    ".q_norm.weight",
+    ".k_norm.weight",
+];
+const MTP_NORMS: [&str; 3] = ["mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"];
+
+/// True when the tensors are in HF's layout (mlx-lm's own test: a conv1d weight not ending in 1).
+pub fn is_hf_original(w: &Weights) -> bool {
+    w.keys().any(|k| k.contains("conv1d.weight") && w.get(k).is_some_and(|a| a.shape().last() != Some(&1)))
+}
+
+pub fn sanitize(w: &mut Weights, tie_word_embeddings: bool) -> Result<()> {
+    if tie_word_embeddings && w.contains("lm_head.weight") {
+        w.take("lm_head.weight")?;
+    }
+    let hf = is_hf_original(w);
+    let keys: Vec<String> = w.keys().cloned().collect();
+    for key in keys {
+        if hf && key.ends_with("conv1d.weight") {
+            let a = w.take(&key)?;
+            if a.shape().last() != Some(&1) {
+                w.insert(key, mlx_rs::ops::move_axis(&a, 2, 1)?);
+            } else {
+                w.insert(key, a);
+            }
+        } else if key.ends_with(".experts.gate_up_proj") {
+            // [E, 2I, H]: the first half is gate, the second up.
+            let a = w.take(&key)?;
+            let half = a.shape()[1] / 2;
+            let base = key.trim_end_matches(".experts.gate_up_proj");
+            w.insert(format!("{base}.switch_mlp.gate_proj.weight"), slice_axis(&a, 1, 0, half)?);
+            w.insert(format!("{base}.switch_mlp.up_proj.weight"), slice_axis(&a, 1, half, 2 * half)?);
+        } else if key.ends_with(".experts.down_proj") {
+            let a = w.take(&key)?;
+            let base = key.trim_end_matches(".experts.down_proj");
+            w.insert(format!("{base}.switch_mlp.down_proj.weight"), a);
+        }
+    }
+    let keys: Vec<String> = w.keys().cloned().collect();
+    for key in keys {
+        let is_norm_1d = w.get(&key).is_some_and(|a| a.ndim() == 1);
+        if !is_norm_1d {
+            continue;
+        }
+        let plus_one = if key.starts_with("mtp.") {
+            let is_mtp_norm = MTP_NORMS.contains(&key.as_str()) || PLUS_ONE_SUFFIXES.iter().any(|s| key.ends_with(s));
+            // HF stores MTP norms zero-centred like the body; a sidecar may hold either
+            // convention, so it is decided per vector the way MTPLX does (mean below 0.5).
+            is_mtp_norm && (hf || mean_below_half(w.get(&key).unwrap())?)
+        } else {
+            hf && PLUS_ONE_SUFFIXES.iter().any(|s| key.ends_with(s))
+        };
+        if plus_one {
+            let a = w.take(&key)?;
+            let dtype = a.dtype();
+            let bumped = a.as_dtype(mlx_rs::Dtype::Float32)?.add(Array::from_f32(1.0))?.as_dtype(dtype)?;
+            w.insert(key, bumped);
+        }
+    }
+    Ok(())
+}
+
+fn mean_below_half(a: &Array) -> Result<bool> {
+    let m = mlx_rs::ops::mean(a.as_dtype(mlx_rs::Dtype::Float32)?, None)?;
+    m.eval()?;
+    Ok(m.item_cast::<f32>() < 0.5)
+}

@@ -1,0 +1,36 @@
+//! Shared helpers for integration tests: fixture paths and mlx-lm reference files.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+pub fn reference(name: &str) -> Value {
+    let path = fixture("references").join(format!("{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+pub fn floats(v: &Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+/// Largest |got - want| relative to the largest |want|.
+pub fn max_rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
+    got.iter().zip(want).map(|(g, w)| (*g as f64 - *w as f64).abs()).fold(0.0, f64::max) / scale
+}
+
+pub fn to_f32(a: &mlx_rs::Array) -> Vec<f32> {
+    let a = a.as_dtype(mlx_rs::Dtype::Float32).unwrap().flatten(None, None).unwrap().contiguous().unwrap();
+    a.eval().unwrap();
+    a.as_slice::<f32>().to_vec()
+}
