@@ -5,6 +5,7 @@
 //! cohort paths); `model` holds loading and one file per layer kind or family; `tui` is state in,
 //! frame out; `config` holds profiles, themes, keymaps and paths.
 
+pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod logging;

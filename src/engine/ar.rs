@@ -3,7 +3,7 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use crate::model::qwen3_5::{Logits, Qwen35Model};
+use crate::model::forward::{LanguageModel, Logits};
 
 /// Greedy argmax over the last axis on the device (MLX picks the lowest id on ties).
 pub fn argmax_ids(logits: &Array) -> Result<Array> {
@@ -12,7 +12,7 @@ pub fn argmax_ids(logits: &Array) -> Result<Array> {
 
 /// Prefill `prompt` (in chunks of `chunk`) and decode `max_tokens` greedily; returns the ids.
 /// Only the chosen id crosses to the host each step.
-pub fn greedy(model: &Qwen35Model, prompt: &[u32], max_tokens: usize, chunk: usize) -> Result<Vec<u32>> {
+pub fn greedy(model: &dyn LanguageModel, prompt: &[u32], max_tokens: usize, chunk: usize) -> Result<Vec<u32>> {
     let mut row = model.new_row();
     let (_, logits, _) = model.prefill(&mut row, prompt, chunk, false)?;
     let mut next = argmax_ids(&logits)?; // [1, 1]

@@ -10,12 +10,13 @@ use mlx_rs::{Array, Dtype};
 use super::attention::Attention;
 use super::cache::{KvCache, LayerState, RowCache};
 use super::config::{LayerKind, QuantSpec, Qwen35Config};
-use super::gated_delta::{GatedDeltaNet, PositionStates};
+use super::gated_delta::GatedDeltaNet;
 use super::linear::{Embedding, Linear};
 use super::mlp::Mlp;
 use super::moe::SparseMoe;
 use super::norm::RmsNorm;
 use super::weights::Weights;
+pub use super::forward::{ForwardOutput, LanguageModel, Logits};
 
 enum Mixer {
     Linear(GatedDeltaNet),
@@ -61,27 +62,6 @@ struct DecoderLayer {
     post_norm: RmsNorm,
     mixer: Mixer,
     ffn: Ffn,
-}
-
-/// Which positions get logits from a forward pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Logits {
-    /// Every position (verify blocks).
-    All,
-    /// Only the last position (prefill).
-    Last,
-    /// None (intermediate prefill chunks).
-    None,
-}
-
-/// What a forward pass returns.
-pub struct ForwardOutput {
-    /// Final-norm hidden states [B, T, H] (what the MTP module reads).
-    pub hidden: Array,
-    /// [B, T or 1, V], unless `Logits::None` was asked for.
-    pub logits: Option<Array>,
-    /// Per GDN layer (by layer index), every row's state after each position, when captured.
-    pub captures: Vec<Option<PositionStates>>,
 }
 
 /// The depth-one MTP module: fc(concat(norm(embed(token)), norm(hidden))) -> one full-attention
@@ -177,14 +157,6 @@ impl Qwen35Model {
         (0..self.cfg.num_hidden_layers).map(|i| self.cfg.layer_kind(i)).collect()
     }
 
-    pub fn new_row(&self) -> RowCache {
-        RowCache::new(&self.layer_kinds())
-    }
-
-    pub fn has_mtp(&self) -> bool {
-        self.mtp.is_some()
-    }
-
     /// Bytes of all parameters.
     pub fn nbytes(&self) -> usize {
         let mut n = self.embed.table.nbytes() + self.lm_head.as_ref().map(|l| l.nbytes()).unwrap_or(0);
@@ -203,9 +175,34 @@ impl Qwen35Model {
             None => self.embed.as_linear(x),
         }
     }
+}
 
-    /// Run `tokens` [B, T] through the model; `rows[b]` is row b's state and advances by T.
-    pub fn forward(
+impl LanguageModel for Qwen35Model {
+    fn new_row(&self) -> RowCache {
+        RowCache::new(&self.layer_kinds())
+    }
+
+    fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
+    }
+
+    fn vocab_size(&self) -> i32 {
+        self.cfg.vocab_size
+    }
+
+    fn max_context(&self) -> i32 {
+        self.cfg.max_position_embeddings
+    }
+
+    fn eos_ids(&self) -> Vec<u32> {
+        self.cfg.eos_token_ids.clone()
+    }
+
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    fn forward(
         &self,
         tokens: &Array,
         rows: &mut [&mut RowCache],
@@ -259,50 +256,7 @@ impl Qwen35Model {
         Ok(ForwardOutput { hidden, logits, captures })
     }
 
-    /// Prefill one row with `ids` in chunks of `chunk`, evaluating between chunks so memory stays
-    /// bounded; returns the last position's hidden [1, 1, H] and logits [1, 1, V] (and the
-    /// hidden of every position when `keep_hidden`, for the MTP history).
-    pub fn prefill(
-        &self,
-        row: &mut RowCache,
-        ids: &[u32],
-        chunk: usize,
-        keep_hidden: bool,
-    ) -> Result<(Array, Array, Option<Array>)> {
-        if ids.is_empty() {
-            bail!("cannot prefill an empty prompt");
-        }
-        let chunk = chunk.max(1);
-        let mut hiddens = Vec::new();
-        let mut last = None;
-        let n_chunks = ids.len().div_ceil(chunk);
-        for (ci, part) in ids.chunks(chunk).enumerate() {
-            let tokens =
-                Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
-            let is_last = ci + 1 == n_chunks;
-            let out = self.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)?;
-            let mut to_eval: Vec<&Array> = row.arrays();
-            to_eval.push(&out.hidden);
-            if let Some(l) = &out.logits {
-                to_eval.push(l);
-            }
-            mlx_rs::transforms::eval(to_eval)?;
-            if keep_hidden {
-                hiddens.push(out.hidden.clone());
-            }
-            if is_last {
-                let t = out.hidden.shape()[1];
-                last = Some((super::ops::slice_axis(&out.hidden, 1, t - 1, t)?, out.logits.unwrap()));
-            }
-        }
-        let (h, l) = last.unwrap();
-        let all = if keep_hidden { Some(mlx_rs::ops::concatenate(&hiddens, 1)?) } else { None };
-        Ok((h, l, all))
-    }
-
-    /// The MTP module on `hidden` [B, T, H] (the target's final-norm states) and the tokens that
-    /// follow them [B, T]; appends to each row's MTP history and returns logits [B, T, V].
-    pub fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
+    fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
         let mtp = self.mtp.as_ref().context("this model has no MTP weights")?;
         let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
         let h = mtp.pre_fc_norm_hidden.forward(hidden)?;

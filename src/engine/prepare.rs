@@ -1,0 +1,53 @@
+//! Turning a request into a row: tokenise (through the chat template when asked), check the
+//! context window, and refuse what cannot run before any model work.
+
+use anyhow::{Result, bail};
+
+use super::request::{Prompt, Request};
+use super::row::{CancelFlag, RowRun};
+use crate::model::forward::LanguageModel;
+use crate::model::tokenizer::TextTokenizer;
+
+/// Room a verify block may write past the last emitted token.
+pub const VERIFY_SLACK: usize = 2;
+
+pub fn prompt_ids(tok: &TextTokenizer, prompt: &Prompt) -> Result<Vec<u32>> {
+    let ids = match prompt {
+        Prompt::Text(t) => tok.encode(t)?,
+        Prompt::Ids(ids) => ids.clone(),
+        Prompt::Chat(messages) => tok.encode(&tok.apply_chat_template(messages, true)?)?,
+    };
+    if ids.is_empty() {
+        bail!("the prompt encodes to no tokens");
+    }
+    Ok(ids)
+}
+
+/// Build the row for `req`, or say why it cannot run.
+pub fn prepare(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, cancel: CancelFlag) -> Result<RowRun> {
+    req.sampler.validate()?;
+    let ids = prompt_ids(tok, &req.prompt)?;
+    let vocab = model.vocab_size() as u32;
+    if let Some(bad) = ids.iter().find(|&&i| i >= vocab) {
+        bail!("prompt token id {bad} is outside the model's vocabulary of {vocab}");
+    }
+    let window = model.max_context() as usize;
+    if ids.len() >= window {
+        bail!("the prompt has {} tokens, over the context window of {window}", ids.len());
+    }
+    if ids.len() + req.max_tokens + VERIFY_SLACK > window {
+        bail!(
+            "prompt ({} tokens) + max_tokens ({}) exceeds the context window of {window}; lower max_tokens to at most {}",
+            ids.len(),
+            req.max_tokens,
+            window.saturating_sub(ids.len() + VERIFY_SLACK)
+        );
+    }
+    let mut eos = model.eos_ids();
+    for id in tok.eos_ids() {
+        if !eos.contains(id) {
+            eos.push(*id);
+        }
+    }
+    Ok(RowRun::new(req, ids, eos, cancel))
+}

@@ -1,0 +1,141 @@
+//! The request and result contract shared by `cohort generate`, the scheduler and the TUI.
+//! Request lines: `{"id", "prompt" | "prompt_ids", "chat", "max_tokens", "temperature", "top_p",
+//! "top_k", "seed", "stop", "ignore_eos", "presence_penalty", "frequency_penalty"}`.
+
+use serde::{Deserialize, Serialize};
+
+use super::sampler::SamplerConfig;
+use crate::model::tokenizer::ChatMessage;
+
+/// What to generate from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
+    Chat(Vec<ChatMessage>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+    pub prompt: Prompt,
+    pub max_tokens: usize,
+    pub sampler: SamplerConfig,
+    pub seed: u64,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+}
+
+pub const DEFAULT_MAX_TOKENS: usize = 256;
+
+/// One line of a `generate` input file, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestLine {
+    pub id: Option<String>,
+    pub prompt: Option<String>,
+    pub prompt_ids: Option<Vec<u32>>,
+    pub messages: Option<Vec<ChatMessage>>,
+    #[serde(default)]
+    pub chat: bool,
+    pub max_tokens: Option<usize>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<usize>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub stop: Vec<String>,
+    #[serde(default)]
+    pub ignore_eos: bool,
+}
+
+impl RequestLine {
+    /// Validate and fill defaults. `line_no` (1-based) names the line in errors.
+    pub fn into_request(self, line_no: usize, defaults: &SamplerConfig) -> anyhow::Result<Request> {
+        let id = self.id.unwrap_or_else(|| format!("line-{line_no}"));
+        let prompt = match (self.prompt, self.prompt_ids, self.messages) {
+            (Some(p), None, None) if self.chat => Prompt::Chat(vec![ChatMessage::new("user", &p)]),
+            (Some(p), None, None) => Prompt::Text(p),
+            (None, Some(ids), None) => Prompt::Ids(ids),
+            (None, None, Some(m)) => Prompt::Chat(m),
+            (None, None, None) => anyhow::bail!("line {line_no} (id {id}): no \"prompt\", \"prompt_ids\" or \"messages\""),
+            _ => anyhow::bail!("line {line_no} (id {id}): give only one of \"prompt\", \"prompt_ids\", \"messages\""),
+        };
+        let empty = match &prompt {
+            Prompt::Text(t) => t.is_empty(),
+            Prompt::Ids(i) => i.is_empty(),
+            Prompt::Chat(m) => m.is_empty(),
+        };
+        if empty {
+            anyhow::bail!("line {line_no} (id {id}): the prompt is empty");
+        }
+        let sampler = SamplerConfig {
+            temperature: self.temperature.unwrap_or(defaults.temperature),
+            top_p: self.top_p.unwrap_or(defaults.top_p),
+            top_k: self.top_k.unwrap_or(defaults.top_k),
+            presence_penalty: self.presence_penalty.unwrap_or(defaults.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(defaults.frequency_penalty),
+        };
+        sampler.validate().map_err(|e| anyhow::anyhow!("line {line_no} (id {id}): {e}"))?;
+        let max_tokens = self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        if max_tokens == 0 {
+            anyhow::bail!("line {line_no} (id {id}): max_tokens must be at least 1");
+        }
+        Ok(Request { id, prompt, max_tokens, sampler, seed: self.seed.unwrap_or(0), stop: self.stop, ignore_eos: self.ignore_eos })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Cancelled,
+    Error,
+}
+
+/// Per-request figures.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stats {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub route: String,
+    pub prefill_s: f64,
+    pub decode_s: f64,
+    pub prefill_tok_s: f64,
+    pub decode_tok_s: f64,
+    pub verify_cycles: usize,
+    pub accepted_drafts: usize,
+    pub rejected_drafts: usize,
+    pub acceptance_rate: f64,
+    pub tokens_per_cycle: f64,
+    pub real_width: usize,
+    pub queue_wait_s: f64,
+}
+
+/// One line of `generate` output.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestResult {
+    pub id: String,
+    pub token_ids: Vec<u32>,
+    pub text: String,
+    pub finish_reason: FinishReason,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub stats: Stats,
+}
+
+impl RequestResult {
+    pub fn error(id: &str, message: String) -> Self {
+        Self {
+            id: id.to_owned(),
+            token_ids: Vec::new(),
+            text: String::new(),
+            finish_reason: FinishReason::Error,
+            error: Some(message),
+            stats: Stats::default(),
+        }
+    }
+}

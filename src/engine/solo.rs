@@ -1,0 +1,220 @@
+//! The solo B1 path: one request, plain autoregressive decoding or depth-one MTP.
+//!
+//! MTP cycle (per row): the primary token x0 is already emitted; (1) draft: the MTP module reads
+//! (hidden of the last committed position, x0), plus any accepted draft's pending history entry,
+//! and proposes d; (2) verify [x0, d] at T=2 capturing the GDN state after each position; (3)
+//! accept d with min(1, p/q) (greedy: d == argmax p); (4) commit keep = 2 (state as it stands,
+//! MTP history gains (verify hidden 0, d)) or keep = 1 (attention trimmed by one, GDN state from
+//! the position-0 capture); (5) the bonus token (from p at position 1) or the corrected token
+//! (from the residual at position 0) becomes the next primary.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use mlx_rs::Array;
+
+use super::row::{RowEvent, RowRun};
+use super::sampler::{Dist, accept_draft, distributions, residual};
+use crate::model::cache::{GdnState, LayerState, RowCache};
+use crate::model::forward::{LanguageModel, Logits};
+use crate::model::gated_delta::PositionStates;
+use crate::model::ops::slice_axis;
+use crate::model::tokenizer::TextTokenizer;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GenerationMode {
+    Ar,
+    Mtp,
+}
+
+/// The processed distribution of one row of logits [.., V] (last position).
+pub fn dist_of(run: &RowRun, logits: &Array) -> Result<Dist> {
+    let v = *logits.shape().last().unwrap();
+    let flat = logits.reshape(&[-1, v])?;
+    let n = flat.shape()[0];
+    let last = slice_axis(&flat, 0, n - 1, n)?;
+    Ok(distributions(&last, &[run.sampler], &[&run.penalties])?.remove(0))
+}
+
+fn token_array(ids: &[u32]) -> Array {
+    Array::from_slice(&ids.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[1, ids.len() as i32])
+}
+
+/// Prefill the row (and its MTP history when `mtp`), then emit the first token.
+pub fn prefill_row(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    run: &mut RowRun,
+    row: &mut RowCache,
+    chunk: usize,
+    mtp: bool,
+    events: &mut dyn FnMut(RowEvent),
+) -> Result<()> {
+    let t0 = Instant::now();
+    events(RowEvent::Prefill { id: run.id.clone(), done: 0, total: run.prompt_ids.len() });
+    let (hidden_last, logits, hidden_all) = model.prefill(row, &run.prompt_ids, chunk, mtp)?;
+    if mtp {
+        prefill_mtp_history(model, row, &run.prompt_ids, hidden_all.as_ref().context("prefill kept no hidden states")?)?;
+    }
+    run.stats.prefill_s = t0.elapsed().as_secs_f64();
+    run.hidden_last = Some(hidden_last);
+    let dist = dist_of(run, &logits)?;
+    let x0 = run.draw(&dist);
+    run.primary = Some(x0);
+    run.emit(x0, tok, events)?;
+    Ok(())
+}
+
+/// The MTP history of an N-token prompt: the N-1 pairs (hidden of position i, token i+1).
+pub fn prefill_mtp_history(model: &dyn LanguageModel, row: &mut RowCache, ids: &[u32], hidden_all: &Array) -> Result<()> {
+    let n = ids.len() as i32;
+    if n < 2 {
+        return Ok(()); // a one-token prompt leaves the history empty
+    }
+    let h = slice_axis(hidden_all, 1, 0, n - 1)?;
+    model.mtp_forward(&h, &token_array(&ids[1..]), &mut [row])?;
+    mlx_rs::transforms::eval(row.mtp.arrays())?;
+    Ok(())
+}
+
+/// Run one request to completion on the solo path.
+pub fn run_solo(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    run: &mut RowRun,
+    mode: GenerationMode,
+    chunk: usize,
+    events: &mut dyn FnMut(RowEvent),
+) -> Result<()> {
+    let mut row = model.new_row();
+    if run.cancel.is_cancelled() {
+        run.cancel_now();
+        return Ok(());
+    }
+    let mtp = mode == GenerationMode::Mtp;
+    prefill_row(model, tok, run, &mut row, chunk, mtp, events)?;
+    let t0 = Instant::now();
+    while run.is_active() {
+        if run.cancel.is_cancelled() {
+            run.cancel_now();
+            break;
+        }
+        if mtp && run.budget_left() >= 2 {
+            mtp_cycle(model, tok, run, &mut row, events)?;
+        } else {
+            ar_step(model, tok, run, &mut row, events)?;
+        }
+    }
+    run.stats.decode_s = t0.elapsed().as_secs_f64();
+    run.stats.route = route_id(mode, 1);
+    Ok(())
+}
+
+pub fn route_id(mode: GenerationMode, width: usize) -> String {
+    match mode {
+        GenerationMode::Ar => format!("ar_b{width}"),
+        GenerationMode::Mtp => format!("mtp_d1_b{width}_t2"),
+    }
+}
+
+/// One plain step: feed the primary, draw the next token from the last logits.
+fn ar_step(model: &dyn LanguageModel, tok: &TextTokenizer, run: &mut RowRun, row: &mut RowCache, events: &mut dyn FnMut(RowEvent)) -> Result<()> {
+    let x = run.primary.context("no primary token")?;
+    let out = model.forward(&token_array(&[x]), &mut [row], Logits::Last, false)?;
+    let logits = out.logits.context("no logits")?;
+    let dist = dist_of(run, &logits)?;
+    let next = run.draw(&dist);
+    run.hidden_last = Some(out.hidden);
+    run.primary = Some(next);
+    run.emit(next, tok, events)?;
+    Ok(())
+}
+
+/// Replace a row's GDN state with the capture after `position` of a verify block.
+pub fn restore_from_capture(row: &mut RowCache, captures: &[Option<PositionStates>], position: usize, b: usize) {
+    for (layer, cap) in row.layers.iter_mut().zip(captures) {
+        if let (LayerState::Linear(state), Some(cap)) = (layer, cap) {
+            let GdnState { conv, ssm } = cap[position][b].clone();
+            *state = GdnState { conv, ssm };
+        }
+    }
+}
+
+/// The draft input of a row: its pending accepted entry (if any) then (hidden_last, primary).
+pub fn draft_inputs(run: &RowRun) -> Result<(Array, Vec<u32>)> {
+    let hidden = run.hidden_last.clone().context("no hidden state to draft from")?;
+    let x0 = run.primary.context("no primary token")?;
+    Ok(match &run.pending_mtp {
+        Some((h, d)) => (mlx_rs::ops::concatenate(&[h.clone(), hidden], 1)?, vec![*d, x0]),
+        None => (hidden, vec![x0]),
+    })
+}
+
+fn mtp_cycle(model: &dyn LanguageModel, tok: &TextTokenizer, run: &mut RowRun, row: &mut RowCache, events: &mut dyn FnMut(RowEvent)) -> Result<()> {
+    let x0 = run.primary.context("no primary token")?;
+    let (h_in, t_in) = draft_inputs(run)?;
+    run.pending_mtp = None;
+    let q_logits = model.mtp_forward(&h_in, &token_array(&t_in), &mut [&mut *row])?;
+    let t = q_logits.shape()[1];
+    let q_last = slice_axis(&q_logits, 1, t - 1, t)?;
+    let greedy = run.sampler.is_greedy();
+
+    // Greedy rows keep the draft on the device and read back only ids; others need q on the host.
+    let (d, q, out, a0, a1) = if greedy {
+        let d_dev = mlx_rs::ops::indexing::argmax_axis(&q_last, -1, None)?.as_dtype(mlx_rs::Dtype::Int32)?;
+        let tokens = mlx_rs::ops::concatenate(&[token_array(&[x0]), d_dev.reshape(&[1, 1])?], 1)?;
+        let out = model.forward(&tokens, &mut [&mut *row], Logits::All, true)?;
+        let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
+        mlx_rs::transforms::eval([&d_dev, &am])?;
+        let d = d_dev.item_cast::<u32>();
+        let am = am.flatten(None, None)?;
+        let ams = am.as_slice::<u32>();
+        (d, Dist::one_hot(d), out, Some(ams[0]), Some(ams[1]))
+    } else {
+        let q = dist_of(run, &q_last)?;
+        let d = run.draw(&q);
+        let out = model.forward(&token_array(&[x0, d]), &mut [&mut *row], Logits::All, true)?;
+        (d, q, out, None, None)
+    };
+    run.stats.verify_cycles += 1;
+    let logits = out.logits.as_ref().unwrap();
+    let p0 = match a0 {
+        Some(a) => Dist::one_hot(a),
+        None => dist_of(run, &slice_axis(logits, 1, 0, 1)?)?,
+    };
+    let accepted = accept_draft(&p0, &q, d, greedy, &mut run.rng);
+    let h0 = slice_axis(&out.hidden, 1, 0, 1)?;
+    if accepted {
+        run.stats.accepted_drafts += 1;
+        // keep = 2: the block's final state is already the row's.
+        run.pending_mtp = Some((h0, d));
+        run.hidden_last = Some(slice_axis(&out.hidden, 1, 1, 2)?);
+        if run.emit(d, tok, events)? {
+            let bonus = match a1 {
+                Some(a) => a,
+                None => {
+                    let p1 = dist_of(run, &slice_axis(logits, 1, 1, 2)?)?;
+                    run.draw(&p1)
+                }
+            };
+            run.primary = Some(bonus);
+            run.emit(bonus, tok, events)?;
+        }
+    } else {
+        run.stats.rejected_drafts += 1;
+        // keep = 1: drop the draft's position, restore GDN state after position 0.
+        row.trim_attention(1)?;
+        restore_from_capture(row, &out.captures, 0, 0);
+        run.hidden_last = Some(h0);
+        let corrected = if greedy { p0.argmax() } else { run.draw(&residual(&p0, &q)) };
+        run.primary = Some(corrected);
+        run.emit(corrected, tok, events)?;
+    }
+    let mut arrays = row.arrays();
+    if let Some(h) = &run.hidden_last {
+        arrays.push(h);
+    }
+    mlx_rs::transforms::eval(arrays)?;
+    Ok(())
+}

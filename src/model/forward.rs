@@ -1,0 +1,87 @@
+//! What every model family offers the engine: a batched forward over row-owned state, chunked
+//! prefill built on it, and the MTP draft module.
+
+use anyhow::{Result, bail};
+use mlx_rs::Array;
+
+use super::cache::RowCache;
+use super::gated_delta::PositionStates;
+
+/// Which positions get logits from a forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Every position (verify blocks).
+    All,
+    /// Only the last position (prefill).
+    Last,
+    /// None (intermediate prefill chunks).
+    None,
+}
+
+/// What a forward pass returns.
+pub struct ForwardOutput {
+    /// Final-norm hidden states [B, T, H] (what the MTP module reads).
+    pub hidden: Array,
+    /// [B, T or 1, V], unless `Logits::None` was asked for.
+    pub logits: Option<Array>,
+    /// Per GDN layer (by layer index), every row's state after each position, when captured.
+    pub captures: Vec<Option<PositionStates>>,
+}
+
+/// A causal LM the engine can drive.
+pub trait LanguageModel {
+    /// Fresh state for one row.
+    fn new_row(&self) -> RowCache;
+
+    /// Run `tokens` [B, T] through the model; `rows[b]` is row b's state and advances by T.
+    /// With `capture`, GDN layers also return every row's state after each position.
+    fn forward(&self, tokens: &Array, rows: &mut [&mut RowCache], logits: Logits, capture: bool) -> Result<ForwardOutput>;
+
+    /// The MTP module on `hidden` [B, T, H] (the target's final-norm states) and the tokens that
+    /// follow them [B, T]; appends to each row's MTP history and returns logits [B, T, V].
+    fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array>;
+
+    fn has_mtp(&self) -> bool;
+    fn vocab_size(&self) -> i32;
+    /// The context window (positions) the model was configured for.
+    fn max_context(&self) -> i32;
+    /// End-of-sequence ids from the model's config (the tokenizer may add its own).
+    fn eos_ids(&self) -> Vec<u32>;
+    /// Activation dtype.
+    fn dtype(&self) -> mlx_rs::Dtype;
+
+    /// Prefill one row with `ids` in chunks of `chunk`, evaluating between chunks so memory stays
+    /// bounded; returns the last position's hidden [1, 1, H] and logits [1, 1, V], and the hidden
+    /// of every position when `keep_hidden` (for the MTP history).
+    fn prefill(&self, row: &mut RowCache, ids: &[u32], chunk: usize, keep_hidden: bool) -> Result<(Array, Array, Option<Array>)> {
+        if ids.is_empty() {
+            bail!("cannot prefill an empty prompt");
+        }
+        let chunk = chunk.max(1);
+        let mut hiddens = Vec::new();
+        let mut last = None;
+        let n_chunks = ids.len().div_ceil(chunk);
+        for (ci, part) in ids.chunks(chunk).enumerate() {
+            let tokens = Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
+            let is_last = ci + 1 == n_chunks;
+            let out = self.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)?;
+            let mut to_eval: Vec<&Array> = row.arrays();
+            to_eval.push(&out.hidden);
+            if let Some(l) = &out.logits {
+                to_eval.push(l);
+            }
+            mlx_rs::transforms::eval(to_eval)?;
+            if keep_hidden {
+                hiddens.push(out.hidden.clone());
+            }
+            if is_last {
+                let t = out.hidden.shape()[1];
+                let logits = out.logits.expect("last chunk asks for logits");
+                last = Some((super::ops::slice_axis(&out.hidden, 1, t - 1, t)?, logits));
+            }
+        }
+        let (h, l) = last.expect("at least one chunk");
+        let all = if keep_hidden { Some(mlx_rs::ops::concatenate(&hiddens, 1)?) } else { None };
+        Ok((h, l, all))
+    }
+}

@@ -1,0 +1,157 @@
+//! The model's tokenizer (`tokenizer.json`) and chat template (`tokenizer_config.json` or
+//! `chat_template.jinja`), rendered with minijinja the way HF's Jinja templates expect.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use serde_json::Value;
+
+/// One chat turn.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> Self {
+        Self { role: role.to_owned(), content: content.to_owned() }
+    }
+}
+
+pub struct TextTokenizer {
+    inner: tokenizers::Tokenizer,
+    chat_template: Option<String>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+    eos_ids: Vec<u32>,
+}
+
+fn token_text(v: Option<&Value>) -> Option<String> {
+    match v {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Object(o)) => o.get("content").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    }
+}
+
+impl TextTokenizer {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join("tokenizer.json");
+        if !path.exists() {
+            bail!("no tokenizer.json in {}", dir.display());
+        }
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| anyhow::anyhow!("{}: cannot read tokenizer: {e}", path.display()))?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg: Value = if cfg_path.exists() {
+            let text = std::fs::read_to_string(&cfg_path)?;
+            serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", cfg_path.display()))?
+        } else {
+            Value::Null
+        };
+        let mut chat_template = cfg.get("chat_template").and_then(Value::as_str).map(str::to_owned);
+        let jinja = dir.join("chat_template.jinja");
+        if chat_template.is_none() && jinja.exists() {
+            chat_template = Some(std::fs::read_to_string(&jinja)?);
+        }
+        let bos_token = token_text(cfg.get("bos_token"));
+        let eos_token = token_text(cfg.get("eos_token"));
+        let mut eos_ids = Vec::new();
+        if let Some(eos) = &eos_token
+            && let Some(id) = inner.token_to_id(eos)
+        {
+            eos_ids.push(id);
+        }
+        Ok(Self { inner, chat_template, bos_token, eos_token, eos_ids })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Ids that end generation (the tokenizer's eos; the model config may add more).
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    pub fn has_chat_template(&self) -> bool {
+        self.chat_template.is_some()
+    }
+
+    /// Encode text as it stands (special tokens written in it are recognised; none are added).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, false).map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner.decode(ids, skip_special).map_err(|e| anyhow::anyhow!("tokenizer: {e}"))
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// Render the chat template over `messages`.
+    pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let template = self.chat_template.as_deref().context("this model's tokenizer has no chat template")?;
+        let mut env = minijinja::Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template("chat", template).context("chat template does not parse")?;
+        let tmpl = env.get_template("chat")?;
+        let rendered = tmpl
+            .render(minijinja::context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => self.bos_token.clone().unwrap_or_default(),
+                eos_token => self.eos_token.clone().unwrap_or_default(),
+            })
+            .context("chat template failed to render")?;
+        Ok(rendered)
+    }
+}
+
+/// Turns a growing list of ids into text deltas without splitting a multi-byte character: a
+/// delta is released only once the text decoded so far no longer ends in a replacement char.
+pub struct StreamDecoder {
+    ids: Vec<u32>,
+    emitted: usize,
+}
+
+impl Default for StreamDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StreamDecoder {
+    pub fn new() -> Self {
+        Self { ids: Vec::new(), emitted: 0 }
+    }
+
+    /// Add ids; returns the new text, possibly empty while a character is incomplete.
+    pub fn push(&mut self, tok: &TextTokenizer, ids: &[u32]) -> Result<String> {
+        self.ids.extend_from_slice(ids);
+        let text = tok.decode(&self.ids, true)?;
+        if text.ends_with('\u{FFFD}') || text.len() < self.emitted || !text.is_char_boundary(self.emitted) {
+            return Ok(String::new());
+        }
+        let delta = text[self.emitted..].to_owned();
+        self.emitted = text.len();
+        Ok(delta)
+    }
+
+    /// Whatever is left (a trailing incomplete character comes out as U+FFFD).
+    pub fn finish(&mut self, tok: &TextTokenizer) -> Result<String> {
+        let text = tok.decode(&self.ids, true)?;
+        let delta = if text.len() > self.emitted && text.is_char_boundary(self.emitted) { text[self.emitted..].to_owned() } else { String::new() };
+        self.emitted = text.len();
+        Ok(delta)
+    }
+}
