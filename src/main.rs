@@ -26,6 +26,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// Describe a model directory: family, layers, quantization, size, MTP weights.
     Inspect(cli::inspect::InspectArgs),
+    /// Measure whether a T=2 verify block equals two single steps (MTP exactness) and pick a route.
+    Probe(cli::probe::ProbeArgs),
     /// Describe the MLX runtime (version, device, memory) and optionally time matrix products.
     Device(cli::device::DeviceArgs),
 }
@@ -46,7 +48,10 @@ fn run(cli: Cli) -> Result<u8> {
     mlx_rs::Device::set_default(&runtime::default_device());
     if cli.version {
         let report = RuntimeReport::collect();
-        println!("cohort {} (MLX {}, {} on {})", report.cohort_version, report.mlx_version, report.device, report.backend);
+        println!(
+            "cohort {} (MLX {}, {} on {})",
+            report.cohort_version, report.mlx_version, report.device, report.backend
+        );
         return Ok(exit::OK);
     }
     match cli.command {
@@ -58,6 +63,7 @@ fn run(cli: Cli) -> Result<u8> {
         }
         Some(Command::Generate(args)) => cli::generate::run(args),
         Some(Command::Inspect(args)) => cli::inspect::run(args).map(|()| exit::OK),
+        Some(Command::Probe(args)) => cli::probe::run(args).map(|()| exit::OK),
         Some(Command::Device(args)) => cli::device::run(args).map(|()| exit::OK),
     }
 }

@@ -61,3 +61,83 @@ fn same_seed_same_output_when_sampling() {
         assert_ne!(a.tokens, c.tokens, "{mode:?}: different seeds gave identical 40-token outputs");
     }
 }
+
+fn assert_close(a: &mlx_rs::Array, b: &mlx_rs::Array, what: &str) {
+    assert_eq!(a.shape(), b.shape(), "{what}: shape");
+    let err = max_rel_err(&to_f32(a), &to_f32(b));
+    assert!(err <= 1e-5, "{what}: differs from a fresh prefill by {err:.2e}");
+}
+
+/// After MTP decoding, the row must hold exactly what a fresh prefill of its committed tokens
+/// holds: offsets, KV contents, conv tails and recurrent states.
+fn assert_row_matches_fresh_prefill(model: &Qwen35Model, row: &cohort::model::cache::RowCache, run: &RowRun) {
+    use cohort::model::cache::LayerState;
+    let mut committed = run.prompt_ids.clone();
+    committed.extend_from_slice(&run.tokens[..run.tokens.len() - 1]); // the last token is the un-fed primary
+    assert_eq!(row.len as usize, committed.len(), "committed length");
+    let mut fresh = model.new_row();
+    model.prefill(&mut fresh, &committed, 32, false).unwrap();
+    for (i, (a, b)) in row.layers.iter().zip(&fresh.layers).enumerate() {
+        match (a, b) {
+            (LayerState::Attention(x), LayerState::Attention(y)) => {
+                assert_eq!(
+                    (x.offset(), x.physical()),
+                    (y.offset(), y.offset()),
+                    "layer {i}: committed/physical offsets"
+                );
+                let ((xk, xv), (yk, yv)) = (x.committed().unwrap(), y.committed().unwrap());
+                assert_close(&xk, &yk, &format!("layer {i} keys"));
+                assert_close(&xv, &yv, &format!("layer {i} values"));
+            }
+            (LayerState::Linear(x), LayerState::Linear(y)) => {
+                assert_close(x.conv.as_ref().unwrap(), y.conv.as_ref().unwrap(), &format!("layer {i} conv tail"));
+                assert_close(x.ssm.as_ref().unwrap(), y.ssm.as_ref().unwrap(), &format!("layer {i} recurrent state"));
+            }
+            _ => panic!("layer {i}: kinds differ"),
+        }
+    }
+    let pending = usize::from(run.pending_mtp.is_some());
+    assert_eq!(
+        row.mtp.offset() as usize + pending,
+        committed.len() - 1,
+        "MTP history holds one entry per committed transition"
+    );
+    assert_eq!(row.mtp.physical(), row.mtp.offset());
+}
+
+#[test]
+fn accepted_and_rejected_drafts_leave_the_state_of_a_fresh_prefill() {
+    use cohort::engine::solo::run_solo_on;
+    for name in ["qwen35_moe_4bit", "qwen35_dense_8bit"] {
+        let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap();
+        let tok = TextTokenizer::load(&fixture(name)).unwrap();
+        let p = &reference(name)["prompts"]["chunk_cross"];
+        let truth = ids(&p["greedy_tokens"]);
+        let req = request(ids(&p["prompt_ids"]), SamplerConfig::greedy(), 0, 40);
+        // Scripted drafts: right, right, wrong, right, wrong, ... so keep = 2 and keep = 1 alternate.
+        // Cycle c proposes the token after its primary; track the position the primary will have.
+        for pattern in [&[true, true, false][..], &[true][..], &[false][..]] {
+            let mut run = prepare(&model, &tok, &req, CancelFlag::default()).unwrap();
+            let mut script = std::collections::VecDeque::new();
+            let (mut pos, mut c) = (0usize, 0usize); // pos = index of the cycle's primary in `truth`
+            while pos + 1 < truth.len() {
+                let right = pattern[c % pattern.len()];
+                script.push_back(if right { truth[pos + 1] } else { (truth[pos + 1] + 1) % 512 });
+                pos += if right { 2 } else { 1 };
+                c += 1;
+            }
+            run.draft_script = Some(script);
+            let mut row = model.new_row();
+            run_solo_on(&model, &tok, &mut run, &mut row, GenerationMode::Mtp, 32, &mut |_| {}).unwrap();
+            assert_eq!(run.tokens, truth[..40].to_vec(), "{name} {pattern:?}: output differs from greedy AR");
+            let s = &run.stats;
+            if pattern.contains(&true) {
+                assert!(s.accepted_drafts > 0, "{name} {pattern:?}: no draft accepted");
+            }
+            if pattern.contains(&false) {
+                assert!(s.rejected_drafts > 0, "{name} {pattern:?}: no draft rejected");
+            }
+            assert_row_matches_fresh_prefill(&model, &row, &run);
+        }
+    }
+}

@@ -36,14 +36,19 @@ pub fn read_requests(input: &std::path::Path, defaults: &SamplerConfig) -> Resul
     let reader: Box<dyn BufRead> = if input.as_os_str() == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
-        Box::new(std::io::BufReader::new(std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?))
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?,
+        ))
     };
     let mut out = Vec::new();
     for (i, line) in reader.split(b'\n').enumerate() {
         let n = i + 1;
         let bytes = line.with_context(|| format!("reading {}", input.display()))?;
         let Ok(text) = String::from_utf8(bytes) else {
-            out.push(Err(RequestResult::error(&format!("line-{n}"), format!("{}: line {n} is not valid UTF-8", input.display()))));
+            out.push(Err(RequestResult::error(
+                &format!("line-{n}"),
+                format!("{}: line {n} is not valid UTF-8", input.display()),
+            )));
             continue;
         };
         if text.trim().is_empty() {
@@ -61,10 +66,7 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     let requests = read_requests(&args.input, &SamplerConfig::default())?;
     let loaded = args.model.load()?;
     let model = loaded.model.as_ref();
-    let mode = args.generation_mode.unwrap_or(if model.has_mtp() { GenerationMode::Mtp } else { GenerationMode::Ar });
-    if mode == GenerationMode::Mtp && !model.has_mtp() {
-        anyhow::bail!("--generation-mode mtp: {} has no MTP weights", loaded.dir.display());
-    }
+    let mode = choose_mode(model, args.generation_mode, &loaded.dir)?;
     let mut sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?),
         None => Box::new(std::io::stdout().lock()),
@@ -75,13 +77,15 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
             Err(bad) => bad,
             Ok(req) => match prepare(model, &loaded.tokenizer, &req, CancelFlag::default()) {
                 Err(e) => RequestResult::error(&req.id, format!("{e:#}")),
-                Ok(mut run) => match run_solo(model, &loaded.tokenizer, &mut run, mode, args.prefill_chunk, &mut |_| {}) {
-                    Ok(()) => run.result(&loaded.tokenizer),
-                    Err(e) => {
-                        run.fail(format!("{e:#}"));
-                        run.result(&loaded.tokenizer)
+                Ok(mut run) => {
+                    match run_solo(model, &loaded.tokenizer, &mut run, mode, args.prefill_chunk, &mut |_| {}) {
+                        Ok(()) => run.result(&loaded.tokenizer),
+                        Err(e) => {
+                            run.fail(format!("{e:#}"));
+                            run.result(&loaded.tokenizer)
+                        }
                     }
-                },
+                }
             },
         };
         if result.finish_reason == FinishReason::Error {
@@ -91,4 +95,25 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
         sink.flush()?;
     }
     Ok(if failed > 0 { super::exit::SOME_FAILED } else { super::exit::OK })
+}
+
+/// AR or MTP: MTP when asked for (or by default with MTP weights) and the exactness gate allows.
+pub fn choose_mode(
+    model: &dyn crate::model::forward::LanguageModel,
+    asked: Option<GenerationMode>,
+    dir: &std::path::Path,
+) -> Result<GenerationMode> {
+    if asked == Some(GenerationMode::Mtp) && !model.has_mtp() {
+        anyhow::bail!("--generation-mode mtp: {} has no MTP weights", dir.display());
+    }
+    if asked == Some(GenerationMode::Ar) || !model.has_mtp() {
+        return Ok(GenerationMode::Ar);
+    }
+    let decision = crate::engine::probe::gate(model, super::probe::allow_inexact())?;
+    tracing::info!("{}", decision.summary);
+    if !decision.mtp_allowed {
+        eprintln!("cohort: {}", decision.summary);
+        return Ok(GenerationMode::Ar);
+    }
+    Ok(GenerationMode::Mtp)
 }

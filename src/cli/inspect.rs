@@ -53,7 +53,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
     let kinds: Vec<LayerKind> = (0..cfg.num_hidden_layers).map(|i| cfg.layer_kind(i)).collect();
     let linear = kinds.iter().filter(|k| **k == LayerKind::Linear).count();
     let full = kinds.len() - linear;
-    let quant = cfg.quantization.default.map(|q| format!("affine {}-bit group {}", q.bits, q.group_size)).unwrap_or_else(|| "none".into());
+    let quant = cfg
+        .quantization
+        .default
+        .map(|q| format!("affine {}-bit group {}", q.bits, q.group_size))
+        .unwrap_or_else(|| "none".into());
     let overrides = cfg.quantization.overrides.len();
     if args.json {
         let json = serde_json::json!({
@@ -75,11 +79,22 @@ pub fn run(args: InspectArgs) -> Result<()> {
             cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size
         );
     }
-    println!("geometry     hidden {}, heads {}/{} (head {}), vocab {}", cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size);
+    println!(
+        "geometry     hidden {}, heads {}/{} (head {}), vocab {}",
+        cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size
+    );
     println!("quantization {quant} ({overrides} per-module overrides, {quantized} quantized tensors)");
-    println!("parameters   {:.2} M ({} on disk in {} files)", params as f64 / 1e6, human_bytes(bytes as usize), files.len());
+    println!(
+        "parameters   {:.2} M ({} on disk in {} files)",
+        params as f64 / 1e6,
+        human_bytes(bytes as usize),
+        files.len()
+    );
     println!("memory       ~{} for weights at load (+ KV and state per row)", human_bytes(bytes as usize));
-    println!("MTP          {}", if mtp_tensors > 0 { format!("present ({mtp_tensors} tensors)") } else { "absent".into() });
+    println!(
+        "MTP          {}",
+        if mtp_tensors > 0 { format!("present ({mtp_tensors} tensors)") } else { "absent".into() }
+    );
     println!("context      {} positions", cfg.max_position_embeddings);
     Ok(())
 }

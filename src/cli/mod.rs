@@ -4,6 +4,7 @@ pub mod device;
 pub mod generate;
 pub mod inspect;
 pub mod model_args;
+pub mod probe;
 
 /// Exit codes of headless commands (documented in docs/configuration.md).
 pub mod exit {

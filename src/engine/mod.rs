@@ -2,8 +2,9 @@
 
 pub mod ar;
 pub mod prepare;
+pub mod probe;
 pub mod request;
 pub mod row;
-pub mod solo;
-pub mod sampler;
 pub mod runtime;
+pub mod sampler;
+pub mod solo;

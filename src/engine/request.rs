@@ -60,7 +60,9 @@ impl RequestLine {
             (Some(p), None, None) => Prompt::Text(p),
             (None, Some(ids), None) => Prompt::Ids(ids),
             (None, None, Some(m)) => Prompt::Chat(m),
-            (None, None, None) => anyhow::bail!("line {line_no} (id {id}): no \"prompt\", \"prompt_ids\" or \"messages\""),
+            (None, None, None) => {
+                anyhow::bail!("line {line_no} (id {id}): no \"prompt\", \"prompt_ids\" or \"messages\"")
+            }
             _ => anyhow::bail!("line {line_no} (id {id}): give only one of \"prompt\", \"prompt_ids\", \"messages\""),
         };
         let empty = match &prompt {
@@ -83,7 +85,15 @@ impl RequestLine {
         if max_tokens == 0 {
             anyhow::bail!("line {line_no} (id {id}): max_tokens must be at least 1");
         }
-        Ok(Request { id, prompt, max_tokens, sampler, seed: self.seed.unwrap_or(0), stop: self.stop, ignore_eos: self.ignore_eos })
+        Ok(Request {
+            id,
+            prompt,
+            max_tokens,
+            sampler,
+            seed: self.seed.unwrap_or(0),
+            stop: self.stop,
+            ignore_eos: self.ignore_eos,
+        })
     }
 }
 

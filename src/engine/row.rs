@@ -62,6 +62,9 @@ pub struct RowRun {
     /// An accepted draft's MTP history entry (verify hidden at position 0, the draft) not yet
     /// written to the MTP KV; folded into the next draft call.
     pub pending_mtp: Option<(Array, u32)>,
+    /// Test hook: drafts to propose instead of the MTP module's, one per cycle (the module still
+    /// runs, so its history advances exactly as in a real cycle).
+    pub draft_script: Option<std::collections::VecDeque<u32>>,
 }
 
 impl RowRun {
@@ -87,6 +90,7 @@ impl RowRun {
             primary: None,
             hidden_last: None,
             pending_mtp: None,
+            draft_script: None,
         }
     }
 
@@ -123,7 +127,12 @@ impl RowRun {
             // A stop string may straddle deltas: search from just before the new text.
             let from = before.saturating_sub(self.stop.iter().map(|s| s.len()).max().unwrap_or(0));
             let from = (0..=from).rev().find(|&i| self.text.is_char_boundary(i)).unwrap_or(0);
-            let hit = self.stop.iter().filter(|s| !s.is_empty()).filter_map(|s| self.text[from..].find(s.as_str()).map(|p| from + p)).min();
+            let hit = self
+                .stop
+                .iter()
+                .filter(|s| !s.is_empty())
+                .filter_map(|s| self.text[from..].find(s.as_str()).map(|p| from + p))
+                .min();
             if let Some(cut) = hit {
                 let shown = if cut > before { self.text[before..cut].to_owned() } else { String::new() };
                 self.text.truncate(cut);
@@ -175,8 +184,16 @@ impl RowRun {
             stats.acceptance_rate = stats.accepted_drafts as f64 / drafts as f64;
         }
         if stats.verify_cycles > 0 {
-            stats.tokens_per_cycle = (stats.accepted_drafts * 2 + stats.rejected_drafts) as f64 / stats.verify_cycles as f64;
+            stats.tokens_per_cycle =
+                (stats.accepted_drafts * 2 + stats.rejected_drafts) as f64 / stats.verify_cycles as f64;
         }
-        RequestResult { id: self.id.clone(), token_ids: self.tokens.clone(), text: self.text.clone(), finish_reason: reason, error, stats }
+        RequestResult {
+            id: self.id.clone(),
+            token_ids: self.tokens.clone(),
+            text: self.text.clone(),
+            finish_reason: reason,
+            error,
+            stats,
+        }
     }
 }

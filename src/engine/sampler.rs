@@ -70,7 +70,11 @@ impl SamplerConfig {
             return err("top_p", self.top_p, "must be in (0, 1]");
         }
         if self.top_k > MAX_TOP_K {
-            return Err(SamplerError { setting: "top_k", value: self.top_k.to_string(), reason: "above the supported maximum of 1024" });
+            return Err(SamplerError {
+                setting: "top_k",
+                value: self.top_k.to_string(),
+                reason: "above the supported maximum of 1024",
+            });
         }
         if !self.presence_penalty.is_finite() {
             return err("presence_penalty", self.presence_penalty, "must be finite");
@@ -192,10 +196,32 @@ pub fn accept_draft(p: &Dist, q: &Dist, d: u32, greedy: bool, rng: &mut Rng) -> 
     ratio >= 1.0 || rng.next_f64() < ratio
 }
 
+/// What a verify decides for one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// The draft is kept (keep = 2); the bonus token comes from position 1.
+    Accept(u32),
+    /// The draft is dropped (keep = 1); this corrected token replaces it.
+    Reject(u32),
+}
+
+/// Accept or correct draft `d` (drawn from `q`) against the target `p0`, drawing from the
+/// row's RNG in a fixed order: the acceptance test, then (on rejection) the residual.
+pub fn decide(p0: &Dist, q: &Dist, d: u32, greedy: bool, rng: &mut Rng) -> Decision {
+    if accept_draft(p0, q, d, greedy, rng) {
+        Decision::Accept(d)
+    } else if greedy {
+        Decision::Reject(p0.argmax())
+    } else {
+        Decision::Reject(residual(p0, q).sample(rng))
+    }
+}
+
 /// The distribution to sample after a rejection: normalize(max(p - q, 0)), falling back to p
 /// when that leaves no mass.
 pub fn residual(p: &Dist, q: &Dist) -> Dist {
-    let mut pairs: Vec<(u32, f64)> = p.ids.iter().zip(&p.probs).map(|(&id, &pp)| (id, (pp - q.prob(id)).max(0.0))).collect();
+    let mut pairs: Vec<(u32, f64)> =
+        p.ids.iter().zip(&p.probs).map(|(&id, &pp)| (id, (pp - q.prob(id)).max(0.0))).collect();
     let total: f64 = pairs.iter().map(|x| x.1).sum();
     if total <= 0.0 {
         return p.clone();
@@ -238,9 +264,11 @@ pub fn distributions(logits: &Array, cfgs: &[SamplerConfig], penalties: &[&Penal
     }
     let sparse: Vec<usize> = (0..rows).filter(|&r| !cfgs[r].is_greedy() && !cfgs[r].has_penalties()).collect();
     if !sparse.is_empty() {
-        let want = sparse.iter().map(|&r| if cfgs[r].top_k > 0 { cfgs[r].top_k } else { DEFAULT_CANDIDATES }).max().unwrap();
+        let want =
+            sparse.iter().map(|&r| if cfgs[r].top_k > 0 { cfgs[r].top_k } else { DEFAULT_CANDIDATES }).max().unwrap();
         let k = (want + TIE_MARGIN).min(vocab);
-        let inv_t: Vec<f32> = (0..rows).map(|r| if cfgs[r].is_greedy() { 1.0 } else { (1.0 / cfgs[r].temperature) as f32 }).collect();
+        let inv_t: Vec<f32> =
+            (0..rows).map(|r| if cfgs[r].is_greedy() { 1.0 } else { (1.0 / cfgs[r].temperature) as f32 }).collect();
         let scaled = logits.multiply(Array::from_slice(&inv_t, &[rows as i32, 1]))?;
         let lse = mlx_rs::ops::logsumexp_axis(&scaled, -1, None)?;
         let part = mlx_rs::ops::argpartition_axis(&scaled, (vocab - k) as i32, -1)?;
@@ -272,7 +300,12 @@ pub fn distributions(logits: &Array, cfgs: &[SamplerConfig], penalties: &[&Penal
 
 /// The full-vocabulary route: penalties (when given, with the temperature to apply after them)
 /// then the same processing over every id.
-fn dense_row(logits: &Array, r: usize, cfg: &SamplerConfig, penalties: Option<(Option<&PenaltyState>, f64)>) -> Result<Dist> {
+fn dense_row(
+    logits: &Array,
+    r: usize,
+    cfg: &SamplerConfig,
+    penalties: Option<(Option<&PenaltyState>, f64)>,
+) -> Result<Dist> {
     let row = slice_axis(logits, 0, r as i32, r as i32 + 1)?.flatten(None, None)?;
     row.eval()?;
     let mut vals: Vec<f64> = row.as_slice::<f32>().iter().map(|&v| v as f64).collect();

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use mlx_rs::Array;
 
 use super::row::{RowEvent, RowRun};
-use super::sampler::{Dist, accept_draft, distributions, residual};
+use super::sampler::{Decision, Dist, decide, distributions};
 use crate::model::cache::{GdnState, LayerState, RowCache};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::gated_delta::PositionStates;
@@ -55,7 +55,12 @@ pub fn prefill_row(
     events(RowEvent::Prefill { id: run.id.clone(), done: 0, total: run.prompt_ids.len() });
     let (hidden_last, logits, hidden_all) = model.prefill(row, &run.prompt_ids, chunk, mtp)?;
     if mtp {
-        prefill_mtp_history(model, row, &run.prompt_ids, hidden_all.as_ref().context("prefill kept no hidden states")?)?;
+        prefill_mtp_history(
+            model,
+            row,
+            &run.prompt_ids,
+            hidden_all.as_ref().context("prefill kept no hidden states")?,
+        )?;
     }
     run.stats.prefill_s = t0.elapsed().as_secs_f64();
     run.hidden_last = Some(hidden_last);
@@ -67,7 +72,12 @@ pub fn prefill_row(
 }
 
 /// The MTP history of an N-token prompt: the N-1 pairs (hidden of position i, token i+1).
-pub fn prefill_mtp_history(model: &dyn LanguageModel, row: &mut RowCache, ids: &[u32], hidden_all: &Array) -> Result<()> {
+pub fn prefill_mtp_history(
+    model: &dyn LanguageModel,
+    row: &mut RowCache,
+    ids: &[u32],
+    hidden_all: &Array,
+) -> Result<()> {
     let n = ids.len() as i32;
     if n < 2 {
         return Ok(()); // a one-token prompt leaves the history empty
@@ -87,13 +97,25 @@ pub fn run_solo(
     chunk: usize,
     events: &mut dyn FnMut(RowEvent),
 ) -> Result<()> {
-    let mut row = model.new_row();
+    run_solo_on(model, tok, run, &mut model.new_row(), mode, chunk, events)
+}
+
+/// `run_solo` on a caller-provided row state (tests inspect it afterwards).
+pub fn run_solo_on(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    run: &mut RowRun,
+    row: &mut RowCache,
+    mode: GenerationMode,
+    chunk: usize,
+    events: &mut dyn FnMut(RowEvent),
+) -> Result<()> {
     if run.cancel.is_cancelled() {
         run.cancel_now();
         return Ok(());
     }
     let mtp = mode == GenerationMode::Mtp;
-    prefill_row(model, tok, run, &mut row, chunk, mtp, events)?;
+    prefill_row(model, tok, run, row, chunk, mtp, events)?;
     let t0 = Instant::now();
     while run.is_active() {
         if run.cancel.is_cancelled() {
@@ -101,9 +123,14 @@ pub fn run_solo(
             break;
         }
         if mtp && run.budget_left() >= 2 {
-            mtp_cycle(model, tok, run, &mut row, events)?;
+            mtp_cycle(model, tok, run, row, events)?;
         } else {
-            ar_step(model, tok, run, &mut row, events)?;
+            if mtp {
+                // No room for a proposal: still record this transition in the MTP history so
+                // it always covers every committed token.
+                advance_mtp_history(model, run, row)?;
+            }
+            ar_step(model, tok, run, row, events)?;
         }
     }
     run.stats.decode_s = t0.elapsed().as_secs_f64();
@@ -119,7 +146,13 @@ pub fn route_id(mode: GenerationMode, width: usize) -> String {
 }
 
 /// One plain step: feed the primary, draw the next token from the last logits.
-fn ar_step(model: &dyn LanguageModel, tok: &TextTokenizer, run: &mut RowRun, row: &mut RowCache, events: &mut dyn FnMut(RowEvent)) -> Result<()> {
+fn ar_step(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    run: &mut RowRun,
+    row: &mut RowCache,
+    events: &mut dyn FnMut(RowEvent),
+) -> Result<()> {
     let x = run.primary.context("no primary token")?;
     let out = model.forward(&token_array(&[x]), &mut [row], Logits::Last, false)?;
     let logits = out.logits.context("no logits")?;
@@ -151,7 +184,21 @@ pub fn draft_inputs(run: &RowRun) -> Result<(Array, Vec<u32>)> {
     })
 }
 
-fn mtp_cycle(model: &dyn LanguageModel, tok: &TextTokenizer, run: &mut RowRun, row: &mut RowCache, events: &mut dyn FnMut(RowEvent)) -> Result<()> {
+/// Write the row's pending entry and (hidden_last, primary) to its MTP history without drafting.
+fn advance_mtp_history(model: &dyn LanguageModel, run: &mut RowRun, row: &mut RowCache) -> Result<()> {
+    let (h_in, t_in) = draft_inputs(run)?;
+    run.pending_mtp = None;
+    model.mtp_forward(&h_in, &token_array(&t_in), &mut [row])?;
+    Ok(())
+}
+
+fn mtp_cycle(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    run: &mut RowRun,
+    row: &mut RowCache,
+    events: &mut dyn FnMut(RowEvent),
+) -> Result<()> {
     let x0 = run.primary.context("no primary token")?;
     let (h_in, t_in) = draft_inputs(run)?;
     run.pending_mtp = None;
@@ -159,10 +206,14 @@ fn mtp_cycle(model: &dyn LanguageModel, tok: &TextTokenizer, run: &mut RowRun, r
     let t = q_logits.shape()[1];
     let q_last = slice_axis(&q_logits, 1, t - 1, t)?;
     let greedy = run.sampler.is_greedy();
+    let scripted = run.draft_script.as_mut().and_then(|q| q.pop_front());
 
     // Greedy rows keep the draft on the device and read back only ids; others need q on the host.
     let (d, q, out, a0, a1) = if greedy {
-        let d_dev = mlx_rs::ops::indexing::argmax_axis(&q_last, -1, None)?.as_dtype(mlx_rs::Dtype::Int32)?;
+        let d_dev = match scripted {
+            Some(d) => Array::from_slice(&[d as i32], &[1]),
+            None => mlx_rs::ops::indexing::argmax_axis(&q_last, -1, None)?.as_dtype(mlx_rs::Dtype::Int32)?,
+        };
         let tokens = mlx_rs::ops::concatenate(&[token_array(&[x0]), d_dev.reshape(&[1, 1])?], 1)?;
         let out = model.forward(&tokens, &mut [&mut *row], Logits::All, true)?;
         let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
@@ -172,8 +223,14 @@ fn mtp_cycle(model: &dyn LanguageModel, tok: &TextTokenizer, run: &mut RowRun, r
         let ams = am.as_slice::<u32>();
         (d, Dist::one_hot(d), out, Some(ams[0]), Some(ams[1]))
     } else {
-        let q = dist_of(run, &q_last)?;
-        let d = run.draw(&q);
+        let mut q = dist_of(run, &q_last)?;
+        let d = match scripted {
+            Some(d) => {
+                q = Dist::one_hot(d);
+                d
+            }
+            None => run.draw(&q),
+        };
         let out = model.forward(&token_array(&[x0, d]), &mut [&mut *row], Logits::All, true)?;
         (d, q, out, None, None)
     };
@@ -183,9 +240,9 @@ fn mtp_cycle(model: &dyn LanguageModel, tok: &TextTokenizer, run: &mut RowRun, r
         Some(a) => Dist::one_hot(a),
         None => dist_of(run, &slice_axis(logits, 1, 0, 1)?)?,
     };
-    let accepted = accept_draft(&p0, &q, d, greedy, &mut run.rng);
+    let decision = decide(&p0, &q, d, greedy, &mut run.rng);
     let h0 = slice_axis(&out.hidden, 1, 0, 1)?;
-    if accepted {
+    if let Decision::Accept(d) = decision {
         run.stats.accepted_drafts += 1;
         // keep = 2: the block's final state is already the row's.
         run.pending_mtp = Some((h0, d));
@@ -201,13 +258,12 @@ fn mtp_cycle(model: &dyn LanguageModel, tok: &TextTokenizer, run: &mut RowRun, r
             run.primary = Some(bonus);
             run.emit(bonus, tok, events)?;
         }
-    } else {
+    } else if let Decision::Reject(corrected) = decision {
         run.stats.rejected_drafts += 1;
         // keep = 1: drop the draft's position, restore GDN state after position 0.
         row.trim_attention(1)?;
         restore_from_capture(row, &out.captures, 0, 0);
         run.hidden_last = Some(h0);
-        let corrected = if greedy { p0.argmax() } else { run.draw(&residual(&p0, &q)) };
         run.primary = Some(corrected);
         run.emit(corrected, tok, events)?;
     }

@@ -190,3 +190,11 @@ pub fn gather_rows(parts: &[Option<&Array>], shape: &[i32], dtype: Dtype) -> Res
 pub fn row(a: &Array, b: i32) -> Result<Array> {
     slice_axis(a, 0, b, b + 1)
 }
+
+impl KvCache {
+    /// Committed keys and values, [1, kv_heads, offset, head_dim] each (tests compare them).
+    pub fn committed(&self) -> Option<(Array, Array)> {
+        let (k, v) = (self.keys.as_ref()?, self.values.as_ref()?);
+        Some((slice_axis(k, 2, 0, self.offset).ok()?, slice_axis(v, 2, 0, self.offset).ok()?))
+    }
+}

@@ -35,7 +35,13 @@ pub trait LanguageModel {
 
     /// Run `tokens` [B, T] through the model; `rows[b]` is row b's state and advances by T.
     /// With `capture`, GDN layers also return every row's state after each position.
-    fn forward(&self, tokens: &Array, rows: &mut [&mut RowCache], logits: Logits, capture: bool) -> Result<ForwardOutput>;
+    fn forward(
+        &self,
+        tokens: &Array,
+        rows: &mut [&mut RowCache],
+        logits: Logits,
+        capture: bool,
+    ) -> Result<ForwardOutput>;
 
     /// The MTP module on `hidden` [B, T, H] (the target's final-norm states) and the tokens that
     /// follow them [B, T]; appends to each row's MTP history and returns logits [B, T, V].
@@ -53,7 +59,13 @@ pub trait LanguageModel {
     /// Prefill one row with `ids` in chunks of `chunk`, evaluating between chunks so memory stays
     /// bounded; returns the last position's hidden [1, 1, H] and logits [1, 1, V], and the hidden
     /// of every position when `keep_hidden` (for the MTP history).
-    fn prefill(&self, row: &mut RowCache, ids: &[u32], chunk: usize, keep_hidden: bool) -> Result<(Array, Array, Option<Array>)> {
+    fn prefill(
+        &self,
+        row: &mut RowCache,
+        ids: &[u32],
+        chunk: usize,
+        keep_hidden: bool,
+    ) -> Result<(Array, Array, Option<Array>)> {
         if ids.is_empty() {
             bail!("cannot prefill an empty prompt");
         }
@@ -62,7 +74,8 @@ pub trait LanguageModel {
         let mut last = None;
         let n_chunks = ids.len().div_ceil(chunk);
         for (ci, part) in ids.chunks(chunk).enumerate() {
-            let tokens = Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
+            let tokens =
+                Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
             let is_last = ci + 1 == n_chunks;
             let out = self.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)?;
             let mut to_eval: Vec<&Array> = row.arrays();

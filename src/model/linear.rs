@@ -6,6 +6,26 @@ use mlx_rs::{Array, Dtype};
 use super::config::QuantSpec;
 use super::weights::Weights;
 
+/// How linear layers treat a block of several rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum LinearRoute {
+    /// One matrix product for all rows (fast; the product's reduction order may depend on M).
+    Batched,
+    /// One product per row, so every row is computed exactly as a single-token step would be.
+    RowByRow,
+}
+
+static ROW_BY_ROW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Select the route for every linear layer (chosen by the exactness gate at load).
+pub fn set_route(route: LinearRoute) {
+    ROW_BY_ROW.store(route == LinearRoute::RowByRow, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn route() -> LinearRoute {
+    if ROW_BY_ROW.load(std::sync::atomic::Ordering::Relaxed) { LinearRoute::RowByRow } else { LinearRoute::Batched }
+}
+
 /// A bias-free linear layer `y = x W^T`.
 pub enum Linear {
     /// Weight stored [out, in].
@@ -36,6 +56,22 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
+        let shape = x.shape();
+        let rows: i32 = shape[..shape.len() - 1].iter().product();
+        if rows > 1 && route() == LinearRoute::RowByRow {
+            let flat = x.reshape(&[rows, shape[shape.len() - 1]])?;
+            let outs = (0..rows)
+                .map(|r| self.forward_batched(&super::ops::slice_axis(&flat, 0, r, r + 1)?))
+                .collect::<Result<Vec<_>>>()?;
+            let y = mlx_rs::ops::concatenate(&outs, 0)?;
+            let mut out_shape = shape[..shape.len() - 1].to_vec();
+            out_shape.push(y.shape()[1]);
+            return Ok(y.reshape(&out_shape)?);
+        }
+        self.forward_batched(x)
+    }
+
+    fn forward_batched(&self, x: &Array) -> Result<Array> {
         Ok(match self {
             Linear::Dense { weight } => mlx_rs::ops::matmul(x, weight.t())?,
             Linear::Quantized { weight, scales, biases, spec } => {

@@ -39,7 +39,8 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
 pub fn model_type(dir: &Path) -> Result<String> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
     Ok(json.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_owned())
 }
 

@@ -10,13 +10,13 @@ use mlx_rs::{Array, Dtype};
 use super::attention::Attention;
 use super::cache::{KvCache, LayerState, RowCache};
 use super::config::{LayerKind, QuantSpec, Qwen35Config};
+pub use super::forward::{ForwardOutput, LanguageModel, Logits};
 use super::gated_delta::GatedDeltaNet;
 use super::linear::{Embedding, Linear};
 use super::mlp::Mlp;
 use super::moe::SparseMoe;
 use super::norm::RmsNorm;
 use super::weights::Weights;
-pub use super::forward::{ForwardOutput, LanguageModel, Logits};
 
 enum Mixer {
     Linear(GatedDeltaNet),

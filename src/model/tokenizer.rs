@@ -150,7 +150,11 @@ impl StreamDecoder {
     /// Whatever is left (a trailing incomplete character comes out as U+FFFD).
     pub fn finish(&mut self, tok: &TextTokenizer) -> Result<String> {
         let text = tok.decode(&self.ids, true)?;
-        let delta = if text.len() > self.emitted && text.is_char_boundary(self.emitted) { text[self.emitted..].to_owned() } else { String::new() };
+        let delta = if text.len() > self.emitted && text.is_char_boundary(self.emitted) {
+            text[self.emitted..].to_owned()
+        } else {
+            String::new()
+        };
         self.emitted = text.len();
         Ok(delta)
     }

@@ -1,0 +1,183 @@
+//! The exactness probe: is a T=2 verify block bit-identical to the two single-token steps it
+//! stands for? Greedy MTP is lossless only if it is, so this is measured when a model with MTP
+//! weights loads, not assumed. Three synthetic draws on throwaway rows compare the block's
+//! logits (LM head included) with the chain's, byte for byte.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use mlx_rs::Array;
+
+use super::sampler::Rng;
+use crate::model::forward::{LanguageModel, Logits};
+use crate::model::linear::{self, LinearRoute};
+use crate::model::ops::slice_axis;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Verdict {
+    /// Byte-identical logits on every draw.
+    Equal,
+    /// Not identical, but every position's argmax agrees and the largest difference is tiny.
+    Localized,
+    /// The block and the chain disagree on a token or by more than a rounding error.
+    Diverges,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeReport {
+    pub verdict: Verdict,
+    pub max_abs_diff: f32,
+    pub differing_logits: usize,
+    pub compared_logits: usize,
+    pub route: LinearRoute,
+    pub block_ms: f64,
+    pub chain_ms: f64,
+}
+
+const DRAWS: u64 = 3;
+
+/// Test hook: perturb the block's logits so the probe sees a divergence on every route.
+static FORCE_DIVERGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn force_divergence_for_tests(on: bool) {
+    FORCE_DIVERGE.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+/// Beyond this (relative to the logits' scale) a difference is not rounding.
+const LOCALIZED_BOUND: f32 = 1e-3;
+
+/// Run the probe on the current linear route.
+pub fn probe(model: &dyn LanguageModel) -> Result<ProbeReport> {
+    let vocab = model.vocab_size() as u32;
+    let (mut max_abs, mut differing, mut compared, mut argmax_agree) = (0f32, 0usize, 0usize, true);
+    let (mut block_s, mut chain_s) = (0f64, 0f64);
+    let mut scale = 0f32;
+    for draw in 0..DRAWS {
+        let mut rng = Rng::new(0xC0_4047 + draw);
+        let len = 5 + 7 * draw as usize;
+        let prompt: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
+        let (x0, x1) = ((rng.next_u64() % vocab as u64) as i32, (rng.next_u64() % vocab as u64) as i32);
+        let mut block_row = model.new_row();
+        model.prefill(&mut block_row, &prompt, 64, false)?;
+        let mut chain_row = block_row.clone();
+
+        let t = Instant::now();
+        let block = model.forward(&Array::from_slice(&[x0, x1], &[1, 2]), &mut [&mut block_row], Logits::All, true)?;
+        let mut block_logits = block.logits.unwrap();
+        if FORCE_DIVERGE.load(std::sync::atomic::Ordering::SeqCst) {
+            block_logits = block_logits.add(Array::from_f32(0.5))?;
+        }
+        block_logits.eval()?;
+        block_s += t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let l0 = model
+            .forward(&Array::from_slice(&[x0], &[1, 1]), &mut [&mut chain_row], Logits::Last, false)?
+            .logits
+            .unwrap();
+        let l1 = model
+            .forward(&Array::from_slice(&[x1], &[1, 1]), &mut [&mut chain_row], Logits::Last, false)?
+            .logits
+            .unwrap();
+        let chain_logits = mlx_rs::ops::concatenate(&[l0, l1], 1)?;
+        chain_logits.eval()?;
+        chain_s += t.elapsed().as_secs_f64();
+
+        for pos in 0..2 {
+            let a = host(&slice_axis(&block_logits, 1, pos, pos + 1)?)?;
+            let b = host(&slice_axis(&chain_logits, 1, pos, pos + 1)?)?;
+            compared += a.len();
+            for (x, y) in a.iter().zip(&b) {
+                scale = scale.max(y.abs());
+                if x.to_bits() != y.to_bits() {
+                    differing += 1;
+                    max_abs = max_abs.max((x - y).abs());
+                }
+            }
+            argmax_agree &= argmax(&a) == argmax(&b);
+        }
+    }
+    let verdict = if differing == 0 {
+        Verdict::Equal
+    } else if argmax_agree && max_abs <= LOCALIZED_BOUND * scale.max(1.0) {
+        Verdict::Localized
+    } else {
+        Verdict::Diverges
+    };
+    Ok(ProbeReport {
+        verdict,
+        max_abs_diff: max_abs,
+        differing_logits: differing,
+        compared_logits: compared,
+        route: linear::route(),
+        block_ms: block_s * 1e3 / DRAWS as f64,
+        chain_ms: chain_s * 1e3 / DRAWS as f64,
+    })
+}
+
+fn host(a: &Array) -> Result<Vec<f32>> {
+    let a = a.as_dtype(mlx_rs::Dtype::Float32)?.flatten(None, None)?.contiguous()?;
+    a.eval()?;
+    Ok(a.as_slice::<f32>().to_vec())
+}
+
+fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// What the gate decided.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GateDecision {
+    pub mtp_allowed: bool,
+    pub route: LinearRoute,
+    pub reports: Vec<ProbeReport>,
+    /// One line saying what was traded.
+    pub summary: String,
+}
+
+/// Probe the fast route; on any difference retry with the exact route and keep it if that is
+/// byte-identical; otherwise decline MTP unless `allow_inexact` (COHORT_MTP_ALLOW_INEXACT=1).
+pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecision> {
+    linear::set_route(LinearRoute::Batched);
+    let fast = probe(model)?;
+    if fast.verdict == Verdict::Equal {
+        let summary = format!(
+            "MTP exactness probe: Equal on the batched route (block {:.2} ms, chain {:.2} ms)",
+            fast.block_ms, fast.chain_ms
+        );
+        return Ok(GateDecision { mtp_allowed: true, route: LinearRoute::Batched, reports: vec![fast], summary });
+    }
+    linear::set_route(LinearRoute::RowByRow);
+    let exact = probe(model)?;
+    if exact.verdict == Verdict::Equal {
+        let cost = if fast.block_ms > 0.0 { (exact.block_ms / fast.block_ms - 1.0) * 100.0 } else { 0.0 };
+        let summary = format!(
+            "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); row-by-row route Equal, kept at {cost:+.0}% verify time",
+            fast.verdict, fast.max_abs_diff
+        );
+        return Ok(GateDecision {
+            mtp_allowed: true,
+            route: LinearRoute::RowByRow,
+            reports: vec![fast, exact],
+            summary,
+        });
+    }
+    linear::set_route(LinearRoute::Batched);
+    let summary = if allow_inexact {
+        format!(
+            "MTP exactness probe: {:?} on every route; COHORT_MTP_ALLOW_INEXACT=1 keeps MTP on the batched route",
+            exact.verdict
+        )
+    } else {
+        format!(
+            "MTP exactness probe: {:?} on every route; MTP declined, plain decoding (set COHORT_MTP_ALLOW_INEXACT=1 to override)",
+            exact.verdict
+        )
+    };
+    Ok(GateDecision { mtp_allowed: allow_inexact, route: LinearRoute::Batched, reports: vec![fast, exact], summary })
+}

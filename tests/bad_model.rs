@@ -1,0 +1,116 @@
+//! Broken checkpoints get errors that name the file and the tensor, never a panic.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use cohort::model::qwen3_5::Qwen35Model;
+use common::fixture;
+use mlx_rs::{Array, Dtype};
+
+fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(fixture(name)).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    (tmp, dir)
+}
+
+fn load_err(dir: &Path) -> String {
+    match Qwen35Model::load(dir, Dtype::Float32) {
+        Ok(_) => panic!("{} loaded although it is broken", dir.display()),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+fn rewrite(file: &Path, edit: impl FnOnce(&mut HashMap<String, Array>)) {
+    let mut tensors = Array::load_safetensors(file).unwrap();
+    edit(&mut tensors);
+    std::fs::remove_file(file).unwrap();
+    Array::save_safetensors(tensors.iter().map(|(k, v)| (k.as_str(), v)), None, file).unwrap();
+}
+
+const MODEL: &str = "qwen35_dense_8bit";
+
+#[test]
+fn missing_config_is_named() {
+    let (_t, dir) = copy_fixture(MODEL);
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    let e = load_err(&dir);
+    assert!(e.contains("config.json"), "{e}");
+}
+
+#[test]
+fn missing_shard_is_named() {
+    let (_t, dir) = copy_fixture(MODEL);
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+    let e = load_err(&dir);
+    assert!(e.contains("model.safetensors") && e.contains("missing"), "{e}");
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let (_t, dir) = copy_fixture(MODEL);
+    rewrite(&dir.join("model.safetensors"), |t| {
+        t.remove("language_model.model.layers.1.linear_attn.A_log").expect("fixture layout");
+    });
+    let e = load_err(&dir);
+    assert!(e.contains("model.layers.1.linear_attn.A_log") && e.contains("missing"), "{e}");
+}
+
+#[test]
+fn wrong_shape_names_tensor_file_and_shapes() {
+    let (_t, dir) = copy_fixture(MODEL);
+    rewrite(&dir.join("model.safetensors"), |t| {
+        t.insert("language_model.model.norm.weight".into(), Array::from_slice(&[1.0f32; 63], &[63]));
+    });
+    let e = load_err(&dir);
+    assert!(
+        e.contains("model.norm.weight") && e.contains("[63]") && e.contains("[64]") && e.contains("model.safetensors"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_model_type_is_named() {
+    let (_t, dir) = copy_fixture(MODEL);
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap().replace("\"qwen3_5\"", "\"qwen9_banana\"");
+    std::fs::write(dir.join("config.json"), cfg).unwrap();
+    let e = load_err(&dir);
+    assert!(e.contains("qwen9_banana") && e.contains("model_type"), "{e}");
+}
+
+#[test]
+fn corrupt_and_truncated_safetensors_are_named() {
+    let (_t, dir) = copy_fixture(MODEL);
+    let file = dir.join("mtp.safetensors");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[8] = b'#'; // the header's opening brace
+    std::fs::write(&file, &bytes).unwrap();
+    let e = load_err(&dir);
+    assert!(e.contains("mtp.safetensors") && e.contains("corrupt safetensors header"), "{e}");
+
+    let (_t2, dir) = copy_fixture(MODEL);
+    let file = dir.join("model.safetensors");
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+    let e = load_err(&dir);
+    assert!(e.contains("model.safetensors") && e.contains("truncated or corrupt"), "{e}");
+
+    std::fs::write(&file, [1u8, 2, 3]).unwrap();
+    let e = load_err(&dir);
+    assert!(e.contains("model.safetensors") && e.contains("truncated"), "{e}");
+}
+
+#[test]
+fn quantization_that_does_not_fit_the_tensors_is_named() {
+    let (_t, dir) = copy_fixture(MODEL);
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap().replace("\"bits\": 8", "\"bits\": 4");
+    std::fs::write(dir.join("config.json"), cfg).unwrap();
+    let e = load_err(&dir);
+    assert!(e.contains("4-bit") && e.contains("8-bit"), "{e}");
+}
