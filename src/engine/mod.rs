@@ -1,6 +1,7 @@
 //! The engine: the model-owner thread and everything that touches MLX state.
 
 pub mod ar;
+pub mod cohort;
 pub mod prepare;
 pub mod probe;
 pub mod request;
@@ -8,3 +9,4 @@ pub mod row;
 pub mod runtime;
 pub mod sampler;
 pub mod solo;
+pub mod telemetry;

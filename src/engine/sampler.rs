@@ -8,7 +8,7 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use crate::model::ops::slice_axis;
+use crate::model::ops::{host_f32, host_u32, slice_axis};
 
 /// Largest top_k a request may ask for (the device hands at most this many candidates over).
 pub const MAX_TOP_K: usize = 1024;
@@ -255,9 +255,7 @@ pub fn distributions(logits: &Array, cfgs: &[SamplerConfig], penalties: &[&Penal
 
     let greedy_rows: Vec<usize> = (0..rows).filter(|&r| cfgs[r].is_greedy()).collect();
     if !greedy_rows.is_empty() {
-        let ids = mlx_rs::ops::indexing::argmax_axis(&logits, -1, None)?;
-        ids.eval()?;
-        let ids = ids.as_slice::<u32>().to_vec();
+        let ids = host_u32(&mlx_rs::ops::indexing::argmax_axis(&logits, -1, None)?)?;
         for r in greedy_rows {
             out[r] = Some(Dist::one_hot(ids[r]));
         }
@@ -274,8 +272,8 @@ pub fn distributions(logits: &Array, cfgs: &[SamplerConfig], penalties: &[&Penal
         let part = mlx_rs::ops::argpartition_axis(&scaled, (vocab - k) as i32, -1)?;
         let top_ids = slice_axis(&part, 1, (vocab - k) as i32, vocab as i32)?;
         let top_vals = scaled.take_along_axis(&top_ids, -1)?;
-        mlx_rs::transforms::eval([&lse, &top_ids, &top_vals])?;
-        let (lse_h, ids_h, vals_h) = (lse.as_slice::<f32>(), top_ids.as_slice::<u32>(), top_vals.as_slice::<f32>());
+        mlx_rs::transforms::async_eval([&lse, &top_ids, &top_vals])?;
+        let (lse_h, ids_h, vals_h) = (host_f32(&lse)?, host_u32(&top_ids)?, host_f32(&top_vals)?);
         for r in sparse {
             let cands: Vec<(u32, f64)> = (0..k).map(|j| (ids_h[r * k + j], vals_h[r * k + j] as f64)).collect();
             let mass: f64 = cands.iter().map(|c| (c.1 - lse_h[r] as f64).exp()).sum();
@@ -306,9 +304,8 @@ fn dense_row(
     cfg: &SamplerConfig,
     penalties: Option<(Option<&PenaltyState>, f64)>,
 ) -> Result<Dist> {
-    let row = slice_axis(logits, 0, r as i32, r as i32 + 1)?.flatten(None, None)?;
-    row.eval()?;
-    let mut vals: Vec<f64> = row.as_slice::<f32>().iter().map(|&v| v as f64).collect();
+    let row = slice_axis(logits, 0, r as i32, r as i32 + 1)?;
+    let mut vals: Vec<f64> = host_f32(&row)?.into_iter().map(|v| v as f64).collect();
     if let Some((pen, t)) = penalties {
         if let Some(pen) = pen {
             for (&id, &count) in &pen.counts {

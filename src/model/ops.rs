@@ -83,3 +83,17 @@ pub fn slice_update(src: &Array, update: &Array, start: &[i32]) -> Result<Array>
 pub fn scalar_like(value: f32, like: &Array) -> Result<Array> {
     Ok(Array::from_f32(value).as_dtype(like.dtype())?)
 }
+
+/// Copy an array's values to the host as f32 (row-major, whatever its layout on the device).
+pub fn host_f32(a: &Array) -> Result<Vec<f32>> {
+    let a = a.as_dtype(mlx_rs::Dtype::Float32)?.flatten(None, None)?.contiguous()?;
+    a.eval()?;
+    Ok(a.as_slice::<f32>().to_vec())
+}
+
+/// Copy token ids (any integer dtype) to the host.
+pub fn host_u32(a: &Array) -> Result<Vec<u32>> {
+    let a = a.as_dtype(mlx_rs::Dtype::Uint32)?.flatten(None, None)?.contiguous()?;
+    a.eval()?;
+    Ok(a.as_slice::<u32>().to_vec())
+}
