@@ -1,17 +1,28 @@
-//! `cohort generate`: requests from a JSONL file (or stdin), results as JSONL.
+//! `cohort generate`: requests from a JSONL file (or stdin), results as JSONL, through the same
+//! scheduler the TUI uses (requests arriving together decode as one cohort).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::model_args::ModelArgs;
-use crate::engine::prepare::prepare;
+use crate::engine::handle::{EngineHandle, Submission};
+use crate::engine::owner::EngineSetup;
 use crate::engine::request::{FinishReason, Request, RequestLine, RequestResult};
-use crate::engine::row::CancelFlag;
+use crate::engine::row::RowEvent;
 use crate::engine::sampler::SamplerConfig;
-use crate::engine::solo::{GenerationMode, run_solo};
+use crate::engine::scheduler::{Numerics, Preset};
+use crate::engine::solo::GenerationMode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchedulerMode {
+    /// Requests that arrive together decode as one cohort (up to 8 rows).
+    Cohort,
+    /// One request at a time on the solo path.
+    Serial,
+}
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -23,12 +34,20 @@ pub struct GenerateArgs {
     /// Where results go (default: stdout).
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
-    /// ar, or mtp (default when the model has MTP weights).
+    /// ar, or mtp (default when the model has MTP weights and the exactness gate allows).
     #[arg(long, value_enum)]
     generation_mode: Option<GenerationMode>,
-    /// Prompt tokens per prefill chunk.
-    #[arg(long, default_value_t = 512)]
-    prefill_chunk: usize,
+    #[arg(long, value_enum, default_value = "cohort")]
+    scheduler: SchedulerMode,
+    /// Batching preset (max active, batch wait, prefill chunk).
+    #[arg(long, value_enum, default_value = "throughput")]
+    preset: Preset,
+    /// Cohort numerics: throughput, balanced or b1-exact.
+    #[arg(long, value_enum, default_value = "throughput")]
+    numerics: Numerics,
+    /// Prompt tokens per prefill chunk (default: the preset's).
+    #[arg(long)]
+    prefill_chunk: Option<usize>,
 }
 
 /// Parse every line; a bad line becomes an error result for that line, the rest still run.
@@ -36,19 +55,14 @@ pub fn read_requests(input: &std::path::Path, defaults: &SamplerConfig) -> Resul
     let reader: Box<dyn BufRead> = if input.as_os_str() == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
-        Box::new(std::io::BufReader::new(
-            std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?,
-        ))
+        Box::new(std::io::BufReader::new(std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?))
     };
     let mut out = Vec::new();
     for (i, line) in reader.split(b'\n').enumerate() {
         let n = i + 1;
         let bytes = line.with_context(|| format!("reading {}", input.display()))?;
         let Ok(text) = String::from_utf8(bytes) else {
-            out.push(Err(RequestResult::error(
-                &format!("line-{n}"),
-                format!("{}: line {n} is not valid UTF-8", input.display()),
-            )));
+            out.push(Err(RequestResult::error(&format!("line-{n}"), format!("{}: line {n} is not valid UTF-8", input.display()))));
             continue;
         };
         if text.trim().is_empty() {
@@ -62,58 +76,65 @@ pub fn read_requests(input: &std::path::Path, defaults: &SamplerConfig) -> Resul
     Ok(out)
 }
 
+/// Block until a submission's terminal result arrives (deltas are skipped).
+pub fn wait(sub: &Submission) -> RequestResult {
+    loop {
+        match sub.events.recv() {
+            Ok(RowEvent::Done(r)) => return *r,
+            Ok(_) => {}
+            Err(_) => return RequestResult::error(&sub.id, "the engine stopped before finishing this request".into()),
+        }
+    }
+}
+
 pub fn run(args: GenerateArgs) -> Result<u8> {
     let requests = read_requests(&args.input, &SamplerConfig::default())?;
-    let loaded = args.model.load()?;
-    let model = loaded.model.as_ref();
-    let mode = choose_mode(model, args.generation_mode, &loaded.dir)?;
+    let mut scheduler = args.preset.config();
+    if let Some(c) = args.prefill_chunk {
+        scheduler.prefill_chunk = c.max(1);
+    }
+    let setup =
+        EngineSetup { scheduler, numerics: args.numerics, mode: args.generation_mode, serial: args.scheduler == SchedulerMode::Serial };
+    let engine = args.model.start_engine(setup)?;
+    if let Some(p) = &engine.info.probe {
+        eprintln!("cohort: {p}");
+    }
+    let results = run_all(&engine, requests, args.scheduler);
     let mut sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?),
         None => Box::new(std::io::stdout().lock()),
     };
     let mut failed = 0;
-    for item in requests {
-        let result = match item {
-            Err(bad) => bad,
-            Ok(req) => match prepare(model, &loaded.tokenizer, &req, CancelFlag::default()) {
-                Err(e) => RequestResult::error(&req.id, format!("{e:#}")),
-                Ok(mut run) => {
-                    match run_solo(model, &loaded.tokenizer, &mut run, mode, args.prefill_chunk, &mut |_| {}) {
-                        Ok(()) => run.result(&loaded.tokenizer),
-                        Err(e) => {
-                            run.fail(format!("{e:#}"));
-                            run.result(&loaded.tokenizer)
-                        }
-                    }
-                }
-            },
-        };
+    for result in results {
         if result.finish_reason == FinishReason::Error {
             failed += 1;
         }
         writeln!(sink, "{}", serde_json::to_string(&result)?)?;
-        sink.flush()?;
     }
+    sink.flush()?;
     Ok(if failed > 0 { super::exit::SOME_FAILED } else { super::exit::OK })
 }
 
-/// AR or MTP: MTP when asked for (or by default with MTP weights) and the exactness gate allows.
-pub fn choose_mode(
-    model: &dyn crate::model::forward::LanguageModel,
-    asked: Option<GenerationMode>,
-    dir: &std::path::Path,
-) -> Result<GenerationMode> {
-    if asked == Some(GenerationMode::Mtp) && !model.has_mtp() {
-        anyhow::bail!("--generation-mode mtp: {} has no MTP weights", dir.display());
+/// Submit the requests (all at once for cohorts, one by one for serial) and collect results in
+/// input order.
+pub fn run_all(engine: &EngineHandle, requests: Vec<Result<Request, RequestResult>>, mode: SchedulerMode) -> Vec<RequestResult> {
+    let mut results: Vec<Option<RequestResult>> = vec![None; requests.len()];
+    let mut subs = Vec::new();
+    for (i, item) in requests.into_iter().enumerate() {
+        match item {
+            Err(bad) => results[i] = Some(bad),
+            Ok(req) => {
+                let sub = engine.submit(req);
+                if mode == SchedulerMode::Serial {
+                    results[i] = Some(wait(&sub));
+                } else {
+                    subs.push((i, sub));
+                }
+            }
+        }
     }
-    if asked == Some(GenerationMode::Ar) || !model.has_mtp() {
-        return Ok(GenerationMode::Ar);
+    for (i, sub) in subs {
+        results[i] = Some(wait(&sub));
     }
-    let decision = crate::engine::probe::gate(model, super::probe::allow_inexact())?;
-    tracing::info!("{}", decision.summary);
-    if !decision.mtp_allowed {
-        eprintln!("cohort: {}", decision.summary);
-        return Ok(GenerationMode::Ar);
-    }
-    Ok(GenerationMode::Mtp)
+    results.into_iter().map(|r| r.expect("every request has a result")).collect()
 }

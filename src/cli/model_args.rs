@@ -44,3 +44,27 @@ impl ModelArgs {
         Ok(LoadedModel { dir, model, tokenizer })
     }
 }
+
+impl ModelArgs {
+    /// Start the engine on this model (loaded on the engine's own thread).
+    pub fn start_engine(&self, setup: crate::engine::owner::EngineSetup) -> Result<crate::engine::handle::EngineHandle> {
+        let args = self.clone();
+        crate::engine::handle::EngineHandle::start(
+            move || {
+                let loaded = args.load()?;
+                let family = family_of(&loaded.dir);
+                Ok(crate::engine::owner::Loaded { model: loaded.model, tokenizer: loaded.tokenizer, family, dir: loaded.dir })
+            },
+            setup,
+        )
+    }
+}
+
+/// A short family name for route ids.
+pub fn family_of(dir: &std::path::Path) -> String {
+    match crate::model::load::model_type(dir).unwrap_or_default().as_str() {
+        "qwen3_5" | "qwen3_5_moe" => "qwen35".into(),
+        "" => "model".into(),
+        other => other.replace('_', ""),
+    }
+}

@@ -99,6 +99,9 @@ pub fn run_cohort(
         }
         set_state(tel, b, if run.is_active() { RowState::Decoding } else { state_of(run) });
     }
+    for run in runs.iter_mut() {
+        deliver_cancelled(run, tok, events);
+    }
     let real = runs.len();
     for run in runs.iter_mut() {
         run.stats.real_width = real;
@@ -109,6 +112,7 @@ pub fn run_cohort(
             if run.is_active() && run.cancel.is_cancelled() {
                 run.cancel_now();
             }
+            deliver_cancelled(run, tok, events);
         }
         cycle(model, tok, runs, &mut rows, &inert, events)?;
         update_telemetry(tel, runs, &rows);
@@ -119,6 +123,14 @@ pub fn run_cohort(
         run.stats.route = cfg.route_id.clone();
     }
     Ok(())
+}
+
+/// A cancelled row closes its stream at once; its peers keep decoding.
+fn deliver_cancelled(run: &mut RowRun, tok: &TextTokenizer, events: &mut dyn FnMut(RowEvent)) {
+    if !run.delivered && matches!(run.finish, Some((FinishReason::Cancelled, _))) {
+        run.delivered = true;
+        events(RowEvent::Done(Box::new(run.result(tok))));
+    }
 }
 
 fn state_of(run: &RowRun) -> RowState {

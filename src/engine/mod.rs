@@ -2,10 +2,14 @@
 
 pub mod ar;
 pub mod cohort;
+pub mod construction;
+pub mod handle;
+pub mod owner;
 pub mod prepare;
 pub mod probe;
 pub mod request;
 pub mod row;
+pub mod scheduler;
 pub mod runtime;
 pub mod sampler;
 pub mod solo;

@@ -65,6 +65,8 @@ pub struct RowRun {
     /// Test hook: drafts to propose instead of the MTP module's, one per cycle (the module still
     /// runs, so its history advances exactly as in a real cycle).
     pub draft_script: Option<std::collections::VecDeque<u32>>,
+    /// The terminal result has been sent (cancelled rows report before their cohort ends).
+    pub delivered: bool,
 }
 
 impl RowRun {
@@ -91,6 +93,7 @@ impl RowRun {
             hidden_last: None,
             pending_mtp: None,
             draft_script: None,
+            delivered: false,
         }
     }
 

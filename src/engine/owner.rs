@@ -1,0 +1,316 @@
+//! The model-owner thread: the one thread that touches MLX. It loads the model, decides the
+//! generation mode (the exactness gate) and the cohort route (the construction check), then
+//! seals pending requests into solo runs or cohorts and delivers every row's events.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::cohort::{CohortConfig, inject_fault_at_cycle, run_cohort};
+use super::construction::construction_check;
+use super::prepare::prepare;
+use super::probe;
+use super::request::{Request, RequestResult};
+use super::row::{CancelFlag, RowEvent, RowRun};
+use super::scheduler::{Numerics, SchedulerConfig};
+use super::solo::{GenerationMode, route_id, run_solo};
+use super::telemetry::{FinalizeScope, SharedTelemetry};
+use crate::model::forward::LanguageModel;
+use crate::model::linear::{self, LinearRoute};
+use crate::model::tokenizer::TextTokenizer;
+
+/// What the loader hands the owner.
+pub struct Loaded {
+    pub model: Box<dyn LanguageModel>,
+    pub tokenizer: TextTokenizer,
+    /// Short family name for route ids (e.g. "qwen35").
+    pub family: String,
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineSetup {
+    pub scheduler: SchedulerConfig,
+    pub numerics: Numerics,
+    /// None = MTP when the model has MTP weights and the gate allows.
+    pub mode: Option<GenerationMode>,
+    /// Run every request alone, one after another (the benchmark's serial arm).
+    pub serial: bool,
+}
+
+/// What the engine decided at start-up.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EngineInfo {
+    pub dir: PathBuf,
+    pub mode: GenerationMode,
+    pub numerics: Numerics,
+    pub probe: Option<String>,
+    pub linear_route: LinearRoute,
+    pub construction: Option<super::telemetry::ConstructionCheck>,
+    pub vocab_size: i32,
+    pub max_context: i32,
+}
+
+pub enum OwnerCommand {
+    Submit { req: Request, cancel: CancelFlag, events: mpsc::Sender<RowEvent>, arrived: Instant },
+    InjectFault(usize),
+    Shutdown,
+}
+
+struct Pending {
+    req: Request,
+    cancel: CancelFlag,
+    events: mpsc::Sender<RowEvent>,
+    arrived: Instant,
+}
+
+fn done(p: &Pending, result: RequestResult) {
+    let _ = p.events.send(RowEvent::Done(Box::new(result)));
+}
+
+pub fn run_owner(
+    load: impl FnOnce() -> Result<Loaded>,
+    mut setup: EngineSetup,
+    rx: mpsc::Receiver<OwnerCommand>,
+    tel: SharedTelemetry,
+    ready: mpsc::Sender<Result<EngineInfo>>,
+) {
+    let started = (|| -> Result<(Loaded, EngineInfo)> {
+        let loaded = load()?;
+        let model = loaded.model.as_ref();
+        let mut probe_summary = None;
+        let mut mode = match setup.mode {
+            Some(GenerationMode::Mtp) if !model.has_mtp() => anyhow::bail!("MTP was asked for, but {} has no MTP weights", loaded.dir.display()),
+            Some(m) => m,
+            None if model.has_mtp() => GenerationMode::Mtp,
+            None => GenerationMode::Ar,
+        };
+        if mode == GenerationMode::Mtp {
+            let decision = probe::gate(model, crate::cli::probe::allow_inexact())?;
+            tracing::info!("{}", decision.summary);
+            if !decision.mtp_allowed {
+                mode = GenerationMode::Ar;
+            }
+            probe_summary = Some(decision.summary);
+        }
+        let mut construction = None;
+        if mode == GenerationMode::Mtp && setup.numerics != Numerics::B1Exact && setup.scheduler.seal_width() > 1 {
+            let check = construction_check(model, setup.numerics, &setup.numerics.route_id(&loaded.family))?;
+            tracing::info!(?check, "cohort construction check");
+            if !check.passed {
+                tracing::warn!("cohort route {} is over its bound; cohorts run as b1-exact serial", check.route);
+                setup.numerics = Numerics::B1Exact;
+            }
+            construction = Some(check);
+        }
+        let info = EngineInfo {
+            dir: loaded.dir.clone(),
+            mode,
+            numerics: setup.numerics,
+            probe: probe_summary,
+            linear_route: linear::route(),
+            construction,
+            vocab_size: model.vocab_size(),
+            max_context: model.max_context(),
+        };
+        Ok((loaded, info))
+    })();
+    let (loaded, info) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    if let Ok(mut t) = tel.lock() {
+        t.probe_verdict = info.probe.clone();
+        t.construction_check = info.construction.clone();
+    }
+    let mode = info.mode;
+    let _ = ready.send(Ok(info));
+    let model = loaded.model.as_ref();
+    let tok = &loaded.tokenizer;
+    let seal = if setup.serial { 1 } else { setup.scheduler.seal_width() };
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut shutting_down = false;
+
+    let handle = |cmd: OwnerCommand, pending: &mut VecDeque<Pending>, shutting_down: &mut bool| match cmd {
+        OwnerCommand::Submit { req, cancel, events, arrived } => pending.push_back(Pending { req, cancel, events, arrived }),
+        OwnerCommand::InjectFault(n) => inject_fault_at_cycle(n),
+        OwnerCommand::Shutdown => *shutting_down = true,
+    };
+
+    loop {
+        if pending.is_empty() {
+            if shutting_down {
+                return;
+            }
+            match rx.recv() {
+                Ok(cmd) => handle(cmd, &mut pending, &mut shutting_down),
+                Err(_) => return,
+            }
+            continue;
+        }
+        while let Ok(cmd) = rx.try_recv() {
+            handle(cmd, &mut pending, &mut shutting_down);
+        }
+        // Wait (at most batch_wait from the oldest arrival) for company.
+        let deadline = pending[0].arrived + setup.scheduler.batch_wait();
+        while pending.len() < seal && !shutting_down {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            match rx.recv_timeout(deadline - now) {
+                Ok(cmd) => handle(cmd, &mut pending, &mut shutting_down),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => shutting_down = true,
+            }
+        }
+        // Requests cancelled while queued end here.
+        pending.retain(|p| {
+            if p.cancel.is_cancelled() {
+                let mut r = RequestResult::error(&p.req.id, String::new());
+                r.finish_reason = super::request::FinishReason::Cancelled;
+                r.error = None;
+                done(p, r);
+                false
+            } else {
+                true
+            }
+        });
+        if pending.is_empty() {
+            continue;
+        }
+        let group: Vec<Pending> = pending.drain(..seal.min(pending.len())).collect();
+        set_queue(&tel, pending.len(), group.len());
+        run_group(model, tok, &loaded.family, mode, &setup, group, &mut pending, &tel);
+        set_queue(&tel, pending.len(), 0);
+    }
+}
+
+fn set_queue(tel: &SharedTelemetry, pending: usize, active: usize) {
+    if let Ok(mut t) = tel.lock() {
+        t.pending = pending;
+        t.active = active;
+    }
+}
+
+/// Run one sealed group: a solo run, b1-exact serial runs, or one cohort.
+#[allow(clippy::too_many_arguments)]
+fn run_group(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    family: &str,
+    mode: GenerationMode,
+    setup: &EngineSetup,
+    group: Vec<Pending>,
+    queued: &mut VecDeque<Pending>,
+    tel: &SharedTelemetry,
+) {
+    let start = Instant::now();
+    let mut members: Vec<(Pending, RowRun)> = Vec::new();
+    for p in group {
+        match prepare(model, tok, &p.req, p.cancel.clone()) {
+            Ok(mut run) => {
+                run.stats.queue_wait_s = start.duration_since(p.arrived).as_secs_f64();
+                members.push((p, run));
+            }
+            Err(e) => done(&p, RequestResult::error(&p.req.id, format!("{e:#}"))),
+        }
+    }
+    if members.is_empty() {
+        return;
+    }
+    let width = members.len();
+    if let Ok(mut t) = tel.lock() {
+        *t.real_width_histogram.entry(width).or_default() += 1;
+        t.last_real_width = width;
+        t.last_queue_wait_s = members[0].1.stats.queue_wait_s;
+    }
+    let senders: HashMap<String, mpsc::Sender<RowEvent>> = members.iter().map(|(p, r)| (r.id.clone(), p.events.clone())).collect();
+    let mut route = |ev: RowEvent| {
+        let id = match &ev {
+            RowEvent::Prefill { id, .. } | RowEvent::Delta { id, .. } => id.clone(),
+            RowEvent::Done(r) => r.id.clone(),
+        };
+        if let Some(tx) = senders.get(&id) {
+            let _ = tx.send(ev);
+        }
+    };
+    let chunk = setup.scheduler.prefill_chunk;
+    if width == 1 || setup.numerics == Numerics::B1Exact || mode == GenerationMode::Ar {
+        let route_name = if width > 1 && mode == GenerationMode::Mtp { Numerics::B1Exact.route_id(family) } else { route_id(mode, 1) };
+        for (p, mut run) in members {
+            run.stats.real_width = width;
+            let outcome = run_solo(model, tok, &mut run, mode, chunk, &mut route);
+            if let Err(e) = outcome {
+                run.fail(format!("{e:#}"));
+            }
+            run.stats.route = route_name.clone();
+            if let Ok(mut t) = tel.lock() {
+                t.solo_runs += 1;
+                t.last_route = route_name.clone();
+                t.verify_cycles += run.stats.verify_cycles;
+                t.accepted_drafts += run.stats.accepted_drafts;
+                t.rejected_drafts += run.stats.rejected_drafts;
+            }
+            let _ = mlx_rs::memory::clear_cache();
+            let result = run.result(tok);
+            done(&p, result);
+        }
+        return;
+    }
+    // One cohort. Successful results are staged until cleanup has run on this thread.
+    let prev_route = linear::route();
+    if setup.numerics == Numerics::Balanced {
+        linear::set_route(LinearRoute::RowByRow);
+    }
+    let route_name = setup.numerics.route_id(family);
+    let (pendings, mut runs): (Vec<Pending>, Vec<RowRun>) = members.into_iter().unzip();
+    let cfg = CohortConfig { chunk, route_id: route_name.clone() };
+    let outcome = run_cohort(model, tok, &mut runs, &cfg, tel, &mut route);
+    linear::set_route(prev_route);
+    let cleanup = outcome.and_then(|()| mlx_rs::memory::clear_cache().map_err(anyhow::Error::from));
+    if let Ok(mut t) = tel.lock() {
+        t.cohorts += 1;
+        t.last_route = route_name;
+        match &cleanup {
+            Ok(()) => t.finalize_scope = FinalizeScope::CohortOwnerAfterDecode,
+            Err(e) => {
+                t.finalize_scope = FinalizeScope::CohortOwnerFinalizeFailed;
+                t.last_error = Some(format!("cohort of {width} failed: {e:#}"));
+                t.poisoned += 1;
+            }
+        }
+    }
+    match cleanup {
+        Ok(()) => {
+            for (p, mut run) in pendings.into_iter().zip(runs) {
+                if !run.delivered {
+                    done(&p, run.result(tok));
+                }
+            }
+        }
+        Err(e) => {
+            // Poison: this cohort's rows and everything queued behind it fail with the reason;
+            // the lane is then reset, so later requests run normally.
+            let msg = format!("the cohort lane was poisoned: {e:#}");
+            tracing::error!("{msg}");
+            for (p, mut run) in pendings.into_iter().zip(runs) {
+                if !run.delivered {
+                    run.finish = None;
+                    run.fail(msg.clone());
+                    done(&p, run.result(tok));
+                }
+            }
+            for p in queued.drain(..) {
+                done(&p, RequestResult::error(&p.req.id, msg.clone()));
+            }
+            let _ = mlx_rs::memory::clear_cache();
+        }
+    }
+}
