@@ -55,14 +55,19 @@ pub fn read_requests(input: &std::path::Path, defaults: &SamplerConfig) -> Resul
     let reader: Box<dyn BufRead> = if input.as_os_str() == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
-        Box::new(std::io::BufReader::new(std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?))
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?,
+        ))
     };
     let mut out = Vec::new();
     for (i, line) in reader.split(b'\n').enumerate() {
         let n = i + 1;
         let bytes = line.with_context(|| format!("reading {}", input.display()))?;
         let Ok(text) = String::from_utf8(bytes) else {
-            out.push(Err(RequestResult::error(&format!("line-{n}"), format!("{}: line {n} is not valid UTF-8", input.display()))));
+            out.push(Err(RequestResult::error(
+                &format!("line-{n}"),
+                format!("{}: line {n} is not valid UTF-8", input.display()),
+            )));
             continue;
         };
         if text.trim().is_empty() {
@@ -93,8 +98,12 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     if let Some(c) = args.prefill_chunk {
         scheduler.prefill_chunk = c.max(1);
     }
-    let setup =
-        EngineSetup { scheduler, numerics: args.numerics, mode: args.generation_mode, serial: args.scheduler == SchedulerMode::Serial };
+    let setup = EngineSetup {
+        scheduler,
+        numerics: args.numerics,
+        mode: args.generation_mode,
+        serial: args.scheduler == SchedulerMode::Serial,
+    };
     let engine = args.model.start_engine(setup)?;
     if let Some(p) = &engine.info.probe {
         eprintln!("cohort: {p}");
@@ -117,7 +126,11 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
 
 /// Submit the requests (all at once for cohorts, one by one for serial) and collect results in
 /// input order.
-pub fn run_all(engine: &EngineHandle, requests: Vec<Result<Request, RequestResult>>, mode: SchedulerMode) -> Vec<RequestResult> {
+pub fn run_all(
+    engine: &EngineHandle,
+    requests: Vec<Result<Request, RequestResult>>,
+    mode: SchedulerMode,
+) -> Vec<RequestResult> {
     let mut results: Vec<Option<RequestResult>> = vec![None; requests.len()];
     let mut subs = Vec::new();
     for (i, item) in requests.into_iter().enumerate() {

@@ -1,5 +1,6 @@
 //! Headless commands: everything the TUI does, checkable from scripts.
 
+pub mod bench;
 pub mod device;
 pub mod generate;
 pub mod inspect;

@@ -47,13 +47,21 @@ impl ModelArgs {
 
 impl ModelArgs {
     /// Start the engine on this model (loaded on the engine's own thread).
-    pub fn start_engine(&self, setup: crate::engine::owner::EngineSetup) -> Result<crate::engine::handle::EngineHandle> {
+    pub fn start_engine(
+        &self,
+        setup: crate::engine::owner::EngineSetup,
+    ) -> Result<crate::engine::handle::EngineHandle> {
         let args = self.clone();
         crate::engine::handle::EngineHandle::start(
             move || {
                 let loaded = args.load()?;
                 let family = family_of(&loaded.dir);
-                Ok(crate::engine::owner::Loaded { model: loaded.model, tokenizer: loaded.tokenizer, family, dir: loaded.dir })
+                Ok(crate::engine::owner::Loaded {
+                    model: loaded.model,
+                    tokenizer: loaded.tokenizer,
+                    family,
+                    dir: loaded.dir,
+                })
             },
             setup,
         )

@@ -48,7 +48,8 @@ fn compare(model: &dyn LanguageModel) -> Result<(f32, f32)> {
     let b8 = b8.logits.unwrap();
     let (mut max_abs, mut scale) = (0f32, 0f32);
     for (b, row) in rows.iter_mut().enumerate() {
-        let b1 = model.forward(&Array::from_slice(&verify[2 * b..2 * b + 2], &[1, 2]), &mut [row], Logits::All, true)?;
+        let b1 =
+            model.forward(&Array::from_slice(&verify[2 * b..2 * b + 2], &[1, 2]), &mut [row], Logits::All, true)?;
         let got = host_f32(&slice_axis(&b8, 0, b as i32, b as i32 + 1)?)?;
         let want = host_f32(b1.logits.as_ref().unwrap())?;
         for (g, w) in got.iter().zip(&want) {

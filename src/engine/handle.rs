@@ -51,8 +51,20 @@ impl EngineHandle {
         let cancel = CancelFlag::default();
         self.cancels.lock().unwrap().insert(req.id.clone(), cancel.clone());
         let id = req.id.clone();
-        if self.tx.send(OwnerCommand::Submit { req, cancel: cancel.clone(), events: events_tx.clone(), arrived: Instant::now() }).is_err() {
-            let _ = events_tx.send(RowEvent::Done(Box::new(super::request::RequestResult::error(&id, "the engine has stopped".into()))));
+        if self
+            .tx
+            .send(OwnerCommand::Submit {
+                req,
+                cancel: cancel.clone(),
+                events: events_tx.clone(),
+                arrived: Instant::now(),
+            })
+            .is_err()
+        {
+            let _ = events_tx.send(RowEvent::Done(Box::new(super::request::RequestResult::error(
+                &id,
+                "the engine has stopped".into(),
+            ))));
         }
         Submission { id, events, cancel }
     }
@@ -68,6 +80,11 @@ impl EngineHandle {
         let mut t = self.telemetry.lock().map(|t| t.clone()).unwrap_or_default();
         t.memory = super::runtime::MemoryStats::read();
         t
+    }
+
+    /// Seal every request alone (serial) or batch again.
+    pub fn set_serial(&self, on: bool) {
+        let _ = self.tx.send(OwnerCommand::SetSerial(on));
     }
 
     /// Test hook: fail the Nth cohort cycle the owner runs from now.

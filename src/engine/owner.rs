@@ -55,8 +55,15 @@ pub struct EngineInfo {
 }
 
 pub enum OwnerCommand {
-    Submit { req: Request, cancel: CancelFlag, events: mpsc::Sender<RowEvent>, arrived: Instant },
+    Submit {
+        req: Request,
+        cancel: CancelFlag,
+        events: mpsc::Sender<RowEvent>,
+        arrived: Instant,
+    },
     InjectFault(usize),
+    /// Seal every request alone (the benchmark's serial arm) or batch again.
+    SetSerial(bool),
     Shutdown,
 }
 
@@ -83,7 +90,9 @@ pub fn run_owner(
         let model = loaded.model.as_ref();
         let mut probe_summary = None;
         let mut mode = match setup.mode {
-            Some(GenerationMode::Mtp) if !model.has_mtp() => anyhow::bail!("MTP was asked for, but {} has no MTP weights", loaded.dir.display()),
+            Some(GenerationMode::Mtp) if !model.has_mtp() => {
+                anyhow::bail!("MTP was asked for, but {} has no MTP weights", loaded.dir.display())
+            }
             Some(m) => m,
             None if model.has_mtp() => GenerationMode::Mtp,
             None => GenerationMode::Ar,
@@ -133,15 +142,19 @@ pub fn run_owner(
     let _ = ready.send(Ok(info));
     let model = loaded.model.as_ref();
     let tok = &loaded.tokenizer;
-    let seal = if setup.serial { 1 } else { setup.scheduler.seal_width() };
+    let mut serial = setup.serial;
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut shutting_down = false;
 
-    let handle = |cmd: OwnerCommand, pending: &mut VecDeque<Pending>, shutting_down: &mut bool| match cmd {
-        OwnerCommand::Submit { req, cancel, events, arrived } => pending.push_back(Pending { req, cancel, events, arrived }),
-        OwnerCommand::InjectFault(n) => inject_fault_at_cycle(n),
-        OwnerCommand::Shutdown => *shutting_down = true,
-    };
+    let handle =
+        |cmd: OwnerCommand, pending: &mut VecDeque<Pending>, shutting_down: &mut bool, serial: &mut bool| match cmd {
+            OwnerCommand::Submit { req, cancel, events, arrived } => {
+                pending.push_back(Pending { req, cancel, events, arrived })
+            }
+            OwnerCommand::InjectFault(n) => inject_fault_at_cycle(n),
+            OwnerCommand::SetSerial(on) => *serial = on,
+            OwnerCommand::Shutdown => *shutting_down = true,
+        };
 
     loop {
         if pending.is_empty() {
@@ -149,23 +162,25 @@ pub fn run_owner(
                 return;
             }
             match rx.recv() {
-                Ok(cmd) => handle(cmd, &mut pending, &mut shutting_down),
+                Ok(cmd) => handle(cmd, &mut pending, &mut shutting_down, &mut serial),
                 Err(_) => return,
             }
             continue;
         }
         while let Ok(cmd) = rx.try_recv() {
-            handle(cmd, &mut pending, &mut shutting_down);
+            handle(cmd, &mut pending, &mut shutting_down, &mut serial);
         }
         // Wait (at most batch_wait from the oldest arrival) for company.
-        let deadline = pending[0].arrived + setup.scheduler.batch_wait();
+        let seal = if serial { 1 } else { setup.scheduler.seal_width() };
+        let deadline =
+            pending[0].arrived + if serial { std::time::Duration::ZERO } else { setup.scheduler.batch_wait() };
         while pending.len() < seal && !shutting_down {
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
             match rx.recv_timeout(deadline - now) {
-                Ok(cmd) => handle(cmd, &mut pending, &mut shutting_down),
+                Ok(cmd) => handle(cmd, &mut pending, &mut shutting_down, &mut serial),
                 Err(mpsc::RecvTimeoutError::Timeout) => break,
                 Err(mpsc::RecvTimeoutError::Disconnected) => shutting_down = true,
             }
@@ -231,7 +246,8 @@ fn run_group(
         t.last_real_width = width;
         t.last_queue_wait_s = members[0].1.stats.queue_wait_s;
     }
-    let senders: HashMap<String, mpsc::Sender<RowEvent>> = members.iter().map(|(p, r)| (r.id.clone(), p.events.clone())).collect();
+    let senders: HashMap<String, mpsc::Sender<RowEvent>> =
+        members.iter().map(|(p, r)| (r.id.clone(), p.events.clone())).collect();
     let mut route = |ev: RowEvent| {
         let id = match &ev {
             RowEvent::Prefill { id, .. } | RowEvent::Delta { id, .. } => id.clone(),
@@ -243,7 +259,11 @@ fn run_group(
     };
     let chunk = setup.scheduler.prefill_chunk;
     if width == 1 || setup.numerics == Numerics::B1Exact || mode == GenerationMode::Ar {
-        let route_name = if width > 1 && mode == GenerationMode::Mtp { Numerics::B1Exact.route_id(family) } else { route_id(mode, 1) };
+        let route_name = if width > 1 && mode == GenerationMode::Mtp {
+            Numerics::B1Exact.route_id(family)
+        } else {
+            route_id(mode, 1)
+        };
         for (p, mut run) in members {
             run.stats.real_width = width;
             let outcome = run_solo(model, tok, &mut run, mode, chunk, &mut route);

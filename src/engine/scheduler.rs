@@ -82,7 +82,10 @@ mod tests {
 
     #[test]
     fn presets_match_the_reference_table() {
-        assert_eq!(Preset::Throughput.config(), SchedulerConfig { max_active: 8, decode_batch_max: 8, batch_wait_ms: 20, prefill_chunk: 2048 });
+        assert_eq!(
+            Preset::Throughput.config(),
+            SchedulerConfig { max_active: 8, decode_batch_max: 8, batch_wait_ms: 20, prefill_chunk: 2048 }
+        );
         assert_eq!(Preset::Agent.config().seal_width(), 4);
         assert_eq!(Preset::Solo.config().seal_width(), 1);
     }

@@ -1,0 +1,182 @@
+//! `cohort bench`: the reference protocol. Eight unique marker prompts with seeds 4200-4207 run
+//! as a serial arm (one after another, each a solo B1 run) and a cohort arm (released together,
+//! one B8 cohort), for greedy and the default sampler, in paired rounds. Metric: completed output
+//! tokens / wall time per arm; reported: every round, actual token counts, the ratio of medians.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde::Serialize;
+
+use super::generate::{SchedulerMode, run_all};
+use super::model_args::ModelArgs;
+use crate::engine::owner::EngineSetup;
+use crate::engine::request::{FinishReason, Prompt, Request};
+use crate::engine::sampler::SamplerConfig;
+use crate::engine::scheduler::{Numerics, Preset};
+use crate::engine::solo::GenerationMode;
+use crate::model::tokenizer::ChatMessage;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Output tokens per request.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// Paired rounds per sampler.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    #[arg(long, value_enum)]
+    generation_mode: Option<GenerationMode>,
+    #[arg(long, value_enum, default_value = "throughput")]
+    numerics: Numerics,
+    /// Where the JSON receipt goes.
+    #[arg(long, default_value = "bench-receipt.json")]
+    receipt: PathBuf,
+    /// Only this sampler (greedy or default); both when absent.
+    #[arg(long)]
+    sampler: Option<String>,
+}
+
+const TOPICS: [&str; 8] = [
+    "the history of lighthouses",
+    "how bread rises",
+    "why the sky is blue",
+    "a short story about a robot gardener",
+    "the rules of chess for beginners",
+    "how volcanoes form",
+    "a packing list for a week of hiking",
+    "the life cycle of a butterfly",
+];
+
+fn prompts(sampler: SamplerConfig, max_tokens: usize, chat: bool) -> Vec<Request> {
+    TOPICS
+        .iter()
+        .enumerate()
+        .map(|(i, topic)| {
+            let text = format!("Marker COHORT-{i}. Write about {topic}. Begin your answer with the marker.");
+            Request {
+                id: format!("bench-{i}"),
+                prompt: if chat { Prompt::Chat(vec![ChatMessage::new("user", &text)]) } else { Prompt::Text(text) },
+                max_tokens,
+                sampler,
+                seed: 4200 + i as u64,
+                stop: vec![],
+                ignore_eos: false,
+            }
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct ArmRun {
+    sampler: String,
+    arm: String,
+    round: usize,
+    tokens: usize,
+    wall_s: f64,
+    tps: f64,
+    acceptance: f64,
+    real_width: usize,
+    errors: usize,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    sampler: String,
+    serial_median_tps: f64,
+    cohort_median_tps: f64,
+    ratio_of_medians: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let setup = EngineSetup {
+        scheduler: Preset::Throughput.config(),
+        numerics: args.numerics,
+        mode: args.generation_mode,
+        serial: false,
+    };
+    let engine = args.model.start_engine(setup)?;
+    let chat = crate::model::tokenizer::TextTokenizer::load(&engine.info.dir)?.has_chat_template();
+    eprintln!(
+        "bench: {} mode {:?}, numerics {:?}, {} rounds x 8 requests x {} tokens",
+        engine.info.dir.display(),
+        engine.info.mode,
+        engine.info.numerics,
+        args.rounds,
+        args.max_tokens
+    );
+    let samplers: Vec<(&str, SamplerConfig)> =
+        [("greedy", SamplerConfig::greedy()), ("default", SamplerConfig::default())]
+            .into_iter()
+            .filter(|(n, _)| args.sampler.as_deref().is_none_or(|s| s == *n))
+            .collect();
+    let mut runs = Vec::new();
+    let mut summaries = Vec::new();
+    println!(
+        "{:<8} {:<7} {:>5} {:>7} {:>8} {:>9} {:>6} {:>5}",
+        "sampler", "arm", "round", "tokens", "wall_s", "tok/s", "accept", "width"
+    );
+    for (name, sampler) in samplers {
+        let (mut serial_tps, mut cohort_tps) = (Vec::new(), Vec::new());
+        for round in 1..=args.rounds {
+            for (arm, mode) in [("serial", SchedulerMode::Serial), ("cohort", SchedulerMode::Cohort)] {
+                engine.set_serial(mode == SchedulerMode::Serial);
+                let reqs = prompts(sampler, args.max_tokens, chat).into_iter().map(Ok).collect();
+                let t = Instant::now();
+                let results = run_all(&engine, reqs, mode);
+                let wall_s = t.elapsed().as_secs_f64();
+                let tokens: usize = results.iter().map(|r| r.token_ids.len()).sum();
+                let (acc, rej) =
+                    results.iter().fold((0, 0), |a, r| (a.0 + r.stats.accepted_drafts, a.1 + r.stats.rejected_drafts));
+                let run = ArmRun {
+                    sampler: name.into(),
+                    arm: arm.into(),
+                    round,
+                    tokens,
+                    wall_s,
+                    tps: tokens as f64 / wall_s,
+                    acceptance: if acc + rej > 0 { acc as f64 / (acc + rej) as f64 } else { 0.0 },
+                    real_width: results.iter().map(|r| r.stats.real_width).max().unwrap_or(0),
+                    errors: results.iter().filter(|r| r.finish_reason == FinishReason::Error).count(),
+                };
+                println!(
+                    "{:<8} {:<7} {:>5} {:>7} {:>8.3} {:>9.1} {:>6.2} {:>5}",
+                    run.sampler, run.arm, run.round, run.tokens, run.wall_s, run.tps, run.acceptance, run.real_width
+                );
+                if mode == SchedulerMode::Serial {
+                    serial_tps.push(run.tps)
+                } else {
+                    cohort_tps.push(run.tps)
+                }
+                runs.push(run);
+            }
+        }
+        let (s, c) = (median(serial_tps), median(cohort_tps));
+        println!("{name}: cohort/serial ratio of medians = {:.3}x ({c:.1} vs {s:.1} tok/s)", c / s);
+        summaries.push(Summary {
+            sampler: name.into(),
+            serial_median_tps: s,
+            cohort_median_tps: c,
+            ratio_of_medians: c / s,
+        });
+    }
+    engine.set_serial(false);
+    let receipt = serde_json::json!({
+        "model": engine.info.dir, "mode": engine.info.mode, "numerics": engine.info.numerics, "probe": engine.info.probe,
+        "construction_check": engine.info.construction, "max_tokens": args.max_tokens, "rounds": args.rounds,
+        "device": crate::engine::runtime::RuntimeReport::collect(), "runs": runs, "summary": summaries,
+    });
+    std::fs::write(&args.receipt, serde_json::to_string_pretty(&receipt)?)
+        .with_context(|| format!("cannot write {}", args.receipt.display()))?;
+    eprintln!("receipt: {}", args.receipt.display());
+    Ok(())
+}
