@@ -1,0 +1,148 @@
+//! The engine through its handle, as the TUI and `generate` use it: cohorts form from requests
+//! that arrive together, a faulted cycle poisons only its cohort and the queue behind it, and
+//! the engine then serves new requests without a restart.
+
+mod common;
+
+use cohort::cli::model_args::ModelArgs;
+use cohort::engine::handle::{EngineHandle, Submission};
+use cohort::engine::owner::EngineSetup;
+use cohort::engine::request::{FinishReason, Prompt, Request, RequestResult};
+use cohort::engine::row::RowEvent;
+use cohort::engine::sampler::SamplerConfig;
+use cohort::engine::scheduler::{Numerics, Preset};
+use common::*;
+
+fn engine(numerics: Numerics) -> EngineHandle {
+    let args = ModelArgs { model: fixture("qwen35_moe_4bit").display().to_string(), dtype: None };
+    args.start_engine(EngineSetup { scheduler: Preset::Throughput.config(), numerics, mode: None, serial: false })
+        .unwrap()
+}
+
+fn request(i: usize, max_tokens: usize) -> Request {
+    Request {
+        id: format!("q{i}"),
+        prompt: Prompt::Ids(vec![(10 + 7 * i) as u32; 1 + i]),
+        max_tokens,
+        sampler: SamplerConfig::greedy(),
+        seed: 4200 + i as u64,
+        stop: vec![],
+        ignore_eos: true,
+    }
+}
+
+fn wait(sub: &Submission) -> (RequestResult, usize) {
+    let mut deltas = 0;
+    loop {
+        match sub.events.recv().expect("a Done event") {
+            RowEvent::Done(r) => return (*r, deltas),
+            RowEvent::Delta { .. } => deltas += 1,
+            RowEvent::Prefill { .. } => {}
+        }
+    }
+}
+
+#[test]
+fn eight_requests_released_together_form_one_cohort_and_stream() {
+    let engine = engine(Numerics::Throughput);
+    assert!(engine.info.construction.as_ref().is_some_and(|c| c.passed), "{:?}", engine.info.construction);
+    let subs: Vec<Submission> = (0..8).map(|i| engine.submit(request(i, 16))).collect();
+    for sub in &subs {
+        let (r, deltas) = wait(sub);
+        assert_eq!(r.finish_reason, FinishReason::Length, "{}: {:?}", r.id, r.error);
+        assert_eq!(r.token_ids.len(), 16);
+        assert_eq!(r.stats.real_width, 8);
+        assert!(r.stats.route.contains("b8_t2"), "{}", r.stats.route);
+        assert!(deltas > 0, "{}: no streamed deltas", r.id);
+    }
+    let t = engine.snapshot();
+    assert_eq!((t.pending, t.active), (0, 0));
+    assert_eq!(t.real_width_histogram.get(&8), Some(&1));
+    assert!(t.verify_cycles > 0 && t.fixed_width_cycles[&8] > 0);
+}
+
+#[test]
+fn b1_exact_cohorts_equal_balanced_and_throughput_rows() {
+    let mut outputs = Vec::new();
+    for numerics in [Numerics::B1Exact, Numerics::Balanced, Numerics::Throughput] {
+        let engine = engine(numerics);
+        let subs: Vec<Submission> = (0..4).map(|i| engine.submit(request(i, 12))).collect();
+        let toks: Vec<Vec<u32>> = subs.iter().map(|s| wait(s).0.token_ids).collect();
+        outputs.push(toks);
+    }
+    assert_eq!(outputs[0], outputs[1], "balanced differs from b1-exact");
+    assert_eq!(outputs[0], outputs[2], "throughput differs from b1-exact on the f32 fixture");
+}
+
+#[test]
+fn a_faulted_cycle_poisons_its_cohort_then_the_engine_recovers() {
+    let engine = engine(Numerics::Throughput);
+    engine.inject_fault_at_cycle(2);
+    let subs: Vec<Submission> = (0..8).map(|i| engine.submit(request(i, 10))).collect();
+    for sub in &subs {
+        let (r, _) = wait(sub);
+        assert_eq!(r.finish_reason, FinishReason::Error);
+        let msg = r.error.unwrap();
+        assert!(msg.contains("poisoned") && msg.contains("injected fault"), "{msg}");
+    }
+    let t = engine.snapshot();
+    assert_eq!(t.poisoned, 1);
+    assert!(t.last_error.as_deref().unwrap_or("").contains("injected fault"));
+    // The next requests run normally.
+    let subs: Vec<Submission> = (0..3).map(|i| engine.submit(request(i, 6))).collect();
+    for sub in &subs {
+        let (r, _) = wait(sub);
+        assert_eq!(r.finish_reason, FinishReason::Length, "{:?}", r.error);
+    }
+    let t = engine.snapshot();
+    assert_eq!((t.pending, t.active), (0, 0));
+}
+
+#[test]
+fn cancel_by_id_while_queued_or_decoding() {
+    let engine = engine(Numerics::Throughput);
+    let long = engine.submit(request(0, 400));
+    let queued: Vec<Submission> = (1..4).map(|i| engine.submit(request(i, 8))).collect();
+    engine.cancel("q2");
+    // Let q0 stream a little, then cancel it mid-decode.
+    let mut seen = 0;
+    let r0 = loop {
+        match long.events.recv().unwrap() {
+            RowEvent::Delta { .. } => {
+                seen += 1;
+                if seen == 3 {
+                    engine.cancel("q0");
+                }
+            }
+            RowEvent::Done(r) => break *r,
+            RowEvent::Prefill { .. } => {}
+        }
+    };
+    assert_eq!(r0.finish_reason, FinishReason::Cancelled);
+    assert!(!r0.token_ids.is_empty() && r0.token_ids.len() < 400);
+    for sub in &queued {
+        let (r, _) = wait(sub);
+        let want = if r.id == "q2" { FinishReason::Cancelled } else { FinishReason::Length };
+        assert_eq!(r.finish_reason, want, "{}", r.id);
+    }
+}
+
+#[test]
+fn bad_requests_fail_alone() {
+    let engine = engine(Numerics::Throughput);
+    let mut bad = request(0, 10);
+    bad.max_tokens = 10_000; // beyond the fixture's 4096-position window
+    let mut bad_sampler = request(1, 10);
+    bad_sampler.sampler.top_p = 0.0;
+    let subs = vec![
+        engine.submit(bad),
+        engine.submit(bad_sampler),
+        engine.submit(request(2, 10)),
+        engine.submit(request(3, 10)),
+    ];
+    let results: Vec<RequestResult> = subs.iter().map(|s| wait(s).0).collect();
+    assert!(results[0].error.as_deref().unwrap().contains("context window"));
+    assert!(results[1].error.as_deref().unwrap().contains("top_p"));
+    assert_eq!(results[2].finish_reason, FinishReason::Length);
+    assert_eq!(results[3].finish_reason, FinishReason::Length);
+}
