@@ -26,6 +26,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// The serial-vs-cohort benchmark (8 marker prompts, seeds 4200-4207, paired rounds).
     Bench(cli::bench::BenchArgs),
+    /// Import a GGUF file (Llama family) as an MLX-format checkpoint.
+    ImportGguf(cli::import::ImportArgs),
     /// Describe a model directory: family, layers, quantization, size, MTP weights.
     Inspect(cli::inspect::InspectArgs),
     /// Measure whether a T=2 verify block equals two single steps (MTP exactness) and pick a route.
@@ -65,6 +67,7 @@ fn run(cli: Cli) -> Result<u8> {
         }
         Some(Command::Generate(args)) => cli::generate::run(args),
         Some(Command::Bench(args)) => cli::bench::run(args).map(|()| exit::OK),
+        Some(Command::ImportGguf(args)) => cli::import::run(args).map(|()| exit::OK),
         Some(Command::Inspect(args)) => cli::inspect::run(args).map(|()| exit::OK),
         Some(Command::Probe(args)) => cli::probe::run(args).map(|()| exit::OK),
         Some(Command::Device(args)) => cli::device::run(args).map(|()| exit::OK),

@@ -14,7 +14,7 @@ use cohort::engine::scheduler::{Numerics, Preset};
 use common::*;
 
 fn engine(numerics: Numerics) -> EngineHandle {
-    let args = ModelArgs { model: fixture("qwen35_moe_4bit").display().to_string(), dtype: None };
+    let args = ModelArgs { model: Some(fixture("qwen35_moe_4bit").display().to_string()), dtype: None, weights: None };
     args.start_engine(EngineSetup { scheduler: Preset::Throughput.config(), numerics, mode: None, serial: false })
         .unwrap()
 }
@@ -134,7 +134,7 @@ fn bad_requests_fail_alone() {
     bad.max_tokens = 10_000; // beyond the fixture's 4096-position window
     let mut bad_sampler = request(1, 10);
     bad_sampler.sampler.top_p = 0.0;
-    let subs = vec![
+    let subs = [
         engine.submit(bad),
         engine.submit(bad_sampler),
         engine.submit(request(2, 10)),

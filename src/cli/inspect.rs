@@ -9,16 +9,22 @@ use crate::model::weights::{shard_files, validate_safetensors};
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// Model directory or hub repo id in the local HF cache.
+    /// Model directory or hub repo id in the local HF cache (default: the imported default model).
     #[arg(long, short = 'm')]
-    model: String,
+    model: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: InspectArgs) -> Result<()> {
-    let dir = crate::model::load::resolve(&args.model)?;
+    let dir = match &args.model {
+        Some(m) => crate::model::load::resolve(m)?,
+        None => crate::model::load::default_model()?,
+    };
+    if crate::model::load::model_type(&dir)? == "llama" {
+        return inspect_llama(&dir, args.json);
+    }
     let cfg = Qwen35Config::load(&dir.join("config.json"))?;
     let mut files = shard_files(&dir)?;
     let sidecar = dir.join("mtp.safetensors");
@@ -96,5 +102,39 @@ pub fn run(args: InspectArgs) -> Result<()> {
         if mtp_tensors > 0 { format!("present ({mtp_tensors} tensors)") } else { "absent".into() }
     );
     println!("context      {} positions", cfg.max_position_embeddings);
+    Ok(())
+}
+
+fn inspect_llama(dir: &std::path::Path, json: bool) -> Result<()> {
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
+    let files = shard_files(dir)?;
+    let mut bytes = 0u64;
+    for f in &files {
+        bytes += std::fs::metadata(f)?.len();
+        validate_safetensors(f)?;
+    }
+    let mtp = dir.join("mtp.safetensors").exists();
+    let get = |k: &str| cfg.get(k).cloned().unwrap_or(serde_json::Value::Null);
+    if json {
+        let out = serde_json::json!({"dir": dir, "model_type": "llama", "layers": get("num_hidden_layers"), "hidden_size": get("hidden_size"),
+            "heads": get("num_attention_heads"), "kv_heads": get("num_key_value_heads"), "vocab_size": get("vocab_size"),
+            "quantization": get("quantization"), "bytes_on_disk": bytes, "mtp_weights": mtp, "context_window": get("max_position_embeddings")});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("model        {}", dir.display());
+    println!("family       llama (dense attention + SwiGLU MLP)");
+    println!("layers       {} full attention", get("num_hidden_layers"));
+    println!(
+        "geometry     hidden {}, heads {}/{}, vocab {}",
+        get("hidden_size"),
+        get("num_attention_heads"),
+        get("num_key_value_heads"),
+        get("vocab_size")
+    );
+    println!("quantization {}", get("quantization"));
+    println!("on disk      {} in {} files", human_bytes(bytes as usize), files.len());
+    println!("MTP          {}", if mtp { "present (mtp.safetensors)" } else { "absent" });
+    println!("context      {} positions", get("max_position_embeddings"));
     Ok(())
 }

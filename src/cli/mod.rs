@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod device;
 pub mod generate;
+pub mod import;
 pub mod inspect;
 pub mod model_args;
 pub mod probe;

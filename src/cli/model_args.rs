@@ -10,28 +10,42 @@ use crate::model::tokenizer::TextTokenizer;
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// Model directory (config.json + safetensors) or a hub repo id in the local HF cache.
+    /// Model directory (config.json + safetensors) or a hub repo id in the local HF cache
+    /// (default: the imported SmolLM2-135M-Instruct).
     #[arg(long, short = 'm')]
-    pub model: String,
+    pub model: Option<String>,
     /// Activation dtype (default: float32 on the CPU, bfloat16 on GPUs).
     #[arg(long)]
     pub dtype: Option<String>,
+    /// Weights: auto (dequantize to float32 on the CPU when it fits in a quarter of memory),
+    /// quantized, or dequantize.
+    #[arg(long)]
+    pub weights: Option<String>,
 }
 
 pub struct LoadedModel {
     pub dir: PathBuf,
     pub model: Box<dyn LanguageModel>,
     pub tokenizer: TextTokenizer,
+    pub policy: crate::model::linear::WeightPolicy,
 }
 
 impl ModelArgs {
     pub fn load(&self) -> Result<LoadedModel> {
-        let dir = crate::model::load::resolve(&self.model)?;
+        let dir = match &self.model {
+            Some(m) => crate::model::load::resolve(m)?,
+            None => crate::model::load::default_model()?,
+        };
         let dtype = match &self.dtype {
             Some(d) => crate::model::load::parse_dtype(d)?,
             None => crate::model::load::default_dtype(),
         };
-        let model = crate::model::load::load(&dir, dtype)?;
+        let policy = match self.weights.as_deref().map(crate::model::load::parse_weight_policy).transpose()?.flatten() {
+            Some(p) => p,
+            None => crate::model::load::auto_weight_policy(&dir),
+        };
+        tracing::info!(?policy, "weight policy");
+        let model = crate::model::load::load_with_policy(&dir, dtype, policy)?;
         let tokenizer = TextTokenizer::load(&dir)?;
         let vocab = model.vocab_size() as usize;
         if tokenizer.vocab_size() > vocab {
@@ -41,7 +55,7 @@ impl ModelArgs {
                 tokenizer.vocab_size()
             );
         }
-        Ok(LoadedModel { dir, model, tokenizer })
+        Ok(LoadedModel { dir, model, tokenizer, policy })
     }
 }
 

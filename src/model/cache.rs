@@ -176,6 +176,9 @@ impl RowCache {
 
 /// Stack rows' optional arrays along axis 0, filling rows without state with zeros of `shape`.
 pub fn gather_rows(parts: &[Option<&Array>], shape: &[i32], dtype: Dtype) -> Result<Array> {
+    if let [Some(only)] = parts {
+        return Ok((*only).clone()); // a single row needs no gathering
+    }
     let rows: Vec<Array> = parts
         .iter()
         .map(|p| match p {

@@ -323,7 +323,12 @@ impl HeaderReader<'_> {
     fn string(&mut self, what: &dyn Fn() -> String) -> Result<String> {
         let n = self.u64(what)?;
         if n > MAX_STRING_BYTES {
-            bail!("{}: corrupt GGUF file: {} claims a {n}-byte string at offset {}", self.path.display(), what(), self.pos - 8);
+            bail!(
+                "{}: corrupt GGUF file: {} claims a {n}-byte string at offset {}",
+                self.path.display(),
+                what(),
+                self.pos - 8
+            );
         }
         let at = self.pos;
         let bytes = self.bytes(n, what)?;
@@ -446,7 +451,10 @@ impl GgufFile {
             let what = || format!("tensor \"{name}\"");
             let n_dims = r.u32(&what)?;
             if n_dims == 0 || n_dims > 4 {
-                bail!("{}: corrupt GGUF file: tensor \"{name}\" has {n_dims} dimensions (1 to 4 allowed)", path.display());
+                bail!(
+                    "{}: corrupt GGUF file: tensor \"{name}\" has {n_dims} dimensions (1 to 4 allowed)",
+                    path.display()
+                );
             }
             let mut dims = Vec::with_capacity(n_dims as usize);
             for _ in 0..n_dims {
@@ -580,7 +588,12 @@ impl GgufFile {
         f.seek(SeekFrom::Start(start))?;
         let mut buf = vec![0u8; t.nbytes as usize];
         f.read_exact(&mut buf).with_context(|| {
-            format!("{}: cannot read tensor \"{}\" ({} bytes at {start}): truncated?", self.path.display(), t.name, t.nbytes)
+            format!(
+                "{}: cannot read tensor \"{}\" ({} bytes at {start}): truncated?",
+                self.path.display(),
+                t.name,
+                t.nbytes
+            )
         })?;
         Ok(buf)
     }
@@ -669,7 +682,7 @@ pub fn bf16_to_f32(h: u16) -> f32 {
 pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
     let Some((block, block_bytes)) = ty.block() else { bail!("unsupported ggml type {}", ty.name()) };
     let (block, block_bytes) = (block as usize, block_bytes as usize);
-    if n % block != 0 || bytes.len() != n / block * block_bytes {
+    if !n.is_multiple_of(block) || bytes.len() != n / block * block_bytes {
         bail!("{} data of {} bytes does not hold {n} elements", ty.name(), bytes.len());
     }
     let mut out = Vec::with_capacity(n);

@@ -88,7 +88,7 @@ impl LlamaHparams {
         if kv_heads == 0 || heads % kv_heads != 0 {
             bail!("{path}: {heads} attention heads are not a multiple of {kv_heads} KV heads");
         }
-        if head_dim % 2 != 0 {
+        if !head_dim.is_multiple_of(2) {
             bail!("{path}: head dimension {head_dim} is odd");
         }
         if let Some(rd) = g.get_i64("llama.rope.dimension_count")
@@ -173,10 +173,10 @@ struct OutTensor {
 /// A GGUF matrix converted to MLX's quantized layout, row by row.
 struct Quantized {
     bits: i32,
-    weight: Vec<u8>,  // [rows, cols*bits/32] uint32, little-endian
-    scales: Vec<u8>,  // [rows, cols/32], f16 or f32
+    weight: Vec<u8>, // [rows, cols*bits/32] uint32, little-endian
+    scales: Vec<u8>, // [rows, cols/32], f16 or f32
     biases: Vec<u8>,
-    wide: bool,       // scales/biases are f32
+    wide: bool, // scales/biases are f32
 }
 
 /// Convert Q4_0 / Q4_1 / Q8_0 data of `rows` x `cols` to MLX affine g32.
@@ -231,7 +231,8 @@ fn convert_quantized(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Res
             f16_to_f32(h) == x || (x.is_nan() && f16_to_f32(h).is_nan())
         });
     let (scales_b, biases_b) = if exact16 {
-        let bb: Vec<u16> = if ty == GgmlType::Q4_1 { bias_bits } else { biases.iter().map(|&x| f32_to_f16(x)).collect() };
+        let bb: Vec<u16> =
+            if ty == GgmlType::Q4_1 { bias_bits } else { biases.iter().map(|&x| f32_to_f16(x)).collect() };
         (scales.iter().flat_map(|s| s.to_le_bytes()).collect(), bb.iter().flat_map(|s| s.to_le_bytes()).collect())
     } else {
         (
@@ -330,7 +331,10 @@ pub fn import_gguf(gguf: &Path, out_dir: &Path) -> Result<ImportReport> {
                 if shape.len() == 2 {
                     module_bits.insert(module.clone(), None);
                 }
-                out.insert(format!("{module}.weight"), OutTensor { dtype, shape: shape.clone(), data: unpermute(&data) });
+                out.insert(
+                    format!("{module}.weight"),
+                    OutTensor { dtype, shape: shape.clone(), data: unpermute(&data) },
+                );
             }
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
                 if shape.len() != 2 {
@@ -364,7 +368,7 @@ pub fn import_gguf(gguf: &Path, out_dir: &Path) -> Result<ImportReport> {
             ),
         }
     }
-    for (module, _) in &expected {
+    for module in expected.keys() {
         if !seen.contains_key(module) {
             bail!("{path}: the model needs {module}, which the GGUF does not have");
         }
@@ -431,11 +435,10 @@ pub fn import_gguf(gguf: &Path, out_dir: &Path) -> Result<ImportReport> {
     }
 
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
-    for stale in ["model.safetensors.index.json"] {
-        let p = out_dir.join(stale);
-        if p.exists() {
-            bail!("{} exists: import-gguf writes a single model.safetensors; remove it first", p.display());
-        }
+    // A shard index would make loaders ignore the single model.safetensors written here.
+    let index = out_dir.join("model.safetensors.index.json");
+    if index.exists() {
+        bail!("{} exists: import-gguf writes a single model.safetensors; remove it first", index.display());
     }
     let write = |name: &str, text: String| -> Result<()> {
         let p = out_dir.join(name);

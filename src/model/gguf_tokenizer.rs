@@ -28,11 +28,11 @@ const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'
 
 /// The `tokenizers` pre-tokenizer for a `tokenizer.ggml.pre` value.
 pub fn pre_tokenizer_for(pre: &str) -> Result<Value> {
-    let byte_level_regex = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
-    let byte_level_plain = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false});
-    let split = |re: &str| {
-        json!({"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false})
-    };
+    let byte_level_regex =
+        json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
+    let byte_level_plain =
+        json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false});
+    let split = |re: &str| json!({"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false});
     Ok(match pre {
         "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva" => json!({
             "type": "Sequence",
@@ -221,7 +221,10 @@ impl GgufVocab {
     pub fn eos_ids(&self) -> Vec<u32> {
         let mut out: Vec<u32> = self.eos.into_iter().collect();
         for (i, (t, &ty)) in self.tokens.iter().zip(&self.token_types).enumerate() {
-            if ty == TOKEN_TYPE_CONTROL && matches!(t.as_str(), "<|im_end|>" | "<|eot_id|>") && !out.contains(&(i as u32)) {
+            if ty == TOKEN_TYPE_CONTROL
+                && matches!(t.as_str(), "<|im_end|>" | "<|eot_id|>")
+                && !out.contains(&(i as u32))
+            {
                 out.push(i as u32);
             }
         }

@@ -26,6 +26,44 @@ pub fn route() -> LinearRoute {
     if ROW_BY_ROW.load(std::sync::atomic::Ordering::Relaxed) { LinearRoute::RowByRow } else { LinearRoute::Batched }
 }
 
+/// What loading does with quantized weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightPolicy {
+    /// Keep affine-quantized weights packed (GPUs; CPUs short of memory).
+    #[default]
+    Quantized,
+    /// Dequantize once at load into float32, so every product is a BLAS sgemm: on the CPU MLX's
+    /// quantized matmul neither uses BLAS nor amortises rows (see docs/benchmarks.md).
+    Dequantize,
+}
+
+static DEQUANTIZE_ON_LOAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Set by the loader before a model is built.
+pub fn set_weight_policy(policy: WeightPolicy) {
+    DEQUANTIZE_ON_LOAD.store(policy == WeightPolicy::Dequantize, std::sync::atomic::Ordering::SeqCst);
+}
+
+pub fn weight_policy() -> WeightPolicy {
+    if DEQUANTIZE_ON_LOAD.load(std::sync::atomic::Ordering::SeqCst) {
+        WeightPolicy::Dequantize
+    } else {
+        WeightPolicy::Quantized
+    }
+}
+
+/// Dequantize a packed tensor (any leading dims) to float32 when the policy asks for it.
+pub fn maybe_dequantize(weight: &Array, scales: &Array, biases: &Array, spec: QuantSpec) -> Result<Option<Array>> {
+    if weight_policy() != WeightPolicy::Dequantize {
+        return Ok(None);
+    }
+    let dense =
+        mlx_rs::ops::dequantize(weight, scales, biases, spec.group_size, spec.bits)?.as_dtype(Dtype::Float32)?;
+    dense.eval()?;
+    Ok(Some(dense))
+}
+
 /// A bias-free linear layer `y = x W^T`.
 pub enum Linear {
     /// Weight stored [out, in].
@@ -48,6 +86,9 @@ impl Linear {
             let groups = input / spec.group_size;
             let scales = w.take_shaped(&format!("{prefix}.scales"), &[output, groups])?;
             let biases = w.take_shaped(&format!("{prefix}.biases"), &[output, groups])?;
+            if let Some(dense) = maybe_dequantize(&weight, &scales, &biases, spec)? {
+                return Ok(Linear::Dense { weight: dense });
+            }
             Ok(Linear::Quantized { weight, scales, biases, spec })
         } else {
             let weight = w.take_shaped(&wname, &[output, input])?;

