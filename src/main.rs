@@ -32,6 +32,9 @@ enum Command {
     Inspect(cli::inspect::InspectArgs),
     /// Measure whether a T=2 verify block equals two single steps (MTP exactness) and pick a route.
     Probe(cli::probe::ProbeArgs),
+    /// Print the folder cohort keeps models, transcripts and logs in.
+    #[command(hide = true)]
+    DataDir,
     /// Describe the MLX runtime (version, device, memory) and optionally time matrix products.
     Device(cli::device::DeviceArgs),
 }
@@ -70,6 +73,10 @@ fn run(cli: Cli) -> Result<u8> {
         Some(Command::ImportGguf(args)) => cli::import::run(args).map(|()| exit::OK),
         Some(Command::Inspect(args)) => cli::inspect::run(args).map(|()| exit::OK),
         Some(Command::Probe(args)) => cli::probe::run(args).map(|()| exit::OK),
+        Some(Command::DataDir) => {
+            println!("{}", paths.data_dir.display());
+            Ok(exit::OK)
+        }
         Some(Command::Device(args)) => cli::device::run(args).map(|()| exit::OK),
     }
 }
