@@ -9,7 +9,8 @@ use cohort::model::qwen3_5::Qwen35Model;
 use common::*;
 use mlx_rs::{Array, Dtype};
 
-const FIXTURES: [&str; 4] = ["qwen35_moe_4bit", "qwen35_dense_8bit", "qwen35_dense_bf16", "qwen35_moe_hf"];
+const FIXTURES: [&str; 5] =
+    ["qwen35_moe_4bit", "qwen35_dense_8bit", "qwen35_dense_bf16", "qwen35_moe_hf", "qwen3_next_4bit"];
 const CHUNK: usize = 32;
 
 fn load(name: &str) -> Qwen35Model {

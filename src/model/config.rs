@@ -72,6 +72,9 @@ pub struct Qwen35Config {
     pub shared_expert_intermediate_size: i32,
     pub intermediate_size: i32,
     pub norm_topk_prob: bool,
+    /// qwen3_next: MoE on layers where (i + 1) % step == 0 and not in `mlp_only_layers`.
+    pub decoder_sparse_step: i32,
+    pub mlp_only_layers: Vec<i32>,
     pub max_position_embeddings: i32,
     pub eos_token_ids: Vec<u32>,
     pub quantization: Quantization,
@@ -84,6 +87,18 @@ impl Qwen35Config {
 
     pub fn is_moe(&self) -> bool {
         self.num_experts > 0
+    }
+
+    /// Whether layer `i`'s MLP is the sparse MoE block. mlx-lm's qwen3_5 ignores
+    /// decoder_sparse_step and mlp_only_layers; its qwen3_next honours them.
+    pub fn is_moe_layer(&self, i: i32) -> bool {
+        if !self.is_moe() {
+            return false;
+        }
+        if self.model_type != "qwen3_next" {
+            return true;
+        }
+        !self.mlp_only_layers.contains(&i) && (i + 1) % self.decoder_sparse_step.max(1) == 0
     }
 
     /// Rotated dimensions per attention head.
@@ -107,8 +122,7 @@ impl Qwen35Config {
     pub fn from_json(root: &Value) -> Result<Self> {
         let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or("").to_owned();
         match model_type.as_str() {
-            "qwen3_5" | "qwen3_5_moe" => {}
-            "qwen3_next" => bail!("model_type \"qwen3_next\" (grouped in_proj_qkvz layout) is not supported yet"),
+            "qwen3_5" | "qwen3_5_moe" | "qwen3_next" => {}
             "" => bail!("config.json has no \"model_type\""),
             other => bail!("unknown model_type \"{other}\" (supported: qwen3_5, qwen3_5_moe, llama)"),
         }
@@ -125,7 +139,9 @@ impl Qwen35Config {
         let float_or = |k: &str, d: f32| get(k).and_then(Value::as_f64).map(|v| v as f32).unwrap_or(d);
         let bool_or = |k: &str, d: bool| get(k).and_then(Value::as_bool).unwrap_or(d);
 
-        let rope = text.get("rope_parameters");
+        // qwen3_5: RoPE only from rope_parameters (mlx-lm's quirk); qwen3_next: top-level keys.
+        let next = model_type == "qwen3_next";
+        let rope = if next { Some(text) } else { text.get("rope_parameters") };
         let rope_f =
             |k: &str, d: f32| rope.and_then(|r| r.get(k)).and_then(Value::as_f64).map(|v| v as f32).unwrap_or(d);
         let hidden_size = int("hidden_size")?;
@@ -155,7 +171,12 @@ impl Qwen35Config {
             moe_intermediate_size: int_or("moe_intermediate_size", 0),
             shared_expert_intermediate_size: int_or("shared_expert_intermediate_size", 0),
             intermediate_size: int_or("intermediate_size", 0),
-            norm_topk_prob: bool_or("norm_topk_prob", true),
+            norm_topk_prob: bool_or("norm_topk_prob", !next),
+            decoder_sparse_step: int_or("decoder_sparse_step", 1),
+            mlp_only_layers: get("mlp_only_layers")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_i64).map(|v| v as i32).collect())
+                .unwrap_or_default(),
             max_position_embeddings: int_or("max_position_embeddings", 262_144),
             eos_token_ids: eos_ids(root.get("eos_token_id")),
             quantization: parse_quantization(root.get("quantization"))?,
@@ -196,7 +217,7 @@ impl Qwen35Config {
         if self.is_moe() && (self.num_experts_per_tok <= 0 || self.num_experts_per_tok > self.num_experts) {
             bail!("num_experts_per_tok ({}) must be in 1..={}", self.num_experts_per_tok, self.num_experts);
         }
-        if !self.is_moe() && self.intermediate_size <= 0 {
+        if (0..self.num_hidden_layers).any(|i| !self.is_moe_layer(i)) && self.intermediate_size <= 0 {
             bail!("a dense model needs a positive \"intermediate_size\"");
         }
         Ok(())

@@ -33,9 +33,10 @@ impl Ffn {
         w: &mut Weights,
         prefix: &str,
         cfg: &Qwen35Config,
+        moe: bool,
         quant: &dyn Fn(&str) -> Option<QuantSpec>,
     ) -> Result<Self> {
-        Ok(if cfg.is_moe() {
+        Ok(if moe {
             Ffn::Moe(Box::new(SparseMoe::load(w, prefix, cfg, quant)?))
         } else {
             Ffn::Dense(Mlp::load(w, prefix, cfg.hidden_size, cfg.intermediate_size, quant)?)
@@ -91,6 +92,7 @@ impl Qwen35Model {
         let cfg = Qwen35Config::load(&dir.join("config.json"))?;
         let mut w = Weights::load_dir(dir)?;
         super::sanitize::sanitize(&mut w, cfg.tie_word_embeddings)?;
+        super::sanitize::split_grouped_projections(&mut w, &cfg)?;
         if dtype == Dtype::Float32 {
             w.cast_floats(Dtype::Float32)?;
         }
@@ -118,7 +120,7 @@ impl Qwen35Model {
                 input_norm: RmsNorm::load(w, &format!("{p}.input_layernorm.weight"), h, cfg.rms_norm_eps)?,
                 post_norm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm.weight"), h, cfg.rms_norm_eps)?,
                 mixer,
-                ffn: Ffn::load(w, &format!("{p}.mlp"), &cfg, &quant)?,
+                ffn: Ffn::load(w, &format!("{p}.mlp"), &cfg, cfg.is_moe_layer(i), &quant)?,
             });
         }
         let norm = RmsNorm::load(w, "model.norm.weight", h, cfg.rms_norm_eps)?;
@@ -142,7 +144,7 @@ impl Qwen35Model {
             input_norm: RmsNorm::load(w, "mtp.layers.0.input_layernorm.weight", h, eps)?,
             post_norm: RmsNorm::load(w, "mtp.layers.0.post_attention_layernorm.weight", h, eps)?,
             mixer: Mixer::Full(Attention::load(w, "mtp.layers.0.self_attn", cfg, &q)?),
-            ffn: Ffn::load(w, "mtp.layers.0.mlp", cfg, &q)?,
+            ffn: Ffn::load(w, "mtp.layers.0.mlp", cfg, cfg.is_moe(), &q)?,
         };
         Ok(MtpModule {
             pre_fc_norm_embedding: RmsNorm::load(w, "mtp.pre_fc_norm_embedding.weight", h, eps)?,

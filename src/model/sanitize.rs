@@ -49,6 +49,7 @@ pub fn sanitize(w: &mut Weights, tie_word_embeddings: bool) -> Result<()> {
             w.insert(format!("{base}.switch_mlp.down_proj.weight"), a);
         }
     }
+    stack_per_expert_weights(w)?;
     let keys: Vec<String> = w.keys().cloned().collect();
     for key in keys {
         let is_norm_1d = w.get(&key).is_some_and(|a| a.ndim() == 1);
@@ -77,4 +78,71 @@ fn mean_below_half(a: &Array) -> Result<bool> {
     let m = mlx_rs::ops::mean(a.as_dtype(mlx_rs::Dtype::Float32)?, None)?;
     m.eval()?;
     Ok(m.item_cast::<f32>() < 0.5)
+}
+
+/// HF qwen3_next stores experts one by one (`experts.{e}.{gate,up,down}_proj.weight`); stack them
+/// into `switch_mlp.*` [E, out, in] as mlx-lm's qwen3_next sanitize does.
+fn stack_per_expert_weights(w: &mut Weights) -> Result<()> {
+    let firsts: Vec<String> = w.keys().filter(|k| k.ends_with(".experts.0.up_proj.weight")).cloned().collect();
+    for first in firsts {
+        let base = first.trim_end_matches(".experts.0.up_proj.weight").to_owned();
+        for proj in ["gate_proj", "up_proj", "down_proj"] {
+            let mut parts = Vec::new();
+            while let Some(a) = w.get(&format!("{base}.experts.{}.{proj}.weight", parts.len())).cloned() {
+                w.take(&format!("{base}.experts.{}.{proj}.weight", parts.len()))?;
+                parts.push(a);
+            }
+            w.insert(format!("{base}.switch_mlp.{proj}.weight"), mlx_rs::ops::stack(&parts, 0)?);
+        }
+    }
+    Ok(())
+}
+
+/// qwen3_next packs the GDN input projections per key-head group: `in_proj_qkvz` rows are
+/// [q_g | k_g | v_g | z_g] for each group g, `in_proj_ba` rows [b_g | a_g]. Reorder the rows into
+/// Qwen3.5's separate `in_proj_qkv` ([q | k | v], head-major), `in_proj_z`, `in_proj_b` and
+/// `in_proj_a`, so one GDN implementation serves both. Rows are independent (quantization groups
+/// run along the input), so packed weights, scales and biases are permuted alike.
+pub fn split_grouped_projections(w: &mut Weights, cfg: &super::config::Qwen35Config) -> Result<()> {
+    let (nk, dk, nv, dv) =
+        (cfg.linear_num_key_heads, cfg.linear_key_head_dim, cfg.linear_num_value_heads, cfg.linear_value_head_dim);
+    let r = nv / nk;
+    let group = 2 * dk + 2 * r * dv;
+    let rows = |part_start: i32, part_len: i32, stride: i32| -> Vec<i32> {
+        (0..nk).flat_map(|g| (0..part_len).map(move |i| g * stride + part_start + i)).collect()
+    };
+    let (q, k, v, z) =
+        (rows(0, dk, group), rows(dk, dk, group), rows(2 * dk, r * dv, group), rows(2 * dk + r * dv, r * dv, group));
+    let qkv: Vec<i32> = q.into_iter().chain(k).chain(v).collect();
+    let (b, a) = (rows(0, r, 2 * r), rows(r, r, 2 * r));
+    let prefixes: Vec<String> =
+        w.keys().filter_map(|k| k.strip_suffix(".in_proj_qkvz.weight").map(str::to_owned)).collect();
+    for p in prefixes {
+        permute_rows(
+            w,
+            &format!("{p}.in_proj_qkvz"),
+            &[(&format!("{p}.in_proj_qkv"), &qkv), (&format!("{p}.in_proj_z"), &z)],
+        )?;
+        permute_rows(
+            w,
+            &format!("{p}.in_proj_ba"),
+            &[(&format!("{p}.in_proj_b"), &b), (&format!("{p}.in_proj_a"), &a)],
+        )?;
+    }
+    Ok(())
+}
+
+fn permute_rows(w: &mut Weights, from: &str, to: &[(&str, &Vec<i32>)]) -> Result<()> {
+    for suffix in ["weight", "scales", "biases"] {
+        let key = format!("{from}.{suffix}");
+        if !w.contains(&key) {
+            continue;
+        }
+        let a = w.take(&key)?;
+        for (name, rows) in to {
+            let idx = Array::from_slice(rows, &[rows.len() as i32]);
+            w.insert(format!("{name}.{suffix}"), a.take_axis(&idx, 0)?);
+        }
+    }
+    Ok(())
 }
