@@ -134,12 +134,8 @@ fn bad_requests_fail_alone() {
     bad.max_tokens = 10_000; // beyond the fixture's 4096-position window
     let mut bad_sampler = request(1, 10);
     bad_sampler.sampler.top_p = 0.0;
-    let subs = [
-        engine.submit(bad),
-        engine.submit(bad_sampler),
-        engine.submit(request(2, 10)),
-        engine.submit(request(3, 10)),
-    ];
+    let subs =
+        [engine.submit(bad), engine.submit(bad_sampler), engine.submit(request(2, 10)), engine.submit(request(3, 10))];
     let results: Vec<RequestResult> = subs.iter().map(|s| wait(s).0).collect();
     assert!(results[0].error.as_deref().unwrap().contains("context window"));
     assert!(results[1].error.as_deref().unwrap().contains("top_p"));

@@ -43,16 +43,42 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
     }
     if spec.split('/').count() == 2 && !spec.starts_with('.') && !spec.starts_with('/') {
         let cache = hf_hub::Cache::from_env();
-        let repo = cache.model(spec.to_owned());
-        if let Some(config) = repo.get("config.json") {
+        if let Some(config) = cache.model(spec.to_owned()).get("config.json") {
             return Ok(config.parent().context("cached config.json has no folder")?.to_path_buf());
         }
-        bail!(
-            "model \"{spec}\" is neither a local directory nor in the Hugging Face cache ({}); download it first (e.g. `huggingface-cli download {spec}`)",
-            cache.path().display()
-        );
+        return download(spec).with_context(|| {
+            format!("model \"{spec}\" is neither a local directory nor in the Hugging Face cache ({})", cache.path().display())
+        });
     }
     bail!("model directory {} does not exist", path.display())
+}
+
+/// Fetch a hub repo's model files into the Hugging Face cache, with progress bars on stderr.
+/// Works only where the hub is reachable; offline, the error says so.
+fn download(repo_id: &str) -> Result<PathBuf> {
+    let api = hf_hub::api::sync::ApiBuilder::from_env().with_progress(true).build().context("cannot set up hub downloads")?;
+    let repo = api.model(repo_id.to_owned());
+    let config = repo.get("config.json").with_context(|| format!("downloading {repo_id}/config.json failed (no network?)"))?;
+    let dir = config.parent().context("downloaded config.json has no folder")?.to_path_buf();
+    let mut files = vec!["tokenizer.json".to_owned(), "tokenizer_config.json".to_owned()];
+    match repo.get("model.safetensors.index.json") {
+        Ok(index) => {
+            let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&index)?)?;
+            let mut shards: Vec<String> = json["weight_map"].as_object().map(|m| m.values().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+            shards.sort();
+            shards.dedup();
+            files.extend(shards);
+        }
+        Err(_) => files.push("model.safetensors".to_owned()),
+    }
+    for f in &files {
+        repo.get(f).with_context(|| format!("downloading {repo_id}/{f} failed"))?;
+    }
+    // Optional extras: an MTP sidecar and a separate chat template.
+    for f in ["mtp.safetensors", "mtp_config.json", "chat_template.jinja", "generation_config.json"] {
+        let _ = repo.get(f);
+    }
+    Ok(dir)
 }
 
 /// The model_type a directory declares.
