@@ -114,3 +114,25 @@ fn quantization_that_does_not_fit_the_tensors_is_named() {
     let e = load_err(&dir);
     assert!(e.contains("4-bit") && e.contains("8-bit"), "{e}");
 }
+
+#[test]
+fn wrong_dtype_of_a_packed_weight_is_named() {
+    let (_t, dir) = copy_fixture(MODEL);
+    rewrite(&dir.join("model.safetensors"), |t| {
+        let key = "language_model.model.layers.0.mlp.down_proj.weight";
+        let shape = t[key].shape().to_vec();
+        t.insert(key.into(), mlx_rs::ops::zeros_dtype(&shape, Dtype::Int32).unwrap());
+    });
+    let e = load_err(&dir);
+    assert!(e.contains("model.layers.0.mlp.down_proj.weight") && e.contains("uint32"), "{e}");
+}
+
+#[test]
+fn mtp_weights_that_do_not_fit_are_named() {
+    let (_t, dir) = copy_fixture("qwen35_dense_bf16");
+    rewrite(&dir.join("mtp.safetensors"), |t| {
+        t.insert("mtp.fc.weight".into(), mlx_rs::ops::zeros::<f32>(&[64, 100]).unwrap());
+    });
+    let e = load_err(&dir);
+    assert!(e.contains("mtp.fc.weight") && e.contains("mtp.safetensors") && e.contains("[64, 128]"), "{e}");
+}

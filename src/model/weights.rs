@@ -96,9 +96,31 @@ pub fn validate_safetensors(path: &Path) -> Result<BTreeMap<String, (String, Vec
                 path.display()
             );
         }
+        let Some(width) = dtype_bytes(&dtype) else {
+            bail!("{}: tensor \"{name}\" has unsupported dtype \"{dtype}\"", path.display());
+        };
+        let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+        if elements.and_then(|n| n.checked_mul(width)) != Some(offsets[1] - offsets[0]) {
+            bail!(
+                "{}: tensor \"{name}\" declares {dtype} {shape:?} but holds {} bytes (corrupt header)",
+                path.display(),
+                offsets[1] - offsets[0]
+            );
+        }
         out.insert(name.clone(), (dtype, shape));
     }
     Ok(out)
+}
+
+/// Bytes per element of a safetensors dtype MLX can load.
+fn dtype_bytes(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "BOOL" | "U8" | "I8" => 1,
+        "F16" | "BF16" | "I16" | "U16" => 2,
+        "F32" | "I32" | "U32" => 4,
+        "F64" | "I64" | "U64" => 8,
+        _ => return None,
+    })
 }
 
 /// mlx-lm's canonical key: without the `language_model.` wrapper, with HF's
