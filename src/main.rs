@@ -26,6 +26,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// The serial-vs-cohort benchmark (8 marker prompts, seeds 4200-4207, paired rounds).
     Bench(cli::bench::BenchArgs),
+    /// Time one step (prefill, B1 AR, B8 draft/verify/commit) against its bandwidth floor.
+    BenchStep(cli::bench_step::BenchStepArgs),
     /// Import a GGUF file (Llama family) as an MLX-format checkpoint.
     ImportGguf(cli::import::ImportArgs),
     /// Describe a model directory: family, layers, quantization, size, MTP weights.
@@ -70,6 +72,7 @@ fn run(cli: Cli) -> Result<u8> {
         }
         Some(Command::Generate(args)) => cli::generate::run(args),
         Some(Command::Bench(args)) => cli::bench::run(args).map(|()| exit::OK),
+        Some(Command::BenchStep(args)) => cli::bench_step::run(args).map(|()| exit::OK),
         Some(Command::ImportGguf(args)) => cli::import::run(args).map(|()| exit::OK),
         Some(Command::Inspect(args)) => cli::inspect::run(args).map(|()| exit::OK),
         Some(Command::Probe(args)) => cli::probe::run(args).map(|()| exit::OK),

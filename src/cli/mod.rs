@@ -1,6 +1,7 @@
 //! Headless commands: everything the TUI does, checkable from scripts.
 
 pub mod bench;
+pub mod bench_step;
 pub mod device;
 pub mod generate;
 pub mod import;

@@ -17,5 +17,6 @@ pub mod norm;
 pub mod ops;
 pub mod qwen3_5;
 pub mod sanitize;
+pub mod synth;
 pub mod tokenizer;
 pub mod weights;

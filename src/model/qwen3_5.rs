@@ -104,7 +104,7 @@ impl Qwen35Model {
         Ok(model)
     }
 
-    fn from_weights(cfg: Qwen35Config, w: &mut Weights, dtype: Dtype) -> Result<Self> {
+    pub fn from_weights(cfg: Qwen35Config, w: &mut Weights, dtype: Dtype) -> Result<Self> {
         let quantization = cfg.quantization.clone();
         let quant = move |path: &str| quantization.for_module(path);
         let h = cfg.hidden_size;

@@ -137,6 +137,11 @@ pub fn canonical_key(key: &str) -> Option<String> {
 }
 
 impl Weights {
+    /// Tensors made in memory (synthetic models); `label` stands in for a folder in errors.
+    pub fn from_tensors(tensors: HashMap<String, Array>, label: &str) -> Self {
+        Weights { tensors, origin: HashMap::new(), dir: PathBuf::from(label) }
+    }
+
     /// Load every shard of `dir`, and `mtp.safetensors` beside them when present.
     pub fn load_dir(dir: &Path) -> Result<Self> {
         let mut files = shard_files(dir)?;
