@@ -47,7 +47,10 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
             return Ok(config.parent().context("cached config.json has no folder")?.to_path_buf());
         }
         return download(spec).with_context(|| {
-            format!("model \"{spec}\" is neither a local directory nor in the Hugging Face cache ({})", cache.path().display())
+            format!(
+                "model \"{spec}\" is neither a local directory nor in the Hugging Face cache ({})",
+                cache.path().display()
+            )
         });
     }
     bail!("model directory {} does not exist", path.display())
@@ -56,15 +59,20 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
 /// Fetch a hub repo's model files into the Hugging Face cache, with progress bars on stderr.
 /// Works only where the hub is reachable; offline, the error says so.
 fn download(repo_id: &str) -> Result<PathBuf> {
-    let api = hf_hub::api::sync::ApiBuilder::from_env().with_progress(true).build().context("cannot set up hub downloads")?;
+    let api =
+        hf_hub::api::sync::ApiBuilder::from_env().with_progress(true).build().context("cannot set up hub downloads")?;
     let repo = api.model(repo_id.to_owned());
-    let config = repo.get("config.json").with_context(|| format!("downloading {repo_id}/config.json failed (no network?)"))?;
+    let config =
+        repo.get("config.json").with_context(|| format!("downloading {repo_id}/config.json failed (no network?)"))?;
     let dir = config.parent().context("downloaded config.json has no folder")?.to_path_buf();
     let mut files = vec!["tokenizer.json".to_owned(), "tokenizer_config.json".to_owned()];
     match repo.get("model.safetensors.index.json") {
         Ok(index) => {
             let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&index)?)?;
-            let mut shards: Vec<String> = json["weight_map"].as_object().map(|m| m.values().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+            let mut shards: Vec<String> = json["weight_map"]
+                .as_object()
+                .map(|m| m.values().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                .unwrap_or_default();
             shards.sort();
             shards.dedup();
             files.extend(shards);
