@@ -10,11 +10,15 @@ use cohort::engine::runtime::{self, RuntimeReport};
 
 #[derive(Parser)]
 #[command(name = "cohort", about = "Chat with a local LLM in up to eight panes of one batched MTP cohort")]
-#[command(disable_version_flag = true)]
+#[command(disable_version_flag = true, args_conflicts_with_subcommands = true)]
 struct Cli {
     /// Print cohort's version, the MLX version and the device in use.
     #[arg(short = 'V', long = "version")]
     version: bool,
+
+    /// The TUI's options (the default command).
+    #[command(flatten)]
+    tui: cohort::tui::TuiArgs,
 
     #[command(subcommand)]
     command: Option<Command>,
@@ -64,12 +68,7 @@ fn run(cli: Cli) -> Result<u8> {
         return Ok(exit::OK);
     }
     match cli.command {
-        None => {
-            // The TUI arrives with the cohort engine; until then the default command reports
-            // what it would run on.
-            println!("{}", RuntimeReport::collect());
-            Ok(exit::OK)
-        }
+        None => cohort::tui::run(cli.tui, &paths).map(|()| exit::OK),
         Some(Command::Generate(args)) => cli::generate::run(args),
         Some(Command::Bench(args)) => cli::bench::run(args).map(|()| exit::OK),
         Some(Command::BenchStep(args)) => cli::bench_step::run(args).map(|()| exit::OK),

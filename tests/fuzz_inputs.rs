@@ -37,7 +37,10 @@ fn write_tmp(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
     p
 }
 
-fn bytes_strategy() -> impl Strategy<Value = (Vec<(usize, u8)>, Option<usize>, Option<(usize, Vec<u8>)>)> {
+/// Byte flips, an optional truncation point and an optional insertion.
+type Mutation = (Vec<(usize, u8)>, Option<usize>, Option<(usize, Vec<u8>)>);
+
+fn bytes_strategy() -> impl Strategy<Value = Mutation> {
     (
         prop::collection::vec((any::<usize>(), any::<u8>()), 0..12),
         prop::option::of(any::<usize>()),

@@ -1,1 +1,72 @@
 //! The terminal UI: state in, frame out. It talks to the engine only through the engine handle.
+//!
+//! `app` holds the state and `update(Action) -> Vec<Effect>`; `event` runs the loop (terminal
+//! input, engine results, a render tick) and performs effects; `views` draw from state alone;
+//! `bridge` drains engine events; `transcript` appends every pane's conversation to disk.
+
+pub mod action;
+pub mod app;
+pub mod args;
+pub mod bench;
+pub mod bridge;
+pub mod clipboard;
+pub mod event;
+pub mod fixture;
+pub mod input;
+pub mod keys;
+pub mod layout;
+pub mod markdown;
+pub mod pane;
+pub mod style;
+pub mod terminal;
+pub mod transcript;
+pub mod views;
+pub mod wrap;
+
+use anyhow::{Context as _, Result};
+
+pub use args::TuiArgs;
+
+use crate::config::keymap::Keymap;
+use crate::config::paths::Paths;
+use crate::config::profile::{Settings, list_profiles, load_startup_profile};
+use crate::config::theme::load_theme;
+use app::App;
+use transcript::{TranscriptWriter, latest_session, load_session, reserve_session, transcripts_dir};
+
+/// Start the TUI: resolve the profile, check the model exists, open (or resume) a session, and
+/// run the event loop until the user quits.
+pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
+    let loaded = load_startup_profile(args.profile.as_deref(), paths)?;
+    let settings = Settings::resolve(&loaded, &args.overrides())?;
+    let theme = load_theme(&settings.theme, paths)?.respecting_no_color();
+    let keymap = Keymap::with_overrides(&settings.keys, &settings.origin)?;
+    // Fail before taking the screen over: a missing model is the most likely first-run error.
+    settings.resolve_model()?;
+    let dir = transcripts_dir(&paths.data_dir);
+    let (session, restored) = match args.resume.as_deref() {
+        Some(spec) => {
+            let spec = if spec == args::LATEST {
+                latest_session(&dir).with_context(|| format!("no session to resume in {}", dir.display()))?
+            } else {
+                spec.to_owned()
+            };
+            let (name, _, panes) = load_session(&dir, &spec)?;
+            (name, panes)
+        }
+        None => (reserve_session(&dir)?, Vec::new()),
+    };
+    tracing::info!(%session, profile = %settings.profile, "starting the TUI");
+    let mut app = App::new(settings, theme, keymap, &session);
+    app.profiles = list_profiles(paths);
+    app.restore(restored);
+    let transcripts = TranscriptWriter::new(&dir, &session, &app.settings.profile, app.settings.model.clone());
+    let ctx = event::Context { paths: paths.clone(), overrides: args.overrides(), transcripts };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    let outcome = runtime.block_on(event::run(app, ctx));
+    // A model still loading would hold the runtime's drop; the process is ending anyway.
+    runtime.shutdown_background();
+    outcome?;
+    eprintln!("cohort: session {session} (transcripts in {})", dir.join(&session).display());
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! What changes the app (actions in) and what the app asks the outside world to do (effects
+//! out). `App::update` is the only place state changes; the event loop turns keys, engine events
+//! and ticks into actions and carries effects out to the engine, the disk and the terminal.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crossterm::event::KeyEvent;
+
+use super::transcript::Record;
+use crate::config::keymap::{Command, Keymap};
+use crate::config::profile::{Profile, Settings};
+use crate::config::theme::Theme;
+use crate::engine::owner::EngineInfo;
+use crate::engine::request::Request;
+use crate::engine::row::RowEvent;
+use crate::engine::telemetry::Telemetry;
+
+#[derive(Debug)]
+pub enum Action {
+    /// A bound key's command.
+    Command(Command),
+    /// A key no binding claims: text editing, or input to an open overlay.
+    Key(KeyEvent),
+    /// Bracketed paste into the focused input.
+    Paste(String),
+    Resize,
+    /// The render tick (about 30 a second): animations and notice expiry.
+    Tick,
+    /// An event of the request pane `pane` has in flight; `at` is when the loop received it.
+    Row {
+        pane: u32,
+        event: RowEvent,
+        at: Instant,
+    },
+    Telemetry(Box<Telemetry>),
+    EngineReady(Box<EngineSummary>),
+    EngineFailed(String),
+    ProfileLoaded(Box<ProfileSwitch>),
+    ProfileSaved {
+        name: String,
+        path: PathBuf,
+    },
+    /// A line for the status bar (results of effects: copied, saved, failed).
+    Notice {
+        text: String,
+        error: bool,
+    },
+}
+
+/// What the app asks for; the event loop performs these.
+#[derive(Debug)]
+pub enum Effect {
+    Submit {
+        pane: u32,
+        request: Request,
+    },
+    Cancel {
+        request: String,
+    },
+    /// Append to the pane's transcript.
+    Record {
+        pane: u32,
+        record: Record,
+    },
+    Copy {
+        text: String,
+    },
+    SaveProfile {
+        name: String,
+        profile: Box<Profile>,
+    },
+    /// Load a profile by name or path, then come back with `ProfileLoaded`.
+    LoadProfile {
+        spec: String,
+    },
+    /// Start the engine again with the app's (new) settings.
+    RestartEngine,
+}
+
+/// A newly loaded profile, resolved with the command-line flags, its theme and keymap.
+#[derive(Debug)]
+pub struct ProfileSwitch {
+    pub settings: Settings,
+    pub theme: Theme,
+    pub keymap: Keymap,
+}
+
+/// What the status bar and the inspector show about the loaded engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSummary {
+    pub model: String,
+    pub mode: String,
+    pub numerics: String,
+    pub probe: Option<String>,
+    pub max_context: i32,
+    pub load_s: f64,
+}
+
+impl EngineSummary {
+    pub fn from_info(info: &EngineInfo, load_s: f64) -> EngineSummary {
+        let model = info.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        EngineSummary {
+            model,
+            mode: format!("{:?}", info.mode).to_lowercase(),
+            numerics: crate::tui::app::numerics_name(info.numerics).to_owned(),
+            probe: info.probe.clone(),
+            max_context: info.max_context,
+            load_s,
+        }
+    }
+}

@@ -1,0 +1,655 @@
+//! The app's state and `update`, the one function that changes it. No terminal, no engine, no
+//! files here: `update` takes an action and returns effects for the event loop to perform, so
+//! key sequences and engine events can be tested as plain function calls.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use super::action::{Action, Effect, EngineSummary, ProfileSwitch};
+use super::input::InputLine;
+use super::layout::neighbour;
+use super::pane::{InFlight, Pane, Turn};
+use super::style::Styles;
+use super::transcript::{Record, RestoredPane};
+use crate::config::keymap::{Command, Keymap};
+use crate::config::profile::{MAX_PANES, ProfileEntry, Settings, check_profile_name};
+use crate::config::theme::Theme;
+use crate::engine::request::{FinishReason, Prompt, Request, RequestResult};
+use crate::engine::row::RowEvent;
+use crate::engine::scheduler::Numerics;
+use crate::engine::telemetry::{RowState, Telemetry};
+
+/// Render ticks per second (the event loop's tick is 1000 / TICKS_PER_S ms).
+pub const TICKS_PER_S: u64 = 30;
+/// How long a notice stays in the status bar.
+const NOTICE_TICKS: u64 = 5 * TICKS_PER_S;
+/// How long a first ctrl+c (with other panes generating) waits for the second.
+const QUIT_ARM_TICKS: u64 = 3 * TICKS_PER_S;
+/// Memory samples kept for the inspector's sparkline.
+pub const MEMORY_HISTORY: usize = 240;
+
+/// Which inspector panels are shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InspectorPanel {
+    All,
+    Rows,
+    Cohort,
+    Memory,
+    Queue,
+}
+
+impl InspectorPanel {
+    fn next(self) -> InspectorPanel {
+        match self {
+            InspectorPanel::All => InspectorPanel::Rows,
+            InspectorPanel::Rows => InspectorPanel::Cohort,
+            InspectorPanel::Cohort => InspectorPanel::Memory,
+            InspectorPanel::Memory => InspectorPanel::Queue,
+            InspectorPanel::Queue => InspectorPanel::All,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Overlay {
+    Help { scroll: usize },
+    Profiles { selected: usize },
+    SaveProfile { name: InputLine },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineStatus {
+    Loading { model: String, since_tick: u64 },
+    Ready(Box<EngineSummary>),
+    Failed(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub text: String,
+    pub error: bool,
+    pub until_tick: u64,
+}
+
+pub struct App {
+    pub settings: Settings,
+    pub theme: Theme,
+    pub styles: Styles,
+    pub keymap: Keymap,
+    pub session: String,
+    pub panes: Vec<Pane>,
+    pub focus: usize,
+    pub zoomed: bool,
+    /// None = inspector hidden.
+    pub inspector: Option<InspectorPanel>,
+    pub overlay: Option<Overlay>,
+    pub engine: EngineStatus,
+    pub telemetry: Telemetry,
+    /// MLX active memory over time, oldest first.
+    pub memory_history: VecDeque<u64>,
+    pub profiles: Vec<ProfileEntry>,
+    pub notice: Option<Notice>,
+    quit_armed_at: Option<u64>,
+    pub should_quit: bool,
+    pub tick: u64,
+    /// Bumped when the theme changes, so cached answer lines are rendered again.
+    pub style_epoch: u64,
+    next_pane_id: u32,
+    next_request: u64,
+}
+
+impl App {
+    pub fn new(settings: Settings, theme: Theme, keymap: Keymap, session: &str) -> App {
+        let panes = (1..=settings.panes as u32).map(Pane::new).collect();
+        let model = settings.model.clone().unwrap_or_default();
+        App {
+            styles: Styles::new(&theme),
+            next_pane_id: settings.panes as u32 + 1,
+            settings,
+            theme,
+            keymap,
+            session: session.to_owned(),
+            panes,
+            focus: 0,
+            zoomed: false,
+            inspector: None,
+            overlay: None,
+            engine: EngineStatus::Loading { model, since_tick: 0 },
+            telemetry: Telemetry::default(),
+            memory_history: VecDeque::new(),
+            profiles: Vec::new(),
+            notice: None,
+            quit_armed_at: None,
+            should_quit: false,
+            tick: 0,
+            style_epoch: 0,
+            next_request: 0,
+        }
+    }
+
+    /// Put back the panes of a resumed session (ids kept, so transcripts keep appending to the
+    /// same files); add empty panes up to the profile's count.
+    pub fn restore(&mut self, restored: Vec<RestoredPane>) {
+        if restored.is_empty() {
+            return;
+        }
+        self.panes = restored
+            .into_iter()
+            .take(MAX_PANES)
+            .map(|r| {
+                let mut pane = Pane::new(r.id);
+                pane.state = match r.turns.last() {
+                    Some(t) if t.interrupted => RowState::Cancelled,
+                    Some(t) => finish_state(t.finish.unwrap_or(FinishReason::Stop)),
+                    None => RowState::Idle,
+                };
+                pane.turns = r.turns;
+                pane
+            })
+            .collect();
+        self.next_pane_id = self.panes.iter().map(|p| p.id).max().unwrap_or(0) + 1;
+        while self.panes.len() < self.settings.panes.min(MAX_PANES) {
+            self.add_pane();
+        }
+        self.focus = 0;
+    }
+
+    pub fn focused(&self) -> &Pane {
+        &self.panes[self.focus]
+    }
+
+    fn focused_mut(&mut self) -> &mut Pane {
+        &mut self.panes[self.focus]
+    }
+
+    pub fn busy_panes(&self) -> usize {
+        self.panes.iter().filter(|p| p.is_busy()).count()
+    }
+
+    /// Map a key to an action and apply it (what the event loop does with a key press).
+    pub fn handle_key(&mut self, key: KeyEvent) -> Vec<Effect> {
+        let action = super::keys::resolve(self, key);
+        self.update(action)
+    }
+
+    /// The one place state changes.
+    pub fn update(&mut self, action: Action) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match action {
+            Action::Command(c) => self.command(c, &mut fx),
+            Action::Key(k) => self.key(k, &mut fx),
+            Action::Paste(text) => self.paste(&text),
+            Action::Resize => {}
+            Action::Tick => self.on_tick(),
+            Action::Row { pane, event, at } => self.row_event(pane, event, at, &mut fx),
+            Action::Telemetry(t) => self.on_telemetry(*t),
+            Action::EngineReady(summary) => {
+                self.notify(format!("{} loaded in {:.1} s", summary.model, summary.load_s), false);
+                self.engine = EngineStatus::Ready(summary);
+            }
+            Action::EngineFailed(message) => {
+                self.notify(format!("the model did not load: {message}"), true);
+                self.engine = EngineStatus::Failed(message);
+            }
+            Action::ProfileLoaded(switch) => self.switch_profile(*switch, &mut fx),
+            Action::ProfileSaved { name, path } => {
+                self.notify(format!("profile {name} saved to {}", path.display()), false);
+                self.settings.profile = name.clone();
+                self.settings.origin = path.display().to_string();
+                self.profiles.retain(|p| p.name != name);
+                self.profiles.push(ProfileEntry { name, path: Some(path), description: None });
+            }
+            Action::Notice { text, error } => self.notify(text, error),
+        }
+        fx
+    }
+
+    pub fn notify(&mut self, text: String, error: bool) {
+        self.notice = Some(Notice { text, error, until_tick: self.tick + NOTICE_TICKS });
+    }
+
+    fn on_tick(&mut self) {
+        self.tick += 1;
+        if self.notice.as_ref().is_some_and(|n| self.tick >= n.until_tick) {
+            self.notice = None;
+        }
+        if self.quit_armed_at.is_some_and(|t| self.tick > t + QUIT_ARM_TICKS) {
+            self.quit_armed_at = None;
+        }
+    }
+
+    fn command(&mut self, command: Command, fx: &mut Vec<Effect>) {
+        let n = self.panes.len();
+        match command {
+            Command::Send => self.send_focused(fx),
+            Command::SendAll => self.send_all(fx),
+            Command::Newline => self.focused_mut().input.insert("\n"),
+            Command::Cancel => {
+                if self.focused().is_busy() {
+                    self.cancel_focused(fx);
+                } else if self.zoomed {
+                    self.zoomed = false;
+                }
+            }
+            Command::Interrupt => self.interrupt(fx),
+            Command::Quit => self.quit(fx),
+            Command::FocusNext => self.focus = (self.focus + 1) % n,
+            Command::FocusPrev => self.focus = (self.focus + n - 1) % n,
+            Command::FocusLeft => self.move_focus(-1, 0),
+            Command::FocusRight => self.move_focus(1, 0),
+            Command::FocusUp => self.move_focus(0, -1),
+            Command::FocusDown => self.move_focus(0, 1),
+            Command::FocusPane(i) if (i as usize) < n => self.focus = i as usize,
+            Command::FocusPane(_) => {}
+            Command::Zoom => self.zoomed = !self.zoomed,
+            Command::Inspector => {
+                self.inspector = match self.inspector {
+                    Some(_) => None,
+                    None => Some(InspectorPanel::All),
+                }
+            }
+            Command::InspectorPanel => {
+                self.inspector = Some(self.inspector.map(InspectorPanel::next).unwrap_or(InspectorPanel::All))
+            }
+            Command::Help => self.overlay = Some(Overlay::Help { scroll: 0 }),
+            Command::Copy => match self.focused().last_answer() {
+                Some(text) => fx.push(Effect::Copy { text: text.to_owned() }),
+                None => self.notify("nothing to copy: this pane has no answer yet".into(), true),
+            },
+            Command::NewPane => {
+                if n < MAX_PANES {
+                    self.add_pane();
+                    self.focus = self.panes.len() - 1;
+                } else {
+                    self.notify(format!("{MAX_PANES} panes at most (one cohort's rows)"), true);
+                }
+            }
+            Command::ClosePane => self.close_focused(),
+            Command::ClearPane => self.clear_focused(fx),
+            Command::ScrollUp => {
+                let pane = self.focused_mut();
+                pane.scroll = (pane.scroll + pane.page.get().max(1)).min(pane.max_scroll.get());
+            }
+            Command::ScrollDown => {
+                let pane = self.focused_mut();
+                pane.scroll = pane.scroll.saturating_sub(pane.page.get().max(1));
+            }
+            Command::HistoryPrev => self.recall(-1),
+            Command::HistoryNext => self.recall(1),
+            Command::Profiles => {
+                let current = self.profiles.iter().position(|p| p.name == self.settings.profile).unwrap_or(0);
+                self.overlay = Some(Overlay::Profiles { selected: current });
+            }
+            Command::SaveProfile => {
+                self.overlay = Some(Overlay::SaveProfile { name: InputLine::new(&self.settings.profile) })
+            }
+        }
+    }
+
+    fn add_pane(&mut self) {
+        self.panes.push(Pane::new(self.next_pane_id));
+        self.next_pane_id += 1;
+    }
+
+    fn move_focus(&mut self, dx: i32, dy: i32) {
+        if let Some(to) = neighbour(self.focus, self.panes.len(), dx, dy) {
+            self.focus = to;
+        }
+    }
+
+    fn send_focused(&mut self, fx: &mut Vec<Effect>) {
+        let pane = self.focused();
+        if pane.input.is_blank() {
+            return;
+        }
+        if pane.is_busy() {
+            let number = self.focus + 1;
+            let text = if pane.state == RowState::Done {
+                format!("pane {number} is done; its answer arrives when the rest of its cohort finishes")
+            } else {
+                format!("pane {number} is still generating ({} cancels it)", self.keymap.describe_keys(Command::Cancel))
+            };
+            return self.notify(text, true);
+        }
+        let text = self.focused_mut().input.take();
+        self.submit(self.focus, text, fx);
+    }
+
+    /// Every idle pane with input sends it; if only the focused pane has input, it goes to every
+    /// idle pane (type once, compare eight answers).
+    fn send_all(&mut self, fx: &mut Vec<Effect>) {
+        let ready: Vec<usize> =
+            (0..self.panes.len()).filter(|&i| !self.panes[i].is_busy() && !self.panes[i].input.is_blank()).collect();
+        let broadcast = ready == [self.focus];
+        let targets: Vec<usize> =
+            if broadcast { (0..self.panes.len()).filter(|&i| !self.panes[i].is_busy()).collect() } else { ready };
+        if targets.is_empty() {
+            self.notify("nothing to send: type into a pane first".into(), true);
+            return;
+        }
+        let shared = broadcast.then(|| self.focused_mut().input.take());
+        for &i in &targets {
+            let text = match &shared {
+                Some(t) => {
+                    self.panes[i].input.take();
+                    t.clone()
+                }
+                None => self.panes[i].input.take(),
+            };
+            self.submit(i, text, fx);
+        }
+        self.notify(format!("sent {} pane(s) together", targets.len()), false);
+    }
+
+    fn submit(&mut self, index: usize, text: String, fx: &mut Vec<Effect>) {
+        self.next_request += 1;
+        let settings = &self.settings;
+        let pane = &mut self.panes[index];
+        let id = format!("{}-p{}-{}", self.session, pane.id, self.next_request);
+        // Each pane and turn gets its own seed, so re-running a session reproduces it.
+        let seed = settings.seed.wrapping_add(u64::from(pane.id) * 1_000_003 + pane.turns.len() as u64);
+        let request = Request {
+            id: id.clone(),
+            prompt: Prompt::Chat(pane.messages_with(settings.system.as_deref(), &text)),
+            max_tokens: settings.max_tokens,
+            sampler: settings.sampler,
+            seed,
+            stop: Vec::new(),
+            ignore_eos: settings.ignore_eos,
+        };
+        pane.turns.push(Turn { request_id: id.clone(), user: text.clone(), ..Turn::default() });
+        pane.in_flight = Some(InFlight {
+            id: id.clone(),
+            sent: Instant::now(),
+            first_token: None,
+            last_token: None,
+            tokens: 0,
+            prefill: (0, 0),
+            cancel_requested: false,
+        });
+        pane.state = RowState::Queued;
+        pane.row = None;
+        pane.scroll = 0;
+        pane.history_pos = None;
+        fx.push(Effect::Record { pane: pane.id, record: Record::User { request: id, text } });
+        fx.push(Effect::Submit { pane: pane.id, request });
+    }
+
+    fn cancel_focused(&mut self, fx: &mut Vec<Effect>) {
+        let number = self.focus + 1;
+        let Some(flight) = self.focused_mut().in_flight.as_mut() else { return };
+        if !flight.cancel_requested {
+            flight.cancel_requested = true;
+            fx.push(Effect::Cancel { request: flight.id.clone() });
+            self.notify(format!("cancelling pane {number}; the other panes continue"), false);
+        }
+    }
+
+    /// ctrl+c: cancel the focused generation; with nothing to cancel there, quit (a second press
+    /// is needed while other panes are still generating).
+    fn interrupt(&mut self, fx: &mut Vec<Effect>) {
+        if self.focused().is_busy() {
+            return self.cancel_focused(fx);
+        }
+        let busy = self.busy_panes();
+        if busy == 0 || self.quit_armed_at.is_some() {
+            return self.quit(fx);
+        }
+        self.quit_armed_at = Some(self.tick);
+        let keys = self.keymap.describe_keys(Command::Interrupt);
+        self.notify(format!("{busy} pane(s) still generating: {keys} again quits"), true);
+    }
+
+    /// Quit; generations still running are cancelled (their partial answers are kept).
+    fn quit(&mut self, fx: &mut Vec<Effect>) {
+        for pane in &mut self.panes {
+            if let Some(flight) = pane.in_flight.as_mut().filter(|f| !f.cancel_requested) {
+                flight.cancel_requested = true;
+                fx.push(Effect::Cancel { request: flight.id.clone() });
+            }
+        }
+        self.should_quit = true;
+    }
+
+    fn close_focused(&mut self) {
+        if self.panes.len() == 1 {
+            self.notify("the last pane stays".into(), true);
+        } else if self.focused().is_busy() {
+            self.notify("this pane is generating: cancel it first".into(), true);
+        } else {
+            self.panes.remove(self.focus);
+            self.focus = self.focus.min(self.panes.len() - 1);
+            self.zoomed = false;
+        }
+    }
+
+    fn clear_focused(&mut self, fx: &mut Vec<Effect>) {
+        if self.focused().is_busy() {
+            return self.notify("this pane is generating: cancel it first".into(), true);
+        }
+        let pane = self.focused_mut();
+        pane.turns.clear();
+        pane.state = RowState::Idle;
+        pane.row = None;
+        pane.scroll = 0;
+        fx.push(Effect::Record { pane: pane.id, record: Record::Clear });
+    }
+
+    /// Up / down through this pane's earlier prompts (only when not in the middle of typing).
+    fn recall(&mut self, step: i32) {
+        let pane = &mut self.panes[self.focus];
+        if pane.history_pos.is_none() && !pane.input.text().is_empty() {
+            return;
+        }
+        let prompts: Vec<String> = pane.prompts().into_iter().map(str::to_owned).collect();
+        let len = prompts.len() as i32;
+        let pos = pane.history_pos.map(|p| p as i32).unwrap_or(len) + step;
+        if pos < 0 || len == 0 {
+            return;
+        }
+        if pos >= len {
+            pane.history_pos = None;
+            pane.input.set("");
+        } else {
+            pane.history_pos = Some(pos as usize);
+            pane.input.set(&prompts[pos as usize]);
+        }
+    }
+
+    /// A key no binding claims: it edits an overlay's input or the focused pane's input.
+    fn key(&mut self, key: KeyEvent, fx: &mut Vec<Effect>) {
+        if let Some(overlay) = self.overlay.take() {
+            self.overlay = self.overlay_key(overlay, key, fx);
+            return;
+        }
+        let pane = self.focused_mut();
+        if pane.input.handle_key(&key) {
+            pane.history_pos = None;
+        }
+    }
+
+    /// Keys inside an overlay; returns the overlay to keep open (None closes it).
+    fn overlay_key(&mut self, overlay: Overlay, key: KeyEvent, fx: &mut Vec<Effect>) -> Option<Overlay> {
+        let plain = !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+        match overlay {
+            Overlay::Help { scroll } => match key.code {
+                KeyCode::Up | KeyCode::Char('k') => Some(Overlay::Help { scroll: scroll.saturating_sub(1) }),
+                KeyCode::Down | KeyCode::Char('j') => Some(Overlay::Help { scroll: scroll + 1 }),
+                KeyCode::PageUp => Some(Overlay::Help { scroll: scroll.saturating_sub(10) }),
+                KeyCode::PageDown | KeyCode::Char(' ') => Some(Overlay::Help { scroll: scroll + 10 }),
+                _ => None,
+            },
+            Overlay::Profiles { selected } => {
+                let count = self.profiles.len();
+                match key.code {
+                    KeyCode::Up => Some(Overlay::Profiles { selected: selected.saturating_sub(1) }),
+                    KeyCode::Down => Some(Overlay::Profiles { selected: (selected + 1).min(count.saturating_sub(1)) }),
+                    KeyCode::Enter => {
+                        if let Some(entry) = self.profiles.get(selected) {
+                            let spec = entry
+                                .path
+                                .as_ref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_else(|| entry.name.clone());
+                            fx.push(Effect::LoadProfile { spec });
+                        }
+                        None
+                    }
+                    KeyCode::Char('s') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                        Some(Overlay::SaveProfile { name: InputLine::new(&self.settings.profile) })
+                    }
+                    KeyCode::Esc | KeyCode::Char('q') => None,
+                    _ => Some(Overlay::Profiles { selected }),
+                }
+            }
+            Overlay::SaveProfile { mut name } => match key.code {
+                KeyCode::Esc => None,
+                KeyCode::Enter => match check_profile_name(name.text()) {
+                    Ok(()) => {
+                        fx.push(Effect::SaveProfile {
+                            name: name.text().to_owned(),
+                            profile: Box::new(self.settings.to_profile()),
+                        });
+                        None
+                    }
+                    Err(e) => {
+                        self.notify(format!("{e:#}"), true);
+                        Some(Overlay::SaveProfile { name })
+                    }
+                },
+                KeyCode::Char(c) if plain && !(c.is_ascii_alphanumeric() || c == '-' || c == '_') => {
+                    Some(Overlay::SaveProfile { name })
+                }
+                _ => {
+                    name.handle_key(&key);
+                    Some(Overlay::SaveProfile { name })
+                }
+            },
+        }
+    }
+
+    fn paste(&mut self, text: &str) {
+        let text = text.replace("\r\n", "\n").replace('\r', "\n");
+        match &mut self.overlay {
+            Some(Overlay::SaveProfile { name }) => name.insert(
+                &text.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect::<String>(),
+            ),
+            Some(_) => {}
+            None => self.focused_mut().input.insert(&text),
+        }
+    }
+
+    fn row_event(&mut self, pane_id: u32, event: RowEvent, at: Instant, fx: &mut Vec<Effect>) {
+        let Some(pane) = self.panes.iter_mut().find(|p| p.id == pane_id) else { return };
+        let Some(flight) = pane.in_flight.as_mut() else { return };
+        match event {
+            RowEvent::Prefill { id, done, total } if id == flight.id => {
+                flight.prefill = (done, total);
+                if pane.state == RowState::Queued {
+                    pane.state = RowState::Prefill;
+                }
+            }
+            RowEvent::Delta { id, text, ids } if id == flight.id => {
+                flight.tokens += ids.len().max(1);
+                flight.first_token.get_or_insert(at);
+                flight.last_token = Some(at);
+                pane.state = RowState::Decoding;
+                if let Some(turn) = pane.turn_for(&id) {
+                    turn.answer.push_str(&text);
+                }
+                fx.push(Effect::Record { pane: pane_id, record: Record::Delta { request: id, text } });
+            }
+            RowEvent::Done(result) if result.id == flight.id => {
+                let RequestResult { id, text, finish_reason, error, stats, .. } = *result;
+                let tokens_per_s = flight.tokens_per_s();
+                pane.in_flight = None;
+                pane.state = finish_state(finish_reason);
+                let Some(turn) = pane.turn_for(&id) else { return };
+                // The result's text is the whole answer (the stream decoder's tail included); an
+                // error result carries none, and then the streamed part stays.
+                if !text.is_empty() {
+                    turn.answer = text;
+                }
+                turn.finish = Some(finish_reason);
+                turn.error = error.clone();
+                turn.stats = Some(stats.clone());
+                turn.tokens_per_s = tokens_per_s;
+                // The final text may differ from what streamed (the decoder's tail): render anew.
+                *turn.rendered.get_mut() = None;
+                let record =
+                    Record::Done { request: id, finish: finish_reason, text: turn.answer.clone(), error, stats };
+                fx.push(Effect::Record { pane: pane_id, record });
+            }
+            _ => {}
+        }
+    }
+
+    fn on_telemetry(&mut self, telemetry: Telemetry) {
+        for pane in &mut self.panes {
+            let Some(flight) = &pane.in_flight else { continue };
+            let Some(index) = telemetry.rows.iter().position(|r| r.id == flight.id) else { continue };
+            pane.row = Some(index);
+            // A row that finished early reports its result only when its cohort ends; show that
+            // it is done meanwhile.
+            let row_state = telemetry.rows[index].state;
+            let behind = pane.state == RowState::Queued && matches!(row_state, RowState::Prefill | RowState::Decoding);
+            if behind || matches!(row_state, RowState::Done | RowState::Cancelled | RowState::Error) {
+                pane.state = row_state;
+            }
+        }
+        self.memory_history.push_back(telemetry.memory.active as u64);
+        while self.memory_history.len() > MEMORY_HISTORY {
+            self.memory_history.pop_front();
+        }
+        self.telemetry = telemetry;
+    }
+
+    fn switch_profile(&mut self, switch: ProfileSwitch, fx: &mut Vec<Effect>) {
+        let restart = self.settings.engine_differs(&switch.settings);
+        if restart && self.busy_panes() > 0 {
+            return self.notify(
+                "that profile needs the engine restarted: wait for (or cancel) the running generations first".into(),
+                true,
+            );
+        }
+        self.settings = switch.settings;
+        self.styles = Styles::new(&switch.theme);
+        self.theme = switch.theme;
+        self.keymap = switch.keymap;
+        self.style_epoch += 1;
+        while self.panes.len() < self.settings.panes {
+            self.add_pane();
+        }
+        // Panes beyond the new count go only if they hold nothing.
+        while self.panes.len() > self.settings.panes
+            && self.panes.last().is_some_and(|p| !p.is_busy() && p.turns.is_empty() && p.input.text().is_empty())
+        {
+            self.panes.pop();
+        }
+        self.focus = self.focus.min(self.panes.len() - 1);
+        if restart {
+            self.engine =
+                EngineStatus::Loading { model: self.settings.model.clone().unwrap_or_default(), since_tick: self.tick };
+            fx.push(Effect::RestartEngine);
+        }
+        self.notify(format!("profile {} ({})", self.settings.profile, self.settings.origin), false);
+    }
+}
+
+pub fn finish_state(reason: FinishReason) -> RowState {
+    match reason {
+        FinishReason::Stop | FinishReason::Length => RowState::Done,
+        FinishReason::Cancelled => RowState::Cancelled,
+        FinishReason::Error => RowState::Error,
+    }
+}
+
+pub fn numerics_name(n: Numerics) -> &'static str {
+    match n {
+        Numerics::Throughput => "throughput",
+        Numerics::Balanced => "balanced",
+        Numerics::B1Exact => "b1-exact",
+    }
+}

@@ -1,0 +1,277 @@
+//! The event loop: one tokio task selecting over terminal input (read on a small thread, since
+//! crossterm's reads block), engine start-up results, and a render tick that drains every
+//! request's events with `try_recv` and copies the engine's telemetry. Actions go through
+//! `App::update`; the effects it returns are carried out here. The engine runs on its own thread
+//! and nothing here ever waits on it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use crossterm::event::{Event, KeyEventKind};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use super::action::{Action, Effect, EngineSummary, ProfileSwitch};
+use super::app::{App, TICKS_PER_S};
+use super::bridge::Bridge;
+use super::terminal::{self, Tui};
+use super::transcript::TranscriptWriter;
+use super::{clipboard, keys, views};
+use crate::cli::model_args::ModelArgs;
+use crate::config::keymap::Keymap;
+use crate::config::paths::Paths;
+use crate::config::profile::{Overrides, Settings, load_profile, save_profile};
+use crate::config::theme::load_theme;
+use crate::engine::handle::EngineHandle;
+use crate::engine::owner::EngineSetup;
+use crate::engine::request::{Prompt, Request};
+
+/// Telemetry is copied every this many ticks (it clones every row's figures).
+const TELEMETRY_EVERY: u64 = 4;
+/// Without new events the screen is still redrawn this often (spinner, loading clock).
+const IDLE_REDRAW_EVERY: u64 = 6;
+/// How long quitting waits for cancelled rows to report, so their transcripts get a final line.
+const QUIT_GRACE: Duration = Duration::from_secs(2);
+
+/// What the loop needs besides the app.
+pub struct Context {
+    pub paths: Paths,
+    pub overrides: Overrides,
+    pub transcripts: TranscriptWriter,
+}
+
+enum EngineMsg {
+    Ready(Box<EngineHandle>, f64),
+    Failed(String),
+}
+
+/// Run the UI until the user quits. The terminal is restored on every way out.
+pub async fn run(mut app: App, mut ctx: Context) -> Result<()> {
+    let mut tui = terminal::enter()?;
+    let stop_input = Arc::new(AtomicBool::new(false));
+    let mut bridge = Bridge::default();
+    let outcome = drive(&mut app, &mut ctx, &mut tui, &mut bridge, stop_input.clone()).await;
+    stop_input.store(true, Ordering::SeqCst);
+    terminal::leave();
+    finish(&mut app, &mut ctx, &mut bridge).await;
+    outcome
+}
+
+async fn drive(
+    app: &mut App,
+    ctx: &mut Context,
+    tui: &mut Tui,
+    bridge: &mut Bridge,
+    stop: Arc<AtomicBool>,
+) -> Result<()> {
+    let mut input = spawn_input_thread(stop)?;
+    let (engine_tx, mut engine_rx) = unbounded_channel();
+    start_engine(&app.settings, None, engine_tx.clone());
+    let mut ticker = tokio::time::interval(Duration::from_millis(1000 / TICKS_PER_S));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut dirty = true;
+    loop {
+        if dirty {
+            tui.draw(|frame| views::draw(frame, app))?;
+            dirty = false;
+        }
+        let actions = tokio::select! {
+            event = input.recv() => match event {
+                Some(event) => input_actions(app, event),
+                None => vec![Action::Command(crate::config::keymap::Command::Quit)],
+            },
+            Some(msg) = engine_rx.recv() => engine_actions(msg, bridge),
+            _ = ticker.tick() => {
+                let mut actions = bridge.drain();
+                if app.tick.is_multiple_of(TELEMETRY_EVERY) && let Some(t) = bridge.telemetry() {
+                    actions.push(Action::Telemetry(Box::new(t)));
+                }
+                if actions.is_empty() && app.tick.is_multiple_of(IDLE_REDRAW_EVERY) {
+                    dirty = true;
+                }
+                actions.push(Action::Tick);
+                actions
+            }
+        };
+        let mut queue = std::collections::VecDeque::from(actions);
+        while let Some(action) = queue.pop_front() {
+            dirty |= !matches!(action, Action::Tick);
+            for effect in app.update(action) {
+                queue.extend(perform(effect, app, ctx, tui, bridge, &engine_tx));
+            }
+        }
+        if app.should_quit {
+            return Ok(());
+        }
+    }
+}
+
+fn input_actions(app: &App, event: Event) -> Vec<Action> {
+    match event {
+        Event::Key(key) if key.kind != KeyEventKind::Release => vec![keys::resolve(app, key)],
+        Event::Paste(text) => vec![Action::Paste(text)],
+        Event::Resize(..) => vec![Action::Resize],
+        _ => Vec::new(),
+    }
+}
+
+fn engine_actions(msg: EngineMsg, bridge: &mut Bridge) -> Vec<Action> {
+    match msg {
+        EngineMsg::Ready(engine, load_s) => {
+            if let Some(p) = &engine.info.probe {
+                tracing::info!("{p}");
+            }
+            let summary = EngineSummary::from_info(&engine.info, load_s);
+            bridge.attach(*engine);
+            vec![Action::EngineReady(Box::new(summary))]
+        }
+        EngineMsg::Failed(message) => {
+            tracing::error!("the engine did not start: {message}");
+            bridge.fail(&message);
+            vec![Action::EngineFailed(message)]
+        }
+    }
+}
+
+/// Carry out one effect; returns follow-up actions (results to show).
+fn perform(
+    effect: Effect,
+    app: &App,
+    ctx: &mut Context,
+    tui: &mut Tui,
+    bridge: &mut Bridge,
+    engine_tx: &UnboundedSender<EngineMsg>,
+) -> Vec<Action> {
+    let notice = |text: String, error: bool| vec![Action::Notice { text, error }];
+    match effect {
+        Effect::Submit { pane, request } => {
+            panic_if_asked(&request);
+            bridge.submit(pane, request)
+        }
+        Effect::Cancel { request } => bridge.cancel(&request),
+        Effect::Record { pane, record } => {
+            if let Err(e) = ctx.transcripts.append(pane, &record) {
+                tracing::error!("transcript: {e:#}");
+                return notice(format!("transcript not written: {e:#}"), true);
+            }
+        }
+        Effect::Copy { text } => {
+            return match clipboard::copy(&text, &ctx.paths.data_dir, tui.backend_mut()) {
+                Ok(c) => {
+                    let how = if c.sent_osc52 { "to the clipboard (OSC 52) and " } else { "" };
+                    notice(format!("copied {} chars {how}to {}", c.chars, c.file.display()), false)
+                }
+                Err(e) => notice(format!("copy failed: {e:#}"), true),
+            };
+        }
+        Effect::SaveProfile { name, profile } => {
+            return match save_profile(&ctx.paths, &name, &profile) {
+                Ok(path) => vec![Action::ProfileSaved { name, path }],
+                Err(e) => notice(format!("profile not saved: {e:#}"), true),
+            };
+        }
+        Effect::LoadProfile { spec } => {
+            return match load_switch(&spec, &app.settings, ctx) {
+                Ok(switch) => vec![Action::ProfileLoaded(Box::new(switch))],
+                Err(e) => notice(format!("{e:#}"), true),
+            };
+        }
+        Effect::RestartEngine => start_engine(&app.settings, bridge.detach(), engine_tx.clone()),
+    }
+    Vec::new()
+}
+
+/// Test hook (tests/tui_e2e.rs): a prompt equal to `COHORT_TUI_PANIC_ON` panics the UI
+/// thread, to show that the panic hook gives the terminal back and transcripts survive.
+fn panic_if_asked(request: &Request) {
+    let Some(word) = std::env::var_os("COHORT_TUI_PANIC_ON") else { return };
+    if let Prompt::Chat(messages) = &request.prompt
+        && messages.last().is_some_and(|m| word == m.content.as_str())
+    {
+        panic!("COHORT_TUI_PANIC_ON: a panic on purpose, for the test");
+    }
+}
+
+/// Load a profile for an in-app switch. A profile without a model keeps the current one.
+fn load_switch(spec: &str, current: &Settings, ctx: &Context) -> Result<ProfileSwitch> {
+    let loaded = load_profile(spec, &ctx.paths)?;
+    let mut settings = Settings::resolve(&loaded, &ctx.overrides)?;
+    if settings.model.is_none() {
+        settings.model = current.model.clone();
+        settings.dtype = settings.dtype.or_else(|| current.dtype.clone());
+        settings.weights = settings.weights.or_else(|| current.weights.clone());
+    }
+    let theme = load_theme(&settings.theme, &ctx.paths)?.respecting_no_color();
+    let keymap = Keymap::with_overrides(&settings.keys, &settings.origin)?;
+    Ok(ProfileSwitch { settings, theme, keymap })
+}
+
+/// Load the model on a blocking thread (the engine then runs on its own owner thread); the
+/// result comes back on `tx`. An old engine is dropped there too, since dropping joins its thread.
+fn start_engine(settings: &Settings, old: Option<EngineHandle>, tx: UnboundedSender<EngineMsg>) {
+    let args =
+        ModelArgs { model: settings.model.clone(), dtype: settings.dtype.clone(), weights: settings.weights.clone() };
+    let setup = EngineSetup {
+        scheduler: settings.preset.config(),
+        numerics: settings.numerics,
+        mode: settings.mode,
+        serial: false,
+    };
+    tokio::task::spawn_blocking(move || {
+        drop(old);
+        let started = Instant::now();
+        tracing::info!(model = ?args.model, "loading the model");
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| args.start_engine(setup)));
+        let msg = match outcome {
+            Ok(Ok(engine)) => EngineMsg::Ready(Box::new(engine), started.elapsed().as_secs_f64()),
+            Ok(Err(e)) => EngineMsg::Failed(format!("{e:#}")),
+            Err(_) => EngineMsg::Failed("the model loader panicked (see the log)".into()),
+        };
+        let _ = tx.send(msg);
+    });
+}
+
+/// Terminal events, read on their own thread (crossterm's `read` blocks) and polled with a
+/// timeout so the thread notices when the app is done.
+fn spawn_input_thread(stop: Arc<AtomicBool>) -> Result<UnboundedReceiver<Event>> {
+    let (tx, rx) = unbounded_channel();
+    std::thread::Builder::new().name("cohort-input".into()).spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            match crossterm::event::poll(Duration::from_millis(100)) {
+                Ok(false) => {}
+                Ok(true) => match crossterm::event::read() {
+                    Ok(event) => {
+                        if tx.send(event).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => return tracing::error!("terminal input: {e}"),
+                },
+                Err(e) => return tracing::error!("terminal input: {e}"),
+            }
+        }
+    })?;
+    Ok(rx)
+}
+
+/// After the screen is given back: wait briefly for cancelled rows' final events so every
+/// transcript ends with its answer's last line, then let the engine go.
+async fn finish(app: &mut App, ctx: &mut Context, bridge: &mut Bridge) {
+    let deadline = Instant::now() + QUIT_GRACE;
+    loop {
+        for action in bridge.drain() {
+            for effect in app.update(action) {
+                if let Effect::Record { pane, record } = effect
+                    && let Err(e) = ctx.transcripts.append(pane, &record)
+                {
+                    tracing::error!("transcript: {e:#}");
+                }
+            }
+        }
+        if bridge.pending() == 0 || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,156 @@
+//! One pane: a multi-turn conversation, its input box, and the request it has in flight. A pane
+//! is one row of the cohort while it generates.
+
+use std::cell::{Cell, RefCell};
+use std::time::Instant;
+
+use ratatui::text::Line;
+
+use super::input::InputLine;
+use crate::engine::request::{FinishReason, Stats};
+use crate::engine::telemetry::RowState;
+use crate::model::tokenizer::ChatMessage;
+
+/// One exchange: what the user sent and what came back (so far).
+#[derive(Debug, Clone, Default)]
+pub struct Turn {
+    pub request_id: String,
+    pub user: String,
+    pub answer: String,
+    /// None while generating (or when a session ended before the answer did).
+    pub finish: Option<FinishReason>,
+    pub error: Option<String>,
+    pub stats: Option<Stats>,
+    /// Decode speed as the pane saw it (tokens over the time between the first and last).
+    pub tokens_per_s: Option<f64>,
+    /// Restored from a transcript whose answer never finished (the app stopped mid-answer).
+    pub interrupted: bool,
+    /// Wrapped lines of the answer, kept until the text, width or theme changes.
+    pub(crate) rendered: RefCell<Option<RenderCache>>,
+}
+
+/// A turn's rendered lines. Streaming only ever appends, so complete lines are rendered once
+/// (`lines`) and only the unfinished last line (`tail`) is rendered again as tokens arrive.
+#[derive(Debug, Clone)]
+pub(crate) struct RenderCache {
+    /// (width, style epoch) the lines were rendered for.
+    pub key: (usize, u64),
+    /// The user's message and the answer's complete lines.
+    pub lines: Vec<Line<'static>>,
+    /// Bytes of the answer in `lines` (up to and including its last newline).
+    pub stable_len: usize,
+    /// Markdown state after `stable_len` bytes.
+    pub state: crate::tui::markdown::BlockState,
+    /// The answer's last, unfinished line.
+    pub tail: Vec<Line<'static>>,
+    /// Answer length `tail` was rendered for.
+    pub tail_len: usize,
+}
+
+/// The request a pane is waiting on.
+#[derive(Debug, Clone)]
+pub struct InFlight {
+    pub id: String,
+    pub sent: Instant,
+    pub first_token: Option<Instant>,
+    pub last_token: Option<Instant>,
+    pub tokens: usize,
+    pub prefill: (usize, usize),
+    pub cancel_requested: bool,
+}
+
+impl InFlight {
+    /// Live decode speed: tokens after the first over the time since it.
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        let (first, last) = (self.first_token?, self.last_token?);
+        let secs = last.duration_since(first).as_secs_f64();
+        (self.tokens > 1 && secs > 0.0).then(|| (self.tokens - 1) as f64 / secs)
+    }
+}
+
+#[derive(Debug)]
+pub struct Pane {
+    /// Stable id (transcript file `pane-<id>.jsonl`); positions on screen can shift.
+    pub id: u32,
+    pub turns: Vec<Turn>,
+    pub input: InputLine,
+    pub state: RowState,
+    pub in_flight: Option<InFlight>,
+    /// The cohort row this pane's request occupies (or last occupied).
+    pub row: Option<usize>,
+    /// Lines scrolled up from the bottom (0 = follow the newest text).
+    pub scroll: usize,
+    /// Position while browsing earlier prompts with up/down.
+    pub history_pos: Option<usize>,
+    /// Body height at the last render, so a page scroll moves by what the user sees.
+    pub(crate) page: Cell<usize>,
+    /// Lines above the visible ones at the last render (the most `scroll` can be).
+    pub(crate) max_scroll: Cell<usize>,
+}
+
+impl Pane {
+    pub fn new(id: u32) -> Pane {
+        Pane {
+            id,
+            turns: Vec::new(),
+            input: InputLine::default(),
+            state: RowState::Idle,
+            in_flight: None,
+            row: None,
+            scroll: 0,
+            history_pos: None,
+            page: Cell::new(10),
+            max_scroll: Cell::new(0),
+        }
+    }
+
+    /// Generating, prefilling or waiting in the queue.
+    pub fn is_busy(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// The conversation so far plus a new user message, as the chat template wants it.
+    pub fn messages_with(&self, system: Option<&str>, next: &str) -> Vec<ChatMessage> {
+        let mut messages = Vec::new();
+        if let Some(s) = system {
+            messages.push(ChatMessage::new("system", s));
+        }
+        for turn in &self.turns {
+            messages.push(ChatMessage::new("user", &turn.user));
+            // A failed turn has nothing to say; a cancelled one keeps what the user saw.
+            if !turn.answer.is_empty() && turn.finish != Some(FinishReason::Error) {
+                messages.push(ChatMessage::new("assistant", &turn.answer));
+            }
+        }
+        messages.push(ChatMessage::new("user", next));
+        messages
+    }
+
+    /// The newest answer with any text (for copy).
+    pub fn last_answer(&self) -> Option<&str> {
+        self.turns.iter().rev().map(|t| t.answer.as_str()).find(|a| !a.is_empty())
+    }
+
+    /// The turn the in-flight request writes into.
+    pub fn turn_for(&mut self, request_id: &str) -> Option<&mut Turn> {
+        self.turns.iter_mut().rev().find(|t| t.request_id == request_id)
+    }
+
+    /// Earlier prompts, newest last (for history recall).
+    pub fn prompts(&self) -> Vec<&str> {
+        self.turns.iter().map(|t| t.user.as_str()).collect()
+    }
+
+    /// Tokens per second: live while decoding, else the last answer's decode speed.
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        match &self.in_flight {
+            Some(f) => f.tokens_per_s(),
+            // The pane's own measure first: a row that ends early in a cohort reports the
+            // cohort's whole decode time in its stats.
+            None => self
+                .turns
+                .last()
+                .and_then(|t| t.tokens_per_s.or_else(|| t.stats.as_ref().map(|s| s.decode_tok_s)).filter(|v| *v > 0.0)),
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Taking the terminal over and giving it back: raw mode, the alternate screen and bracketed
+//! paste. A panic hook gives the terminal back before the panic message is printed, so a crash
+//! never leaves the shell in raw mode. Mouse capture stays off so the terminal's own text
+//! selection keeps working.
+
+use std::io::{Stdout, Write, stdout};
+use std::sync::OnceLock;
+use std::thread::ThreadId;
+
+use anyhow::Result;
+use crossterm::event::{DisableBracketedPaste, EnableBracketedPaste};
+use crossterm::terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode};
+use crossterm::{cursor, execute};
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+
+pub type Tui = Terminal<CrosstermBackend<Stdout>>;
+
+/// The thread that owns the screen; panics elsewhere (the engine's threads) do not tear it down.
+static UI_THREAD: OnceLock<ThreadId> = OnceLock::new();
+
+pub fn enter() -> Result<Tui> {
+    install_panic_hook();
+    enable_raw_mode()?;
+    let mut out = stdout();
+    if let Err(e) = execute!(out, EnterAlternateScreen, EnableBracketedPaste) {
+        leave();
+        return Err(e.into());
+    }
+    Ok(Terminal::new(CrosstermBackend::new(out))?)
+}
+
+/// Give the terminal back (safe to call more than once).
+pub fn leave() {
+    let _ = disable_raw_mode();
+    let mut out = stdout();
+    let _ = execute!(out, DisableBracketedPaste, LeaveAlternateScreen, cursor::Show);
+    let _ = out.flush();
+}
+
+fn install_panic_hook() {
+    if UI_THREAD.set(std::thread::current().id()).is_err() {
+        return;
+    }
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        if Some(&thread.id()) == UI_THREAD.get() {
+            leave();
+            tracing::error!("the UI panicked: {info}");
+            previous(info);
+        } else {
+            // Printing here would scribble over the screen; the log has it, and the engine's
+            // channels closing turns into error states in the panes.
+            tracing::error!("thread {} panicked: {info}", thread.name().unwrap_or("unnamed"));
+        }
+    }));
+}

@@ -1,0 +1,272 @@
+//! Transcripts: every pane's conversation appended as it streams, one JSONL file per pane per
+//! session under `<data_dir>/transcripts/<session>/pane-<id>.jsonl`. Each event is one line
+//! written with a single `write` on an append-mode file, so a crash (or a panic) loses at most
+//! the line being written, and readers skip a torn last line. Finished answers are fsynced.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use super::pane::Turn;
+use crate::engine::request::{FinishReason, Stats};
+
+/// One event of a pane's conversation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// First line of every file.
+    Session {
+        session: String,
+        pane: u32,
+        profile: String,
+        model: Option<String>,
+    },
+    User {
+        request: String,
+        text: String,
+    },
+    Delta {
+        request: String,
+        text: String,
+    },
+    Done {
+        request: String,
+        finish: FinishReason,
+        /// The whole answer (authoritative over the deltas).
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        stats: Stats,
+    },
+    /// The user started a new conversation in this pane.
+    Clear,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Stamped {
+    /// Milliseconds since the Unix epoch.
+    t: u64,
+    #[serde(flatten)]
+    record: Record,
+}
+
+pub fn transcripts_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("transcripts")
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// `20261103-142501` (UTC), the session's name; later sessions sort after earlier ones.
+pub fn timestamp_name(unix_s: u64) -> String {
+    let (days, secs) = (unix_s / 86_400, unix_s % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// A new session's folder name, unique under `dir`.
+pub fn new_session_name(dir: &Path) -> String {
+    let base = timestamp_name(unix_ms() / 1000);
+    let mut name = base.clone();
+    let mut n = 2;
+    while dir.join(&name).exists() {
+        name = format!("{base}-{n}");
+        n += 1;
+    }
+    name
+}
+
+/// Create a new session's folder under `dir` and return its name. Creating it (rather than only
+/// picking a name) reserves it: two cohorts started in the same second never share files.
+pub fn reserve_session(dir: &Path) -> Result<String> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    loop {
+        let name = new_session_name(dir);
+        match std::fs::create_dir(dir.join(&name)) {
+            Ok(()) => return Ok(name),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create a session in {}", dir.display())),
+        }
+    }
+}
+
+/// The newest session under `dir` that holds a transcript, by name.
+pub fn latest_session(dir: &Path) -> Option<String> {
+    let has_transcript = |p: &Path| {
+        std::fs::read_dir(p)
+            .is_ok_and(|mut d| d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jsonl"))))
+    };
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir() && has_transcript(&e.path()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .max_by(|a, b| session_order(a).cmp(&session_order(b)))
+}
+
+/// `20261103-142501-10` sorts after `...-9`: compare the numeric suffix as a number.
+fn session_order(name: &str) -> (String, u64) {
+    let parts: Vec<&str> = name.splitn(3, '-').collect();
+    let suffix = parts.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    (format!("{}-{}", parts.first().unwrap_or(&""), parts.get(1).unwrap_or(&"")), suffix)
+}
+
+/// Appends records to one session's files.
+pub struct TranscriptWriter {
+    pub dir: PathBuf,
+    pub session: String,
+    profile: String,
+    model: Option<String>,
+    files: HashMap<u32, File>,
+}
+
+impl TranscriptWriter {
+    /// Write into `<transcripts>/<session>/` (created on the first record).
+    pub fn new(transcripts: &Path, session: &str, profile: &str, model: Option<String>) -> TranscriptWriter {
+        TranscriptWriter {
+            dir: transcripts.join(session),
+            session: session.to_owned(),
+            profile: profile.to_owned(),
+            model,
+            files: HashMap::new(),
+        }
+    }
+
+    pub fn pane_path(&self, pane: u32) -> PathBuf {
+        self.dir.join(format!("pane-{pane}.jsonl"))
+    }
+
+    pub fn append(&mut self, pane: u32, record: &Record) -> Result<()> {
+        if !self.files.contains_key(&pane) {
+            std::fs::create_dir_all(&self.dir).with_context(|| format!("cannot create {}", self.dir.display()))?;
+            let path = self.pane_path(pane);
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            let fresh = file.metadata().map(|m| m.len() == 0).unwrap_or(true);
+            self.files.insert(pane, file);
+            if fresh {
+                let header = Record::Session {
+                    session: self.session.clone(),
+                    pane,
+                    profile: self.profile.clone(),
+                    model: self.model.clone(),
+                };
+                self.write(pane, &header)?;
+            }
+        }
+        self.write(pane, record)?;
+        if matches!(record, Record::Done { .. }) {
+            // A finished answer is worth a disk sync; streaming deltas are not (hundreds a second).
+            self.files[&pane].sync_data().ok();
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, pane: u32, record: &Record) -> Result<()> {
+        let mut line = serde_json::to_vec(&Stamped { t: unix_ms(), record: record.clone() })?;
+        line.push(b'\n');
+        let file = self.files.get_mut(&pane).expect("opened above");
+        // One write per line: an O_APPEND write lands whole or (on a crash) as a torn tail line.
+        file.write_all(&line).with_context(|| format!("cannot append to {}", self.pane_path(pane).display()))
+    }
+}
+
+/// A pane read back from a transcript.
+#[derive(Debug, Clone)]
+pub struct RestoredPane {
+    pub id: u32,
+    pub turns: Vec<Turn>,
+}
+
+/// Read every pane of a session. `spec` is a session name under `transcripts`, or a folder path.
+pub fn load_session(transcripts: &Path, spec: &str) -> Result<(String, PathBuf, Vec<RestoredPane>)> {
+    let dir = if spec.contains('/') { PathBuf::from(spec) } else { transcripts.join(spec) };
+    if !dir.is_dir() {
+        bail!("no session {spec} (sessions are folders in {})", transcripts.display());
+    }
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| spec.to_owned());
+    let mut panes = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let path = entry?.path();
+        let id = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("pane-"))
+            .and_then(|n| n.strip_suffix(".jsonl"))
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(id) = id {
+            panes.push(RestoredPane { id, turns: read_turns(&path)? });
+        }
+    }
+    panes.sort_by_key(|p| p.id);
+    Ok((name, dir, panes))
+}
+
+/// Replay one file into turns. Lines that do not parse (a torn last line) are skipped.
+pub fn read_turns(path: &Path) -> Result<Vec<Turn>> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut turns: Vec<Turn> = Vec::new();
+    for line in std::io::BufReader::new(file).split(b'\n') {
+        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+        let Ok(Stamped { record, .. }) = serde_json::from_slice::<Stamped>(&line) else {
+            continue;
+        };
+        match record {
+            Record::Session { .. } => {}
+            Record::Clear => turns.clear(),
+            Record::User { request, text } => {
+                turns.push(Turn { request_id: request, user: text, interrupted: true, ..Turn::default() })
+            }
+            Record::Delta { request, text } => {
+                if let Some(t) = turns.iter_mut().rev().find(|t| t.request_id == request) {
+                    t.answer.push_str(&text);
+                }
+            }
+            Record::Done { request, finish, text, error, stats } => {
+                if let Some(t) = turns.iter_mut().rev().find(|t| t.request_id == request) {
+                    t.answer = text;
+                    t.finish = Some(finish);
+                    t.error = error;
+                    t.stats = Some(stats);
+                    t.interrupted = false;
+                }
+            }
+        }
+    }
+    Ok(turns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_names_are_utc_timestamps() {
+        assert_eq!(timestamp_name(0), "19700101-000000");
+        assert_eq!(timestamp_name(1_709_210_096), "20240229-123456");
+    }
+
+    #[test]
+    fn numbered_sessions_sort_by_number() {
+        assert!(session_order("20240101-000000-10") > session_order("20240101-000000-9"));
+        assert!(session_order("20240101-000000-2") > session_order("20240101-000000"));
+    }
+}

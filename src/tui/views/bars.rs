@@ -1,0 +1,80 @@
+//! The top bar (profile, model, engine state, how many panes generate) and the bottom bar (the
+//! latest notice, or the most useful keys).
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use crate::config::keymap::Command;
+use crate::tui::app::{App, EngineStatus, TICKS_PER_S, numerics_name};
+
+const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+pub fn draw_top(frame: &mut Frame, area: Rect, app: &App) {
+    let s = &app.styles;
+    let mut spans = vec![
+        Span::styled(" cohort ", s.bar.patch(s.title)),
+        Span::styled(format!("│ {} ", app.settings.profile), s.bar),
+    ];
+    match &app.engine {
+        EngineStatus::Loading { model, since_tick } => {
+            let spin = SPINNER[(app.tick / 3) as usize % SPINNER.len()];
+            let secs = app.tick.saturating_sub(*since_tick) as f64 / TICKS_PER_S as f64;
+            spans.push(Span::styled(format!("│ {spin} loading {} {secs:.0} s ", short_model(model)), s.bar));
+        }
+        EngineStatus::Ready(info) => {
+            spans.push(Span::styled(format!("│ {} · {} · {} ", info.model, info.mode, info.numerics), s.bar));
+        }
+        EngineStatus::Failed(_) => spans.push(Span::styled("│ ✖ no model ", s.bar.patch(s.error))),
+    }
+    let busy = app.busy_panes();
+    let activity = if busy > 0 {
+        format!("│ {busy}/{} generating ", app.panes.len())
+    } else {
+        let plural = if app.panes.len() == 1 { "" } else { "s" };
+        format!("│ {} pane{plural} · {} ", app.panes.len(), numerics_name(app.settings.numerics))
+    };
+    spans.push(Span::styled(activity, s.bar));
+    spans.push(Span::styled(format!("│ {} ", app.session), s.bar.patch(s.muted)));
+    let line = Line::from(spans);
+    let used = line.width() as u16;
+    frame.render_widget(Paragraph::new(line).style(s.bar), area);
+    let help = format!(" {} help ", app.keymap.describe_keys(Command::Help));
+    let w = help.chars().count() as u16;
+    if area.width >= used + w {
+        let right = Rect { x: area.right() - w, width: w, ..area };
+        frame.render_widget(Paragraph::new(help).style(s.bar.patch(s.key)), right);
+    }
+}
+
+fn short_model(model: &str) -> &str {
+    model.trim_end_matches('/').rsplit('/').next().unwrap_or(model)
+}
+
+pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
+    let s = &app.styles;
+    if let Some(notice) = &app.notice {
+        let style = if notice.error { s.error } else { s.accent };
+        frame.render_widget(Paragraph::new(format!(" {}", notice.text)).style(style), area);
+        return;
+    }
+    let first = |c: Command| app.keymap.keys_for(c).first().map(ToString::to_string);
+    let hints = [
+        (Command::Send, "send"),
+        (Command::SendAll, "send all"),
+        (Command::Cancel, "cancel"),
+        (Command::Zoom, "zoom"),
+        (Command::Inspector, "inspector"),
+        (Command::Help, "help"),
+        (Command::Quit, "quit"),
+    ];
+    let mut spans = vec![Span::raw(" ")];
+    for (command, label) in hints {
+        if let Some(key) = first(command) {
+            spans.push(Span::styled(key, s.key));
+            spans.push(Span::styled(format!(" {label}  "), s.muted));
+        }
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}

@@ -1,0 +1,276 @@
+//! One chat pane: a border whose title carries the pane number, its cohort row, its state and
+//! live tokens/s; the conversation scrolled from the bottom; the input box under a rule.
+
+use std::cell::Ref;
+
+use ratatui::Frame;
+use ratatui::layout::{Position, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Padding, Paragraph};
+
+use crate::engine::request::FinishReason;
+use crate::engine::telemetry::RowState;
+use crate::tui::app::{App, EngineStatus};
+use crate::tui::markdown;
+use crate::tui::pane::{Pane, RenderCache, Turn};
+use crate::tui::style::{Styles, state_label};
+use crate::tui::wrap::{Wrapper, sanitize};
+
+/// Input rows shown at most (longer input scrolls inside the box).
+const MAX_INPUT_ROWS: usize = 4;
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
+    let pane = &app.panes[index];
+    let focused = index == app.focus;
+    let styles = &app.styles;
+    // A column of padding reads better, where there is room to spare for it.
+    let padding = if area.width >= 30 { Padding::horizontal(1) } else { Padding::ZERO };
+    let block = Block::bordered()
+        .border_style(styles.border(focused))
+        .padding(padding)
+        .title(title(pane, index, focused, area.width.saturating_sub(2) as usize, styles))
+        .title_bottom(footer(pane, styles).right_aligned());
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if inner.width < 2 || inner.height < 1 {
+        return;
+    }
+    let prompt_width = 2;
+    let (rows, cursor) = pane.input.layout(inner.width.saturating_sub(prompt_width) as usize);
+    let max_input = if inner.height >= 6 { MAX_INPUT_ROWS.min(inner.height as usize / 3) } else { 1 };
+    let input_rows = rows.len().clamp(1, max_input.max(1));
+    // Small panes drop the conversation before the input: typing must stay possible.
+    let body_height = inner.height.saturating_sub(input_rows as u16 + 1);
+    if body_height > 0 {
+        let body = Rect { height: body_height, ..inner };
+        draw_body(frame, body, app, pane);
+        let rule = Rect { y: inner.y + body_height, height: 1, ..inner };
+        frame.render_widget(Paragraph::new("─".repeat(rule.width as usize)).style(styles.border(focused)), rule);
+    }
+    let input_area = Rect { y: inner.y + inner.height - input_rows as u16, height: input_rows as u16, ..inner };
+    // Keep the cursor's row visible when the input is taller than its box.
+    let first = (cursor.0 + 1).saturating_sub(input_rows);
+    let mut lines: Vec<Line> = rows
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(input_rows)
+        .map(|(i, r)| {
+            let lead = if i == 0 { "› " } else { "  " };
+            Line::from(vec![Span::styled(lead, styles.user), Span::styled(r.clone(), styles.base)])
+        })
+        .collect();
+    if pane.input.text().is_empty() && focused {
+        lines = vec![Line::from(vec![Span::styled("› ", styles.user), Span::styled("type a prompt", styles.muted)])];
+    }
+    frame.render_widget(Paragraph::new(lines), input_area);
+    if focused && app.overlay.is_none() {
+        let x = input_area.x + prompt_width + cursor.1 as u16;
+        let y = input_area.y + (cursor.0 - first) as u16;
+        if x < input_area.right() && y < input_area.bottom() {
+            frame.set_cursor_position(Position { x, y });
+        }
+    }
+}
+
+/// ` 3 · decoding · 66.9 tok/s · row 2 `, dropping the least useful parts when narrow.
+fn title<'a>(pane: &Pane, index: usize, focused: bool, width: usize, styles: &Styles) -> Line<'a> {
+    let number_style = if focused { styles.border(true) } else { styles.title };
+    let state = match &pane.in_flight {
+        Some(f) if f.cancel_requested => "cancelling",
+        _ => state_label(pane.state),
+    };
+    let mut parts = vec![(format!("{}", index + 1), number_style), (state.to_owned(), styles.state(pane.state))];
+    if let Some(tps) = pane.tokens_per_s() {
+        parts.push((format!("{tps:.1} tok/s"), styles.muted));
+    }
+    if let Some(row) = pane.row {
+        parts.push((format!("row {row}"), styles.muted));
+    }
+    let mut spans = vec![Span::raw(" ")];
+    let mut used = 2;
+    for (i, (text, style)) in parts.into_iter().enumerate() {
+        let cost = text.chars().count() + if i > 0 { 3 } else { 0 };
+        if used + cost > width {
+            break;
+        }
+        if i > 0 {
+            spans.push(Span::styled(" · ", styles.muted));
+        }
+        spans.push(Span::styled(text, style));
+        used += cost;
+    }
+    spans.push(Span::raw(" "));
+    Line::from(spans)
+}
+
+/// Bottom border: the newest answer's token count, or live progress.
+fn footer<'a>(pane: &Pane, styles: &Styles) -> Line<'a> {
+    let text = match (&pane.in_flight, pane.turns.last().and_then(|t| t.stats.as_ref())) {
+        (Some(f), _) if f.tokens > 0 => format!(" {} tok ", f.tokens),
+        (Some(f), _) if f.prefill.1 > 0 => format!(" prefill {}/{} ", f.prefill.0, f.prefill.1),
+        (None, Some(s)) => format!(" {} tok ", s.completion_tokens),
+        _ => String::new(),
+    };
+    Line::from(Span::styled(text, styles.muted))
+}
+
+fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane) {
+    let width = area.width as usize;
+    let height = area.height as usize;
+    pane.page.set(height.saturating_sub(1).max(1));
+    if pane.turns.is_empty() {
+        let hint = empty_hint(app);
+        frame.render_widget(Paragraph::new(hint), area);
+        pane.max_scroll.set(0);
+        return;
+    }
+    // Turns' lines come from their caches; only the visible window is copied out.
+    let last = pane.turns.len() - 1;
+    let blocks: Vec<(Ref<'_, RenderCache>, Vec<Line<'static>>)> = pane
+        .turns
+        .iter()
+        .enumerate()
+        .map(|(i, turn)| {
+            let status = status_lines(turn, (i == last).then_some(pane), app, width);
+            (cached_lines(turn, width, &app.styles, app.style_epoch), status)
+        })
+        .collect();
+    let total: usize =
+        blocks.iter().map(|(body, status)| body.lines.len() + body.tail.len() + status.len()).sum::<usize>() + last;
+    let max_scroll = total.saturating_sub(height);
+    pane.max_scroll.set(max_scroll);
+    let scroll = pane.scroll.min(max_scroll);
+    let start = total.saturating_sub(height + scroll);
+    let mut visible = Vec::with_capacity(height);
+    let mut line_no = 0;
+    for (i, (body, status)) in blocks.iter().enumerate() {
+        let separator = (i > 0).then(Line::default);
+        for line in separator.iter().chain(&body.lines).chain(&body.tail).chain(status.iter()) {
+            if line_no >= start && visible.len() < height {
+                visible.push(line.clone());
+            }
+            line_no += 1;
+        }
+        if visible.len() >= height {
+            break;
+        }
+    }
+    frame.render_widget(Paragraph::new(visible).style(app.styles.base), area);
+    if scroll > 0 {
+        let marker = format!(" ↑{scroll} ");
+        let w = marker.chars().count() as u16;
+        if area.width > w {
+            let at = Rect { x: area.right() - w, y: area.bottom() - 1, width: w, height: 1 };
+            frame.render_widget(Paragraph::new(marker).style(app.styles.accent), at);
+        }
+    }
+}
+
+fn empty_hint(app: &App) -> Vec<Line<'static>> {
+    let keys = |c| app.keymap.describe_keys(c);
+    use crate::config::keymap::Command;
+    vec![
+        Line::from(Span::styled("Type a prompt below.", app.styles.muted)),
+        Line::from(Span::styled(format!("{} sends it", keys(Command::Send)), app.styles.muted)),
+        Line::from(Span::styled(format!("{} sends every pane", keys(Command::SendAll)), app.styles.muted)),
+        Line::from(Span::styled(format!("{} lists all keys", keys(Command::Help)), app.styles.muted)),
+    ]
+}
+
+/// The user's message and the answer, wrapped, from the turn's cache: a new width or theme
+/// renders it all again; new text renders only what it added.
+fn cached_lines<'t>(turn: &'t Turn, width: usize, styles: &Styles, epoch: u64) -> Ref<'t, RenderCache> {
+    {
+        let mut slot = turn.rendered.borrow_mut();
+        let answer = turn.answer.as_str();
+        let stale = slot.as_ref().is_none_or(|c| c.key != (width, epoch) || c.stable_len > answer.len());
+        if stale {
+            *slot = Some(RenderCache {
+                key: (width, epoch),
+                lines: user_lines(&turn.user, width, styles),
+                stable_len: 0,
+                state: Default::default(),
+                tail: Vec::new(),
+                tail_len: usize::MAX,
+            });
+        }
+        let cache = slot.as_mut().expect("filled above");
+        let stable = answer.rfind('\n').map(|i| i + 1).unwrap_or(0);
+        if stable > cache.stable_len {
+            let complete = &answer[cache.stable_len..stable - 1];
+            markdown::render_into(&mut cache.state, complete, width, styles, &mut cache.lines);
+            cache.stable_len = stable;
+            cache.tail_len = usize::MAX;
+        }
+        if cache.tail_len != answer.len() {
+            cache.tail.clear();
+            // An answer with no text yet shows only its status line.
+            if !answer.is_empty() {
+                let mut state = cache.state.clone();
+                markdown::render_into(&mut state, &answer[stable..], width, styles, &mut cache.tail);
+            }
+            cache.tail_len = answer.len();
+        }
+    }
+    Ref::map(turn.rendered.borrow(), |c| c.as_ref().expect("filled above"))
+}
+
+fn user_lines(text: &str, width: usize, styles: &Styles) -> Vec<Line<'static>> {
+    let text = sanitize(text);
+    let mut out = Vec::new();
+    for (i, line) in text.split('\n').enumerate() {
+        let lead = if i == 0 { "› " } else { "  " };
+        let mut w = Wrapper::new(width, vec![Span::styled(lead, styles.user)], vec![Span::raw("  ")]);
+        w.push(line, styles.user);
+        out.extend(w.finish());
+    }
+    out
+}
+
+/// What is happening to a turn, under its text: queued, prefill progress, cancelled, an error.
+fn status_lines(turn: &Turn, live: Option<&Pane>, app: &App, width: usize) -> Vec<Line<'static>> {
+    let styles = &app.styles;
+    let line = |text: String, style: Style| {
+        let mut w = Wrapper::new(width, vec![], vec![Span::raw("  ")]);
+        w.push(&text, style);
+        w.finish()
+    };
+    if let Some(pane) = live
+        && let Some(flight) = &pane.in_flight
+    {
+        let waiting = matches!(app.engine, EngineStatus::Loading { .. });
+        return match pane.state {
+            RowState::Queued if waiting => {
+                line("⋯ queued: waiting for the model to load".into(), styles.state(RowState::Queued))
+            }
+            RowState::Queued => line("⋯ queued".into(), styles.state(RowState::Queued)),
+            RowState::Prefill => line(
+                format!("⋯ prefill {}/{} prompt tokens", flight.prefill.0, flight.prefill.1),
+                styles.state(RowState::Prefill),
+            ),
+            _ if flight.cancel_requested => line("⋯ cancelling".into(), styles.muted),
+            _ => Vec::new(),
+        };
+    }
+    if turn.interrupted {
+        return line(
+            "⊘ interrupted: the session ended before this answer finished".into(),
+            styles.state(RowState::Cancelled),
+        );
+    }
+    let tokens = turn.stats.as_ref().map(|s| s.completion_tokens).unwrap_or(0);
+    match turn.finish {
+        Some(FinishReason::Cancelled) => {
+            let plural = if tokens == 1 { "" } else { "s" };
+            line(format!("⊘ cancelled · {tokens} token{plural} kept"), styles.state(RowState::Cancelled))
+        }
+        Some(FinishReason::Error) => {
+            let msg = turn.error.clone().unwrap_or_else(|| "unknown error".into());
+            line(format!("✖ error: {msg}"), styles.error)
+        }
+        Some(FinishReason::Length) => line(format!("· {tokens} tokens (max_tokens reached)"), styles.muted),
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,51 @@
+//! The profile picker (built-in and user profiles) and the "save as profile" prompt.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use super::popup;
+use crate::tui::app::App;
+use crate::tui::input::InputLine;
+
+pub fn draw_profiles(frame: &mut Frame, area: Rect, app: &App, selected: usize) {
+    let s = &app.styles;
+    let height = app.profiles.len() as u16 + 5;
+    let inner =
+        popup::open(frame, area, 72, height, Line::from(Span::styled(" profiles ", s.title)), s.popup, s.border(true));
+    let mut lines: Vec<Line> = app
+        .profiles
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let marker = if p.name == app.settings.profile { "●" } else { " " };
+            let origin = if p.path.is_some() { "yours" } else { "built in" };
+            let text = format!(" {marker} {:<14} {:<9} {}", p.name, origin, p.description.as_deref().unwrap_or(""));
+            let style = if i == selected { s.selection } else { s.popup };
+            Line::from(Span::styled(text, style))
+        })
+        .collect();
+    if lines.is_empty() {
+        lines.push(Line::from(Span::styled(" no profiles found", s.muted)));
+    }
+    lines.push(Line::default());
+    lines.push(Line::from(Span::styled(" enter load · ctrl+s save current settings · esc close", s.muted)));
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+pub fn draw_save(frame: &mut Frame, area: Rect, app: &App, name: &InputLine) {
+    let s = &app.styles;
+    let title = Line::from(Span::styled(" save settings as a profile ", s.title));
+    let inner = popup::open(frame, area, 60, 6, title, s.popup, s.border(true));
+    let lines = vec![
+        Line::from(vec![Span::styled(" name: ", s.muted), Span::styled(name.text().to_owned(), s.popup)]),
+        Line::default(),
+        Line::from(Span::styled(" letters, digits, - and _ · enter save · esc cancel", s.muted)),
+    ];
+    frame.render_widget(Paragraph::new(lines), inner);
+    let x = inner.x + 7 + name.layout(usize::MAX / 2).1.1 as u16;
+    if x < inner.right() && inner.height > 0 {
+        frame.set_cursor_position((x, inner.y));
+    }
+}

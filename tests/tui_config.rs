@@ -1,0 +1,208 @@
+//! Profiles, themes and keymaps: the shipped files parse, user files shadow them, and bad files
+//! fail with errors naming the file, the key and (for colours) the value.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cohort::config::keymap::{KeyList, Keymap};
+use cohort::config::paths::Paths;
+use cohort::config::profile::{self, Overrides, Settings};
+use cohort::config::theme::{self, COLOR_KEYS};
+use cohort::engine::scheduler::{Numerics, Preset};
+
+fn temp_paths() -> (tempfile::TempDir, Paths) {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths { config_dir: dir.path().join("config"), data_dir: dir.path().join("data") };
+    (dir, paths)
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn error_of<T: std::fmt::Debug>(r: anyhow::Result<T>) -> String {
+    format!("{:#}", r.expect_err("expected an error"))
+}
+
+#[test]
+fn every_shipped_profile_parses_and_resolves() {
+    let (_dir, paths) = temp_paths();
+    for (name, _) in profile::SHIPPED {
+        let loaded = profile::load_profile(name, &paths).unwrap();
+        let settings = Settings::resolve(&loaded, &Overrides::default()).unwrap();
+        assert_eq!(settings.profile, *name);
+        theme::load_theme(&settings.theme, &paths).unwrap();
+    }
+    let throughput = Settings::resolve(&profile::load_profile("throughput", &paths).unwrap(), &Overrides::default());
+    let throughput = throughput.unwrap();
+    assert_eq!(
+        (throughput.preset, throughput.numerics, throughput.panes),
+        (Preset::Throughput, Numerics::Throughput, 8)
+    );
+    let latency = Settings::resolve(&profile::load_profile("latency", &paths).unwrap(), &Overrides::default()).unwrap();
+    assert_eq!(latency.preset, Preset::Latency);
+    let exact = Settings::resolve(&profile::load_profile("b1-exact", &paths).unwrap(), &Overrides::default()).unwrap();
+    assert_eq!(exact.numerics, Numerics::B1Exact);
+}
+
+#[test]
+fn every_file_in_config_and_themes_is_shipped() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (dir, shipped) in [("config", profile::SHIPPED), ("themes", theme::SHIPPED)] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let stem = path.file_stem().unwrap().to_str().unwrap().to_owned();
+            let (_, text) =
+                shipped.iter().find(|(n, _)| *n == stem).unwrap_or_else(|| panic!("{path:?} is not built in"));
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), *text);
+        }
+    }
+}
+
+#[test]
+fn shipped_themes_parse_and_set_every_colour() {
+    for (name, text) in theme::SHIPPED {
+        let table: toml::Table = toml::from_str(text).unwrap();
+        for key in COLOR_KEYS {
+            assert!(table.contains_key(*key), "themes/{name}.toml does not set `{key}`");
+        }
+        let theme = theme::parse_theme(text, name).unwrap();
+        assert_eq!(theme.name, *name);
+    }
+}
+
+#[test]
+fn flags_override_the_profile() {
+    let (_dir, paths) = temp_paths();
+    let loaded = profile::load_profile("balanced", &paths).unwrap();
+    let flags = Overrides {
+        model: Some("m".into()),
+        theme: Some("light".into()),
+        panes: Some(2),
+        dtype: Some("float16".into()),
+    };
+    let s = Settings::resolve(&loaded, &flags).unwrap();
+    assert_eq!((s.model.as_deref(), s.theme.as_str(), s.panes), (Some("m"), "light", 2));
+    assert_eq!(s.numerics, Numerics::Balanced, "what the flags leave alone comes from the profile");
+}
+
+#[test]
+fn an_unknown_key_names_the_key_and_the_file() {
+    let (dir, paths) = temp_paths();
+    let file = dir.path().join("mine.toml");
+    write(&file, "preset = \"throughput\"\nmax_tokenz = 10\n");
+    let err = error_of(profile::load_profile(file.to_str().unwrap(), &paths));
+    assert!(err.contains("mine.toml") && err.contains("max_tokenz"), "{err}");
+
+    write(&file, "[sampler]\ntemprature = 0.5\n");
+    let err = error_of(profile::load_profile(file.to_str().unwrap(), &paths));
+    assert!(err.contains("mine.toml") && err.contains("temprature"), "{err}");
+}
+
+#[test]
+fn a_wrong_type_names_the_key_and_the_file() {
+    let (dir, paths) = temp_paths();
+    let file = dir.path().join("typed.toml");
+    write(&file, "max_tokens = \"lots\"\n");
+    let err = error_of(profile::load_profile(file.to_str().unwrap(), &paths));
+    assert!(err.contains("typed.toml") && err.contains("max_tokens"), "{err}");
+    write(&file, "preset = \"warp\"\n");
+    let err = error_of(profile::load_profile(file.to_str().unwrap(), &paths));
+    assert!(err.contains("typed.toml") && err.contains("preset") && err.contains("warp"), "{err}");
+}
+
+#[test]
+fn out_of_range_values_name_the_key_and_the_file() {
+    let (dir, paths) = temp_paths();
+    let file = dir.path().join("range.toml");
+    for (text, key) in
+        [("panes = 9\n", "panes"), ("max_tokens = 0\n", "max_tokens"), ("[sampler]\ntop_p = 1.5\n", "top_p")]
+    {
+        write(&file, text);
+        let loaded = profile::load_profile(file.to_str().unwrap(), &paths).unwrap();
+        let err = error_of(Settings::resolve(&loaded, &Overrides::default()));
+        assert!(err.contains("range.toml") && err.contains(key), "{err}");
+    }
+}
+
+#[test]
+fn keymap_errors_name_the_command_and_the_key() {
+    let bad_command = BTreeMap::from([("sendall".to_owned(), KeyList::One("f5".into()))]);
+    let err = error_of(Keymap::with_overrides(&bad_command, "p.toml"));
+    assert!(err.contains("p.toml") && err.contains("sendall"), "{err}");
+    let bad_key = BTreeMap::from([("send_all".to_owned(), KeyList::One("hyper+q".into()))]);
+    let err = error_of(Keymap::with_overrides(&bad_key, "p.toml"));
+    assert!(err.contains("send_all") && err.contains("hyper"), "{err}");
+    let clash = BTreeMap::from([("send_all".to_owned(), KeyList::Many(vec!["ctrl+c".into()]))]);
+    let err = error_of(Keymap::with_overrides(&clash, "p.toml"));
+    assert!(err.contains("ctrl+c") && err.contains("interrupt") && err.contains("send_all"), "{err}");
+    let unbind = BTreeMap::from([("zoom".to_owned(), KeyList::Many(vec![]))]);
+    let keymap = Keymap::with_overrides(&unbind, "p.toml").unwrap();
+    assert_eq!(keymap.describe_keys(cohort::config::keymap::Command::Zoom), "unbound");
+}
+
+#[test]
+fn a_bad_colour_names_the_file_key_and_value() {
+    let (dir, paths) = temp_paths();
+    let file = dir.path().join("themes").join("loud.toml");
+    write(&file, "base = \"dark\"\nborder_focused = \"blurple\"\n");
+    std::fs::create_dir_all(&paths.config_dir).unwrap();
+    std::fs::rename(dir.path().join("themes"), paths.config_dir.join("themes")).unwrap();
+    let err = error_of(theme::load_theme("loud", &paths));
+    assert!(err.contains("loud.toml") && err.contains("border_focused") && err.contains("blurple"), "{err}");
+}
+
+#[test]
+fn theme_unknown_keys_and_partial_themes() {
+    let err = error_of(theme::parse_theme("bordr = \"red\"\n", "t.toml"));
+    assert!(err.contains("t.toml") && err.contains("bordr"), "{err}");
+    let light = theme::Theme::builtin("light");
+    let tweaked = theme::parse_theme("base = \"light\"\naccent = \"#ff0000\"\n", "tweak.toml").unwrap();
+    assert_eq!(tweaked.palette.accent, ratatui::style::Color::Rgb(255, 0, 0));
+    assert_eq!(tweaked.palette.border, light.palette.border, "the rest comes from the base");
+    assert_eq!(tweaked.name, "tweak");
+}
+
+#[test]
+fn no_color_turns_every_colour_off() {
+    let theme = theme::Theme::builtin("dark").without_colors();
+    assert!(theme.no_color);
+    assert_eq!(theme.palette.accent, ratatui::style::Color::Reset);
+    assert_eq!(theme.palette.code_bg, ratatui::style::Color::Reset);
+}
+
+#[test]
+fn saved_profiles_load_back_and_shadow_built_in_ones() {
+    let (_dir, paths) = temp_paths();
+    let mut settings =
+        Settings::resolve(&profile::load_profile("throughput", &paths).unwrap(), &Overrides::default()).unwrap();
+    settings.model = Some("some/model".into());
+    settings.panes = 3;
+    settings.sampler.temperature = 0.0;
+    settings.keys = BTreeMap::from([("zoom".to_owned(), KeyList::Many(vec!["f2".into(), "ctrl+z".into()]))]);
+    let path = profile::save_profile(&paths, "throughput", &settings.to_profile()).unwrap();
+    assert_eq!(path, paths.config_dir.join("profiles").join("throughput.toml"));
+    let back = profile::load_profile("throughput", &paths).unwrap();
+    assert_eq!(back.origin, path.display().to_string(), "the user's file shadows the built-in one");
+    let resolved = Settings::resolve(&back, &Overrides::default()).unwrap();
+    assert_eq!((resolved.model.as_deref(), resolved.panes), (Some("some/model"), 3));
+    assert_eq!(resolved.sampler, settings.sampler);
+    assert_eq!(resolved.keys, settings.keys);
+    let listed = profile::list_profiles(&paths);
+    let entry = listed.iter().find(|p| p.name == "throughput").unwrap();
+    assert_eq!(entry.path.as_deref(), Some(path.as_path()));
+    assert_eq!(listed.iter().filter(|p| p.name == "throughput").count(), 1);
+    assert!(profile::save_profile(&paths, "../evil", &settings.to_profile()).is_err());
+}
+
+#[test]
+fn the_user_default_profile_is_the_startup_profile() {
+    let (_dir, paths) = temp_paths();
+    assert_eq!(profile::load_startup_profile(None, &paths).unwrap().name, profile::FALLBACK_PROFILE);
+    write(&paths.config_dir.join("profiles").join("default.toml"), "panes = 2\n");
+    let loaded = profile::load_startup_profile(None, &paths).unwrap();
+    assert_eq!((loaded.name.as_str(), loaded.profile.panes), ("default", Some(2)));
+    let err = error_of(profile::load_startup_profile(Some("nope"), &paths));
+    assert!(err.contains("nope") && err.contains("throughput"), "{err}");
+}

@@ -1,0 +1,353 @@
+//! Key sequences and engine events through `App::update`, with no terminal and no engine: the
+//! effects returned are what the event loop would carry out.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use cohort::config::keymap::{Command, KeyList, Keymap};
+use cohort::config::theme::Theme;
+use cohort::engine::request::{FinishReason, Prompt, RequestResult};
+use cohort::engine::row::RowEvent;
+use cohort::engine::telemetry::RowState;
+use cohort::tui::action::{Action, Effect, ProfileSwitch};
+use cohort::tui::app::{App, InspectorPanel, Overlay};
+use cohort::tui::fixture;
+use cohort::tui::transcript::Record;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+fn key(code: KeyCode) -> KeyEvent {
+    KeyEvent::new(code, KeyModifiers::NONE)
+}
+fn ctrl(c: char) -> KeyEvent {
+    KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL)
+}
+fn alt(code: KeyCode) -> KeyEvent {
+    KeyEvent::new(code, KeyModifiers::ALT)
+}
+
+fn type_text(app: &mut App, text: &str) -> Vec<Effect> {
+    text.chars().flat_map(|c| app.handle_key(key(KeyCode::Char(c)))).collect()
+}
+
+fn submits(fx: &[Effect]) -> Vec<(u32, String)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Submit { pane, request } => match &request.prompt {
+                Prompt::Chat(m) => Some((*pane, m.last().unwrap().content.clone())),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+fn cancels(fx: &[Effect]) -> Vec<String> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Cancel { request } => Some(request.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn request_id(app: &App, index: usize) -> String {
+    app.panes[index].in_flight.as_ref().expect("in flight").id.clone()
+}
+
+fn deliver(app: &mut App, index: usize, event: RowEvent) -> Vec<Effect> {
+    let pane = app.panes[index].id;
+    app.update(Action::Row { pane, event, at: Instant::now() })
+}
+
+fn finish(app: &mut App, index: usize, reason: FinishReason, text: &str) -> Vec<Effect> {
+    let mut result = RequestResult::error(&request_id(app, index), String::new());
+    result.finish_reason = reason;
+    result.error = None;
+    result.text = text.into();
+    deliver(app, index, RowEvent::Done(Box::new(result)))
+}
+
+#[test]
+fn focus_moves_by_number_tab_and_direction() {
+    let mut app = fixture::app(8, "dark");
+    app.handle_key(alt(KeyCode::Char('3')));
+    assert_eq!(app.focus, 2);
+    app.handle_key(key(KeyCode::Tab));
+    assert_eq!(app.focus, 3);
+    app.handle_key(KeyEvent::new(KeyCode::BackTab, KeyModifiers::SHIFT));
+    assert_eq!(app.focus, 2);
+    app.handle_key(alt(KeyCode::Down));
+    assert_eq!(app.focus, 6, "8 panes are 4 columns by 2 rows");
+    app.handle_key(alt(KeyCode::Right));
+    assert_eq!(app.focus, 7);
+    app.handle_key(alt(KeyCode::Right));
+    assert_eq!(app.focus, 7, "the grid's edge stops focus");
+    app.handle_key(alt(KeyCode::Char('9')));
+    assert_eq!(app.focus, 7);
+}
+
+#[test]
+fn enter_sends_the_focused_input_as_a_chat() {
+    let mut app = fixture::app(4, "dark");
+    app.handle_key(alt(KeyCode::Char('2')));
+    type_text(&mut app, "hello there");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert_eq!(submits(&fx), [(2, "hello there".to_owned())]);
+    assert!(matches!(&fx[0], Effect::Record { pane: 2, record: Record::User { text, .. } } if text == "hello there"));
+    assert_eq!(app.panes[1].state, RowState::Queued);
+    assert!(app.panes[1].input.text().is_empty());
+    // Empty input sends nothing.
+    assert!(app.handle_key(key(KeyCode::Enter)).is_empty());
+}
+
+#[test]
+fn send_all_submits_every_pending_input_together() {
+    let mut app = fixture::app(8, "dark");
+    for i in 0..8u8 {
+        app.handle_key(alt(KeyCode::Char((b'1' + i) as char)));
+        type_text(&mut app, &format!("prompt {i}"));
+    }
+    let fx = app.handle_key(alt(KeyCode::Enter));
+    let sent = submits(&fx);
+    assert_eq!(sent.len(), 8);
+    for (i, (pane, text)) in sent.iter().enumerate() {
+        assert_eq!((*pane, text.as_str()), (i as u32 + 1, format!("prompt {i}").as_str()));
+    }
+    assert_eq!(app.busy_panes(), 8);
+}
+
+#[test]
+fn send_all_with_only_the_focused_input_broadcasts_it() {
+    let mut app = fixture::app(4, "dark");
+    type_text(&mut app, "same question");
+    let fx = app.handle_key(key(KeyCode::F(5)));
+    let sent = submits(&fx);
+    assert_eq!(sent.len(), 4);
+    assert!(sent.iter().all(|(_, t)| t == "same question"));
+    assert!(app.panes.iter().all(|p| p.input.text().is_empty()));
+}
+
+#[test]
+fn esc_cancels_only_the_focused_generation_and_keeps_the_partial_answer() {
+    let mut app = fixture::app(4, "dark");
+    type_text(&mut app, "go");
+    app.handle_key(key(KeyCode::F(5)));
+    let id = request_id(&app, 2);
+    deliver(&mut app, 2, RowEvent::Delta { id: id.clone(), text: "partial ".into(), ids: vec![1] });
+    app.handle_key(alt(KeyCode::Char('3')));
+    let fx = app.handle_key(key(KeyCode::Esc));
+    assert_eq!(cancels(&fx), std::slice::from_ref(&id));
+    // A second press does not cancel twice.
+    assert!(cancels(&app.handle_key(key(KeyCode::Esc))).is_empty());
+    let fx = finish(&mut app, 2, FinishReason::Cancelled, "partial answer");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Record { record: Record::Done { finish: FinishReason::Cancelled, .. }, .. }))
+    );
+    assert_eq!(app.panes[2].state, RowState::Cancelled);
+    assert_eq!(app.panes[2].turns[0].answer, "partial answer");
+    for other in [0, 1, 3] {
+        assert!(app.panes[other].is_busy(), "pane {other} keeps generating");
+    }
+}
+
+#[test]
+fn a_queued_or_prefilling_request_can_be_cancelled() {
+    let mut app = fixture::app(2, "dark");
+    type_text(&mut app, "wait");
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!(app.panes[0].state, RowState::Queued);
+    assert_eq!(cancels(&app.handle_key(key(KeyCode::Esc))), [request_id(&app, 0)]);
+    finish(&mut app, 0, FinishReason::Cancelled, "");
+    assert_eq!(app.panes[0].state, RowState::Cancelled);
+
+    type_text(&mut app, "again");
+    app.handle_key(key(KeyCode::Enter));
+    let id = request_id(&app, 0);
+    deliver(&mut app, 0, RowEvent::Prefill { id: id.clone(), done: 5, total: 40 });
+    assert_eq!(app.panes[0].state, RowState::Prefill);
+    assert_eq!(cancels(&app.handle_key(ctrl('c'))), [id], "ctrl+c cancels when the pane generates");
+}
+
+#[test]
+fn ctrl_c_quits_when_nothing_generates_and_asks_twice_otherwise() {
+    let mut app = fixture::app(2, "dark");
+    app.handle_key(ctrl('c'));
+    assert!(app.should_quit);
+
+    let mut app = fixture::app(2, "dark");
+    app.handle_key(alt(KeyCode::Char('2')));
+    type_text(&mut app, "busy");
+    app.handle_key(key(KeyCode::Enter));
+    app.handle_key(alt(KeyCode::Char('1')));
+    assert!(app.handle_key(ctrl('c')).is_empty());
+    assert!(!app.should_quit, "pane 2 is generating: the first press only warns");
+    let fx = app.handle_key(ctrl('c'));
+    assert!(app.should_quit);
+    assert_eq!(cancels(&fx), [request_id(&app, 1)], "quitting cancels what still runs");
+}
+
+#[test]
+fn ctrl_q_quits() {
+    let mut app = fixture::app(1, "dark");
+    app.handle_key(ctrl('q'));
+    assert!(app.should_quit);
+}
+
+#[test]
+fn zoom_toggles_and_esc_leaves_it() {
+    let mut app = fixture::app(4, "dark");
+    app.handle_key(ctrl('z'));
+    assert!(app.zoomed);
+    app.handle_key(ctrl('z'));
+    assert!(!app.zoomed);
+    app.handle_key(key(KeyCode::F(11)));
+    app.handle_key(key(KeyCode::Esc));
+    assert!(!app.zoomed);
+}
+
+#[test]
+fn inspector_toggles_and_cycles_panels() {
+    let mut app = fixture::app(2, "dark");
+    app.handle_key(ctrl('t'));
+    assert_eq!(app.inspector, Some(InspectorPanel::All));
+    app.handle_key(key(KeyCode::F(4)));
+    assert_eq!(app.inspector, Some(InspectorPanel::Rows));
+    app.handle_key(key(KeyCode::F(4)));
+    assert_eq!(app.inspector, Some(InspectorPanel::Cohort));
+    app.handle_key(ctrl('t'));
+    assert_eq!(app.inspector, None);
+}
+
+#[test]
+fn question_mark_opens_help_only_on_an_empty_input() {
+    let mut app = fixture::app(1, "dark");
+    app.handle_key(key(KeyCode::Char('?')));
+    assert_eq!(app.overlay, Some(Overlay::Help { scroll: 0 }));
+    app.handle_key(key(KeyCode::Esc));
+    assert_eq!(app.overlay, None);
+    type_text(&mut app, "why?");
+    assert_eq!(app.panes[0].input.text(), "why?");
+    assert_eq!(app.overlay, None);
+}
+
+#[test]
+fn save_profile_asks_for_a_name_and_saves_the_current_settings() {
+    let mut app = fixture::app(4, "dark");
+    app.handle_key(ctrl('s'));
+    assert!(matches!(app.overlay, Some(Overlay::SaveProfile { .. })));
+    app.handle_key(ctrl('u'));
+    type_text(&mut app, "my fast/one");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    match &fx[..] {
+        [Effect::SaveProfile { name, profile }] => {
+            assert_eq!(name, "myfastone", "characters unsafe in a file name are not typed");
+            assert_eq!(profile.panes, Some(4));
+            assert_eq!(profile.model.as_deref(), Some("tests/fixtures/qwen35_moe_4bit"));
+        }
+        other => panic!("expected one SaveProfile, got {other:?}"),
+    }
+    assert_eq!(app.overlay, None);
+}
+
+#[test]
+fn the_picker_loads_the_chosen_profile() {
+    let mut app = fixture::app(1, "dark");
+    app.profiles = cohort::config::profile::SHIPPED
+        .iter()
+        .map(|(n, _)| cohort::config::profile::ProfileEntry { name: (*n).into(), path: None, description: None })
+        .collect();
+    app.handle_key(ctrl('p'));
+    app.handle_key(key(KeyCode::Down));
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert!(matches!(&fx[..], [Effect::LoadProfile { spec }] if spec == "balanced"));
+}
+
+#[test]
+fn a_profile_needing_a_new_engine_waits_for_idle_panes() {
+    let mut app = fixture::app(2, "dark");
+    let mut settings = fixture::settings(4);
+    settings.model = Some("another-model".into());
+    let switch =
+        || ProfileSwitch { settings: settings.clone(), theme: Theme::builtin("light"), keymap: Keymap::default() };
+    type_text(&mut app, "busy");
+    app.handle_key(key(KeyCode::Enter));
+    assert!(app.update(Action::ProfileLoaded(Box::new(switch()))).is_empty());
+    assert_eq!(app.theme.name, "dark", "refused while generating");
+    finish(&mut app, 0, FinishReason::Stop, "ok");
+    let fx = app.update(Action::ProfileLoaded(Box::new(switch())));
+    assert!(matches!(&fx[..], [Effect::RestartEngine]));
+    assert_eq!((app.theme.name.as_str(), app.panes.len()), ("light", 4));
+}
+
+#[test]
+fn later_turns_carry_the_conversation() {
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "first");
+    app.handle_key(key(KeyCode::Enter));
+    finish(&mut app, 0, FinishReason::Stop, "answer one");
+    type_text(&mut app, "second");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    let Some(Effect::Submit { request, .. }) = fx.iter().find(|e| matches!(e, Effect::Submit { .. })) else {
+        panic!("no submit")
+    };
+    let Prompt::Chat(messages) = &request.prompt else { panic!("not a chat") };
+    let turns: Vec<(&str, &str)> = messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+    assert_eq!(turns, [("user", "first"), ("assistant", "answer one"), ("user", "second")]);
+    // Up recalls earlier prompts.
+    app.handle_key(key(KeyCode::Up));
+    assert_eq!(app.panes[0].input.text(), "second");
+    app.handle_key(key(KeyCode::Up));
+    assert_eq!(app.panes[0].input.text(), "first");
+}
+
+#[test]
+fn copy_asks_for_the_last_answer() {
+    let mut app = fixture::app(1, "dark");
+    assert!(app.handle_key(ctrl('y')).is_empty(), "nothing to copy yet");
+    type_text(&mut app, "q");
+    app.handle_key(key(KeyCode::Enter));
+    finish(&mut app, 0, FinishReason::Stop, "the answer");
+    assert!(matches!(&app.handle_key(ctrl('y'))[..], [Effect::Copy { text }] if text == "the answer"));
+}
+
+#[test]
+fn panes_can_be_added_closed_and_cleared() {
+    let mut app = fixture::app(2, "dark");
+    app.handle_key(ctrl('n'));
+    assert_eq!((app.panes.len(), app.focus), (3, 2));
+    app.handle_key(ctrl('x'));
+    assert_eq!(app.panes.len(), 2);
+    type_text(&mut app, "q");
+    app.handle_key(key(KeyCode::Enter));
+    let focus = app.focus;
+    finish(&mut app, focus, FinishReason::Stop, "a");
+    let fx = app.handle_key(ctrl('l'));
+    assert!(matches!(&fx[..], [Effect::Record { record: Record::Clear, .. }]));
+    assert!(app.focused().turns.is_empty());
+}
+
+#[test]
+fn profile_keys_rebind_commands() {
+    let keys = BTreeMap::from([("send_all".to_owned(), KeyList::One("ctrl+g".into()))]);
+    let keymap = Keymap::with_overrides(&keys, "test.toml").unwrap();
+    let mut app = App::new(fixture::settings(2), Theme::builtin("dark"), keymap, fixture::SESSION);
+    type_text(&mut app, "x");
+    assert_eq!(submits(&app.handle_key(ctrl('g'))).len(), 2);
+    assert_eq!(app.keymap.lookup(&alt(KeyCode::Enter)), None, "the override replaces the defaults");
+    assert_eq!(app.keymap.lookup(&ctrl('g')), Some(Command::SendAll));
+}
+
+#[test]
+fn a_row_that_finished_early_shows_done_before_its_result_arrives() {
+    let mut app = fixture::app(2, "dark");
+    type_text(&mut app, "q");
+    app.handle_key(key(KeyCode::Enter));
+    let id = request_id(&app, 0);
+    deliver(&mut app, 0, RowEvent::Delta { id: id.clone(), text: "a".into(), ids: vec![1] });
+    let mut telemetry = cohort::engine::telemetry::Telemetry::default();
+    telemetry.rows.push(cohort::engine::telemetry::RowTelemetry { id, state: RowState::Done, ..Default::default() });
+    app.update(Action::Telemetry(Box::new(telemetry)));
+    assert_eq!((app.panes[0].state, app.panes[0].row), (RowState::Done, Some(0)));
+    assert!(app.panes[0].is_busy(), "the result itself has not come yet");
+}

@@ -1,0 +1,72 @@
+//! Transcripts: appended per event, read back for `--resume`, a torn last line skipped, an
+//! answer that never finished shown as interrupted.
+
+use std::io::Write;
+
+use cohort::engine::request::{FinishReason, Stats};
+use cohort::engine::telemetry::RowState;
+use cohort::tui::fixture;
+use cohort::tui::transcript::{Record, TranscriptWriter, latest_session, load_session, new_session_name};
+
+fn user(request: &str, text: &str) -> Record {
+    Record::User { request: request.into(), text: text.into() }
+}
+fn delta(request: &str, text: &str) -> Record {
+    Record::Delta { request: request.into(), text: text.into() }
+}
+fn done(request: &str, finish: FinishReason, text: &str) -> Record {
+    Record::Done { request: request.into(), finish, text: text.into(), error: None, stats: Stats::default() }
+}
+
+#[test]
+fn a_session_reads_back_into_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = new_session_name(dir.path());
+    let mut writer = TranscriptWriter::new(dir.path(), &session, "throughput", Some("m".into()));
+    for r in [user("a", "first"), delta("a", "one "), delta("a", "two"), done("a", FinishReason::Stop, "one two")] {
+        writer.append(1, &r).unwrap();
+    }
+    for r in [user("b", "count"), delta("b", "1 2"), done("b", FinishReason::Cancelled, "1 2")] {
+        writer.append(2, &r).unwrap();
+    }
+    // Pane 3 was mid-answer when the process died, in the middle of writing a line.
+    for r in [user("c", "long one"), delta("c", "so far")] {
+        writer.append(3, &r).unwrap();
+    }
+    let mut file = std::fs::OpenOptions::new().append(true).open(writer.pane_path(3)).unwrap();
+    file.write_all(b"{\"t\":1,\"kind\":\"delta\",\"requ").unwrap();
+    drop(writer);
+
+    assert_eq!(latest_session(dir.path()).as_deref(), Some(session.as_str()));
+    let (name, _, panes) = load_session(dir.path(), &session).unwrap();
+    assert_eq!(name, session);
+    assert_eq!(panes.iter().map(|p| p.id).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!((panes[0].turns[0].answer.as_str(), panes[0].turns[0].finish), ("one two", Some(FinishReason::Stop)));
+    assert_eq!(panes[1].turns[0].finish, Some(FinishReason::Cancelled));
+    let torn = &panes[2].turns[0];
+    assert_eq!((torn.answer.as_str(), torn.interrupted), ("so far", true));
+
+    let mut app = fixture::app(4, "dark");
+    app.restore(panes);
+    let states: Vec<RowState> = app.panes.iter().map(|p| p.state).collect();
+    assert_eq!(states, [RowState::Done, RowState::Cancelled, RowState::Cancelled, RowState::Idle]);
+    assert_eq!(app.panes[3].id, 4, "new panes get fresh ids (fresh transcript files)");
+    // Resumed conversations continue: the next prompt carries the restored turns.
+    assert_eq!(app.panes[0].messages_with(None, "next").len(), 3);
+}
+
+#[test]
+fn a_cleared_pane_reads_back_empty_and_sessions_get_unique_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = new_session_name(dir.path());
+    let mut writer = TranscriptWriter::new(dir.path(), &first, "p", None);
+    writer.append(1, &user("a", "x")).unwrap();
+    writer.append(1, &Record::Clear).unwrap();
+    let second = cohort::tui::transcript::reserve_session(dir.path()).unwrap();
+    let third = cohort::tui::transcript::reserve_session(dir.path()).unwrap();
+    assert!(first != second && second != third, "sessions started in the same second get a suffix");
+    assert_eq!(latest_session(dir.path()).as_deref(), Some(first.as_str()), "empty sessions are not resumed");
+    let (_, _, panes) = load_session(dir.path(), &first).unwrap();
+    assert!(panes[0].turns.is_empty());
+    assert!(load_session(dir.path(), "no-such-session").is_err());
+}

@@ -1,0 +1,210 @@
+//! View snapshots: app states built directly (no engine, no terminal), drawn on ratatui's
+//! TestBackend and compared with insta. Text-only snapshots cover layout; the theme snapshots
+//! include every style change, so a colour change shows up too.
+
+use cohort::config::theme::Theme;
+use cohort::engine::request::FinishReason;
+use cohort::engine::telemetry::RowState;
+use cohort::tui::app::{App, InspectorPanel, Overlay};
+use cohort::tui::input::InputLine;
+use cohort::tui::style::Styles;
+use cohort::tui::{fixture, views};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::style::{Color, Modifier};
+
+fn draw(app: &App, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| views::draw(f, app)).unwrap();
+    terminal
+}
+
+#[test]
+fn one_pane() {
+    let app = fixture::mixed(1, "dark");
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn four_panes() {
+    let app = fixture::mixed(4, "dark");
+    insta::assert_snapshot!(draw(&app, 100, 30).backend());
+}
+
+#[test]
+fn eight_panes() {
+    let app = fixture::mixed(8, "dark");
+    insta::assert_snapshot!(draw(&app, 160, 40).backend());
+}
+
+#[test]
+fn eight_panes_with_the_inspector() {
+    let mut app = fixture::mixed(8, "dark");
+    app.inspector = Some(InspectorPanel::All);
+    insta::assert_snapshot!(draw(&app, 200, 50).backend());
+}
+
+#[test]
+fn eight_panes_with_the_inspector_at_80x24() {
+    let mut app = fixture::mixed(8, "dark");
+    app.inspector = Some(InspectorPanel::All);
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn inspector_rows_panel_alone() {
+    let mut app = fixture::mixed(4, "dark");
+    app.inspector = Some(InspectorPanel::Rows);
+    insta::assert_snapshot!(draw(&app, 120, 30).backend());
+}
+
+#[test]
+fn inspector_cohort_panel_alone() {
+    let mut app = fixture::mixed(4, "dark");
+    app.inspector = Some(InspectorPanel::Cohort);
+    insta::assert_snapshot!(draw(&app, 120, 30).backend());
+}
+
+#[test]
+fn a_cancelled_pane_keeps_its_partial_answer() {
+    let mut app = fixture::mixed(4, "dark");
+    app.focus = 2;
+    app.zoomed = true;
+    assert_eq!(app.panes[2].state, RowState::Cancelled);
+    let screen = draw(&app, 60, 14);
+    insta::assert_snapshot!(screen.backend());
+}
+
+#[test]
+fn an_error_pane_shows_the_error() {
+    let mut app = fixture::mixed(4, "dark");
+    app.focus = 3;
+    app.zoomed = true;
+    assert_eq!(app.panes[3].state, RowState::Error);
+    insta::assert_snapshot!(draw(&app, 60, 14).backend());
+}
+
+#[test]
+fn the_help_overlay_lists_the_bindings() {
+    let mut app = fixture::mixed(4, "dark");
+    app.overlay = Some(Overlay::Help { scroll: 0 });
+    insta::assert_snapshot!(draw(&app, 100, 48).backend());
+}
+
+#[test]
+fn the_profile_picker() {
+    let mut app = fixture::mixed(4, "dark");
+    app.profiles = cohort::config::profile::SHIPPED
+        .iter()
+        .map(|(name, _)| cohort::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
+        .collect();
+    app.overlay = Some(Overlay::Profiles { selected: 1 });
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn the_save_profile_prompt() {
+    let mut app = fixture::mixed(1, "dark");
+    app.overlay = Some(Overlay::SaveProfile { name: InputLine::new("my-eight") });
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+#[test]
+fn the_model_still_loading() {
+    let mut app = App::new(fixture::settings(2), Theme::builtin("dark"), Default::default(), fixture::SESSION);
+    app.panes[0].input.set("queued before the model loaded");
+    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
+    for _ in 0..45 {
+        app.update(cohort::tui::action::Action::Tick);
+    }
+    insta::assert_snapshot!(draw(&app, 80, 12).backend());
+}
+
+#[test]
+fn dark_theme_styles() {
+    let app = fixture::mixed(2, "dark");
+    insta::assert_snapshot!(format!("{:?}", draw(&app, 60, 12).backend().buffer()));
+}
+
+#[test]
+fn light_theme_styles() {
+    let app = fixture::mixed(2, "light");
+    insta::assert_snapshot!(format!("{:?}", draw(&app, 60, 12).backend().buffer()));
+}
+
+#[test]
+fn no_color_draws_without_colours_but_keeps_focus_and_states_apart() {
+    let mut app = fixture::mixed(4, "dark");
+    app.theme = Theme::builtin("dark").without_colors();
+    app.styles = Styles::new(&app.theme);
+    app.inspector = Some(InspectorPanel::All);
+    let screen = draw(&app, 120, 40);
+    let buffer = screen.backend().buffer();
+    for cell in buffer.content() {
+        assert_eq!((cell.fg, cell.bg), (Color::Reset, Color::Reset), "a coloured cell under NO_COLOR: {cell:?}");
+    }
+    // Focus and states still show, through modifiers.
+    assert!(buffer.content().iter().any(|c| c.modifier.contains(Modifier::REVERSED)));
+    assert!(buffer.content().iter().any(|c| c.modifier.contains(Modifier::BOLD)));
+}
+
+#[test]
+fn tiny_terminals_do_not_panic() {
+    let mut app = fixture::mixed(8, "dark");
+    app.inspector = Some(InspectorPanel::All);
+    for (w, h) in [(1, 1), (10, 4), (20, 6), (33, 9), (80, 5)] {
+        draw(&app, w, h);
+    }
+    app.overlay = Some(Overlay::Help { scroll: 99 });
+    draw(&app, 12, 6);
+}
+
+#[test]
+fn a_long_answer_scrolls_from_the_bottom() {
+    let mut app = fixture::app(1, "dark");
+    let long: String = (1..=60).map(|i| format!("line {i}\n")).collect();
+    fixture::play(&mut app, 0, "many lines", &long, Some(FinishReason::Length), std::time::Instant::now());
+    let text = draw(&app, 40, 12).backend().to_string();
+    assert!(text.contains("line 60"), "follows the newest text:\n{text}");
+    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::ScrollUp));
+    let text = draw(&app, 40, 12).backend().to_string();
+    assert!(!text.contains("line 60") && text.contains("↑"), "scrolled up:\n{text}");
+}
+
+#[test]
+fn streaming_an_answer_renders_the_same_as_rendering_it_whole() {
+    let answer = format!(
+        "{}\n\n{}\n> a quote\n1. first\n---\n## Heading\n```\nunclosed",
+        fixture::CODE_ANSWER,
+        fixture::PROSE_ANSWER
+    );
+    let t0 = std::time::Instant::now();
+    let mut streamed = fixture::app(1, "dark");
+    streamed.panes[0].input.set("q");
+    streamed.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
+    let id = streamed.panes[0].in_flight.as_ref().unwrap().id.clone();
+    let mut terminal = Terminal::new(TestBackend::new(50, 40)).unwrap();
+    // Pieces of 1 to 3 characters (as tokens come), drawn after each.
+    let chars: Vec<char> = answer.chars().collect();
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    while at < chars.len() {
+        let n = (1 + at % 3).min(chars.len() - at);
+        pieces.push(chars[at..at + n].iter().collect::<String>());
+        at += n;
+    }
+    for piece in pieces {
+        let event = cohort::engine::row::RowEvent::Delta { id: id.clone(), text: piece, ids: vec![1] };
+        streamed.update(cohort::tui::action::Action::Row { pane: 1, event, at: t0 });
+        terminal.draw(|f| views::draw(f, &streamed)).unwrap();
+    }
+    assert_eq!(streamed.panes[0].turns[0].answer, answer);
+    let mut whole = fixture::app(1, "dark");
+    fixture::play(&mut whole, 0, "q", "", None, t0);
+    whole.panes[0].turns[0].answer = answer.clone();
+    whole.panes[0].in_flight = streamed.panes[0].in_flight.clone();
+    whole.panes[0].state = streamed.panes[0].state;
+    let a = draw(&streamed, 50, 40).backend().to_string();
+    let b = draw(&whole, 50, 40).backend().to_string();
+    assert_eq!(a, b);
+}
