@@ -67,7 +67,7 @@ fn cohort(
     events: &mut dyn FnMut(RowEvent),
 ) -> SharedTelemetry {
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
-    let cfg = CohortConfig { chunk: 32, route_id: "test".into() };
+    let cfg = CohortConfig { chunk: 32, route_id: "test".into(), mode: GenerationMode::Mtp };
     run_cohort(model, tok, runs, &cfg, &tel, events).unwrap();
     tel
 }
@@ -202,8 +202,34 @@ fn an_injected_cycle_fault_fails_the_cohort_cleanly() {
     let mut rs = runs(&model, &tok, &reqs);
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
     cohort::engine::cohort::inject_fault_at_cycle(3);
-    let err = run_cohort(&model, &tok, &mut rs, &CohortConfig { chunk: 32, route_id: "t".into() }, &tel, &mut |_| {});
+    let err = run_cohort(
+        &model,
+        &tok,
+        &mut rs,
+        &CohortConfig { chunk: 32, route_id: "t".into(), mode: GenerationMode::Mtp },
+        &tel,
+        &mut |_| {},
+    );
     cohort::engine::cohort::inject_fault_at_cycle(0);
     let msg = format!("{:#}", err.unwrap_err());
     assert!(msg.contains("injected fault"), "{msg}");
+}
+
+#[test]
+fn an_ar_cohort_gives_every_row_its_solo_ar_output() {
+    let (model, tok, prompts) = setup();
+    for sampler in [SamplerConfig::greedy(), SamplerConfig::default()] {
+        let reqs: Vec<Request> = prompts.iter().enumerate().map(|(i, p)| req(i, p, sampler, 10 + 2 * i)).collect();
+        let mut rs = runs(&model, &tok, &reqs);
+        let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
+        let cfg = CohortConfig { chunk: 32, route_id: "ar".into(), mode: GenerationMode::Ar };
+        run_cohort(&model, &tok, &mut rs, &cfg, &tel, &mut |_| {}).unwrap();
+        for (i, (r, run)) in reqs.iter().zip(&rs).enumerate() {
+            let mut alone = prepare(&model, &tok, r, CancelFlag::default()).unwrap();
+            run_solo(&model, &tok, &mut alone, GenerationMode::Ar, 32, &mut |_| {}).unwrap();
+            assert_eq!(run.tokens, alone.tokens, "row {i}: AR cohort output differs from its solo AR run");
+            assert_eq!(run.stats.verify_cycles, 0);
+        }
+        assert!(tel.lock().unwrap().fixed_width_cycles[&8] > 0);
+    }
 }

@@ -9,6 +9,7 @@ use cohort::engine::prepare::prepare;
 use cohort::engine::request::{Prompt, Request};
 use cohort::engine::row::CancelFlag;
 use cohort::engine::sampler::SamplerConfig;
+use cohort::engine::solo::GenerationMode;
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::qwen3_5::Qwen35Model;
 use cohort::model::tokenizer::TextTokenizer;
@@ -44,8 +45,15 @@ fn twenty_cohorts_in_a_row_do_not_grow_memory() {
     let mut readings = Vec::new();
     for _ in 0..20 {
         let mut rs: Vec<_> = reqs.iter().map(|r| prepare(&model, &tok, r, CancelFlag::default()).unwrap()).collect();
-        run_cohort(&model, &tok, &mut rs, &CohortConfig { chunk: 32, route_id: "t".into() }, &tel, &mut |_| {})
-            .unwrap();
+        run_cohort(
+            &model,
+            &tok,
+            &mut rs,
+            &CohortConfig { chunk: 32, route_id: "t".into(), mode: GenerationMode::Mtp },
+            &tel,
+            &mut |_| {},
+        )
+        .unwrap();
         drop(rs);
         mlx_rs::memory::clear_cache().unwrap();
         readings.push(mlx_rs::memory::active_memory().unwrap());

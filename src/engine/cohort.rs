@@ -17,7 +17,7 @@ use mlx_rs::{Array, Dtype};
 use super::request::FinishReason;
 use super::row::{RowEvent, RowRun};
 use super::sampler::{Decision, Dist, SamplerConfig, decide, distributions};
-use super::solo::{draft_inputs, prefill_row, restore_from_capture};
+use super::solo::{GenerationMode, draft_inputs, prefill_row, restore_from_capture};
 use super::telemetry::{RowState, RowTelemetry, SharedTelemetry, push_recent};
 use crate::model::cache::RowCache;
 use crate::model::forward::{LanguageModel, Logits};
@@ -44,6 +44,9 @@ pub fn inject_fault_at_cycle(n: usize) {
 pub struct CohortConfig {
     pub chunk: usize,
     pub route_id: String,
+    /// Mtp: one draft and one T=2 verify per cycle. Ar: one T=1 step per cycle for models
+    /// without MTP weights (or whose probe declined MTP), still one batch for all rows.
+    pub mode: GenerationMode,
 }
 
 /// A slot's decode inputs: real rows read theirs from `RowRun`, inert rows keep a dummy's.
@@ -89,7 +92,7 @@ pub fn run_cohort(
         }
         set_state(tel, b, RowState::Prefill);
         let mut row = model.new_row();
-        match prefill_row(model, tok, run, &mut row, cfg.chunk, true, events) {
+        match prefill_row(model, tok, run, &mut row, cfg.chunk, cfg.mode == GenerationMode::Mtp, events) {
             Ok(()) if run.cancel.is_cancelled() => run.cancel_now(), // the merge-boundary poll
             Ok(()) => rows[b] = row,                                 // ownership moves into the cohort
             Err(e) => run.fail(format!("prefill failed: {e:#}")),
@@ -114,12 +117,22 @@ pub fn run_cohort(
             }
             deliver_cancelled(run, tok, events);
         }
-        cycle(model, tok, runs, &mut rows, &inert, events)?;
+        match cfg.mode {
+            GenerationMode::Mtp => cycle(model, tok, runs, &mut rows, &inert, events)?,
+            GenerationMode::Ar => cycle_ar(model, tok, runs, &mut rows, &inert, events)?,
+        }
         update_telemetry(tel, runs, &rows);
+        // Each row's decode time ends when the row does, not when its cohort does.
+        for run in runs.iter_mut() {
+            if !run.is_active() && run.stats.decode_s == 0.0 {
+                run.stats.decode_s = t0.elapsed().as_secs_f64();
+            }
+        }
     }
-    let decode_s = t0.elapsed().as_secs_f64();
     for run in runs.iter_mut() {
-        run.stats.decode_s = decode_s;
+        if run.stats.decode_s == 0.0 {
+            run.stats.decode_s = t0.elapsed().as_secs_f64();
+        }
         run.stats.route = cfg.route_id.clone();
     }
     Ok(())
@@ -294,6 +307,53 @@ fn cycle(
                 }
             }
         }
+    }
+    let mut arrays: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
+    arrays.extend(runs.iter().filter_map(|r| r.hidden_last.as_ref()));
+    mlx_rs::transforms::eval(arrays)?;
+    Ok(())
+}
+
+/// One plain step for every slot: feed each row's primary, sample its next token. Inactive rows
+/// are put back as they were (keep = 0).
+fn cycle_ar(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    runs: &mut [RowRun],
+    rows: &mut [RowCache],
+    inert: &[Inert],
+    events: &mut dyn FnMut(RowEvent),
+) -> Result<()> {
+    let n = CYCLES_RUN.get() + 1;
+    CYCLES_RUN.set(n);
+    if FAIL_AT_CYCLE.get() == n {
+        bail!("injected fault in cohort cycle {n}");
+    }
+    let width = rows.len();
+    let active: Vec<bool> = (0..width).map(|b| b < runs.len() && runs[b].is_active()).collect();
+    let before: Vec<RowCache> = rows.to_vec();
+    let primary: Vec<u32> =
+        (0..width).map(|b| if active[b] { runs[b].primary.unwrap_or(0) } else { inert[b].primary }).collect();
+    let out = {
+        let mut all: Vec<&mut RowCache> = rows.iter_mut().collect();
+        model.forward(&tokens(&primary, width as i32, 1), &mut all, Logits::Last, false)?
+    };
+    let logits = out.logits.as_ref().context("step returned no logits")?;
+    let vocab = *logits.shape().last().unwrap();
+    let cfgs: Vec<SamplerConfig> =
+        (0..width).map(|b| if active[b] { runs[b].sampler } else { SamplerConfig::greedy() }).collect();
+    let pens: Vec<_> = (0..width).map(|b| if active[b] { &runs[b].penalties } else { &EMPTY_PENALTIES }).collect();
+    let dists = distributions(&logits.reshape(&[width as i32, vocab])?, &cfgs, &pens)?;
+    for b in 0..width {
+        if !active[b] {
+            rows[b] = before[b].clone();
+            continue;
+        }
+        let run = &mut runs[b];
+        let next = run.draw(&dists[b]);
+        run.hidden_last = Some(slice_axis(&out.hidden, 0, b as i32, b as i32 + 1)?);
+        run.primary = Some(next);
+        run.emit(next, tok, events)?;
     }
     let mut arrays: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
     arrays.extend(runs.iter().filter_map(|r| r.hidden_last.as_ref()));

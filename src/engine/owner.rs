@@ -258,7 +258,7 @@ fn run_group(
         }
     };
     let chunk = setup.scheduler.prefill_chunk;
-    if width == 1 || setup.numerics == Numerics::B1Exact || mode == GenerationMode::Ar {
+    if width == 1 || setup.numerics == Numerics::B1Exact {
         let route_name = if width > 1 && mode == GenerationMode::Mtp {
             Numerics::B1Exact.route_id(family)
         } else {
@@ -289,9 +289,12 @@ fn run_group(
     if setup.numerics == Numerics::Balanced {
         linear::set_route(LinearRoute::RowByRow);
     }
-    let route_name = setup.numerics.route_id(family);
+    let route_name = match mode {
+        GenerationMode::Mtp => setup.numerics.route_id(family),
+        GenerationMode::Ar => format!("{family}_ar_batch_b8_t1_m8"),
+    };
     let (pendings, mut runs): (Vec<Pending>, Vec<RowRun>) = members.into_iter().unzip();
-    let cfg = CohortConfig { chunk, route_id: route_name.clone() };
+    let cfg = CohortConfig { chunk, route_id: route_name.clone(), mode };
     let outcome = run_cohort(model, tok, &mut runs, &cfg, tel, &mut route);
     linear::set_route(prev_route);
     let cleanup = outcome.and_then(|()| mlx_rs::memory::clear_cache().map_err(anyhow::Error::from));
