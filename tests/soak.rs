@@ -48,7 +48,8 @@ fn four_hundred_requests_in_waves_with_random_cancellations() {
                 let n = total + i;
                 let len = 1 + (rng.next_u64() % 120) as usize;
                 let prompt: Vec<u32> = (0..len).map(|_| (rng.next_u64() % 500) as u32).collect();
-                let sampler = if rng.next_u64() % 2 == 0 { SamplerConfig::greedy() } else { SamplerConfig::default() };
+                let sampler =
+                    if rng.next_u64().is_multiple_of(2) { SamplerConfig::greedy() } else { SamplerConfig::default() };
                 let cancel = match rng.next_u64() % 10 {
                     0 => CancelAt::Queued,
                     1 => CancelAt::Prefill,
