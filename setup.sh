@@ -250,7 +250,15 @@ test)
     say "cargo clippy"
     cargo clippy -q --release --all-targets -- -D warnings
     say "cargo test"
-    cargo test --release "$@"
+    # All targets (doc tests excluded: none are written), then one total line for CI's reader.
+    log=$(mktemp)
+    set +e
+    cargo test --release --all-targets "$@" 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    set -e
+    awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i }' "$log"
+    rm -f "$log"
+    exit "$status"
     ;;
 env)
     setup
