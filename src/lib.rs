@@ -10,4 +10,5 @@ pub mod config;
 pub mod engine;
 pub mod logging;
 pub mod model;
+pub mod train;
 pub mod tui;

@@ -34,6 +34,8 @@ enum Command {
     BenchStep(cli::bench_step::BenchStepArgs),
     /// Import a GGUF file (Llama family) as an MLX-format checkpoint.
     ImportGguf(cli::import::ImportArgs),
+    /// Train an MTP head for a model that ships none (self-distillation, AdamW).
+    TrainMtp(Box<cli::train::TrainArgs>),
     /// Describe a model directory: family, layers, quantization, size, MTP weights.
     Inspect(cli::inspect::InspectArgs),
     /// Measure whether a T=2 verify block equals two single steps (MTP exactness) and pick a route.
@@ -73,6 +75,7 @@ fn run(cli: Cli) -> Result<u8> {
         Some(Command::Bench(args)) => cli::bench::run(args).map(|()| exit::OK),
         Some(Command::BenchStep(args)) => cli::bench_step::run(args).map(|()| exit::OK),
         Some(Command::ImportGguf(args)) => cli::import::run(args).map(|()| exit::OK),
+        Some(Command::TrainMtp(args)) => cli::train::run(*args).map(|()| exit::OK),
         Some(Command::Inspect(args)) => cli::inspect::run(args).map(|()| exit::OK),
         Some(Command::Probe(args)) => cli::probe::run(args).map(|()| exit::OK),
         Some(Command::DataDir) => {

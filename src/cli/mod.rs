@@ -8,6 +8,7 @@ pub mod import;
 pub mod inspect;
 pub mod model_args;
 pub mod probe;
+pub mod train;
 
 /// Exit codes of headless commands (documented in docs/configuration.md).
 pub mod exit {
