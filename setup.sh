@@ -164,7 +164,7 @@ install_default_model() {
         say "default model imported into $dir"
     fi
     # The trained head in assets/ is not installed by default yet: at its measured acceptance
-    # (0.28, docs/mtp-head.md) MTP decodes slower than plain decoding on the CPU. To try it:
+    # (0.30, docs/mtp-head.md) MTP decodes slower than plain decoding on the CPU. To try it:
     #   cp assets/smollm2-135m-instruct.mtp.safetensors "$dir/mtp.safetensors"
     if [ "${COHORT_INSTALL_MTP_HEAD:-0}" = 1 ] && [ -f "$MTP_ASSET" ]; then
         cp "$MTP_ASSET" "$dir/mtp.safetensors"
