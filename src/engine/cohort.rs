@@ -117,10 +117,15 @@ pub fn run_cohort(
             }
             deliver_cancelled(run, tok, events);
         }
+        fault_hook()?;
         match cfg.mode {
             GenerationMode::Mtp => cycle(model, tok, runs, &mut rows, &inert, events)?,
             GenerationMode::Ar => cycle_ar(model, tok, runs, &mut rows, &inert, events)?,
         }
+        // One evaluation per cycle, so no row carries a pending graph into the next.
+        let mut arrays: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
+        arrays.extend(runs.iter().filter_map(|r| r.hidden_last.as_ref()));
+        mlx_rs::transforms::eval(arrays)?;
         update_telemetry(tel, runs, &rows);
         // Each row's decode time ends when the row does, not when its cohort does.
         for run in runs.iter_mut() {
@@ -155,6 +160,16 @@ fn state_of(run: &RowRun) -> RowState {
     }
 }
 
+/// The test hook: fail when this thread reaches the cycle `inject_fault_at_cycle` named.
+fn fault_hook() -> Result<()> {
+    let n = CYCLES_RUN.get() + 1;
+    CYCLES_RUN.set(n);
+    if FAIL_AT_CYCLE.get() == n {
+        bail!("injected fault in cohort cycle {n}");
+    }
+    Ok(())
+}
+
 /// One lockstep cycle over all FIXED_WIDTH slots.
 fn cycle(
     model: &dyn LanguageModel,
@@ -164,11 +179,6 @@ fn cycle(
     inert: &[Inert],
     events: &mut dyn FnMut(RowEvent),
 ) -> Result<()> {
-    let n = CYCLES_RUN.get() + 1;
-    CYCLES_RUN.set(n);
-    if FAIL_AT_CYCLE.get() == n {
-        bail!("injected fault in cohort cycle {n}");
-    }
     let width = rows.len();
     let active: Vec<bool> = (0..width).map(|b| b < runs.len() && runs[b].is_active()).collect();
     let before: Vec<RowCache> = rows.to_vec();
@@ -308,9 +318,6 @@ fn cycle(
             }
         }
     }
-    let mut arrays: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
-    arrays.extend(runs.iter().filter_map(|r| r.hidden_last.as_ref()));
-    mlx_rs::transforms::eval(arrays)?;
     Ok(())
 }
 
@@ -324,11 +331,6 @@ fn cycle_ar(
     inert: &[Inert],
     events: &mut dyn FnMut(RowEvent),
 ) -> Result<()> {
-    let n = CYCLES_RUN.get() + 1;
-    CYCLES_RUN.set(n);
-    if FAIL_AT_CYCLE.get() == n {
-        bail!("injected fault in cohort cycle {n}");
-    }
     let width = rows.len();
     let active: Vec<bool> = (0..width).map(|b| b < runs.len() && runs[b].is_active()).collect();
     let before: Vec<RowCache> = rows.to_vec();
@@ -355,9 +357,6 @@ fn cycle_ar(
         run.primary = Some(next);
         run.emit(next, tok, events)?;
     }
-    let mut arrays: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
-    arrays.extend(runs.iter().filter_map(|r| r.hidden_last.as_ref()));
-    mlx_rs::transforms::eval(arrays)?;
     Ok(())
 }
 
