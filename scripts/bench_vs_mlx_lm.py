@@ -5,7 +5,7 @@ B1 decode and prefill tokens/s: mlx-lm in this process (float32 activations, as 
 the CPU), cohort through `cohort generate` (its own reported prefill/decode figures, which exclude
 process start and model load). Also cohort's B1 MTP route when the model has MTP weights.
 
-usage: scripts/bench_vs_mlx_lm.py --model DIR [--prompt-len 300] [--gen 128] [--rounds 3]
+usage: scripts/bench_vs_mlx_lm.py --model DIR [--prompt-len 300] [--gen 128] [--rounds 3] [--keep-dtype]
 needs: mlx-lm 0.32.2 (e.g. the venv tests/fixtures/README.md describes) and a built cohort.
 """
 import argparse
@@ -65,10 +65,13 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/cohort"))
+    ap.add_argument("--keep-dtype", action="store_true",
+                    help="run mlx-lm in the checkpoint's own dtype (as cohort serves on a GPU) instead of float32")
     args = ap.parse_args()
 
     model, tok = load(args.model)
-    cast_f32(model)
+    if not args.keep_dtype:
+        cast_f32(model)
     has_mtp = os.path.exists(os.path.join(args.model, "mtp.safetensors"))
     cfg = json.load(open(os.path.join(args.model, "config.json")))
     vocab = cfg.get("text_config", cfg)["vocab_size"]

@@ -36,9 +36,33 @@ pub struct BenchStepArgs {
     /// Timed repetitions (medians are reported).
     #[arg(long, default_value_t = 20)]
     iters: usize,
+    /// Gated DeltaNet recurrence routes to measure one after the other on the same model
+    /// (`kernel,ops` compares the fused CUDA kernel with the plain-ops loop side by side);
+    /// default: the route the engine picks.
+    #[arg(long, value_delimiter = ',')]
+    gdn_routes: Vec<GdnRoute>,
     /// Write the figures as JSON here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GdnRoute {
+    Kernel,
+    Ops,
+}
+
+/// One route's medians, in ms (prefill in tokens/s).
+#[derive(serde::Serialize)]
+struct Figures {
+    route: GdnRoute,
+    prefill_tok_s: f64,
+    b1_ms: f64,
+    draft_ms: f64,
+    verify_ms: f64,
+    commit_ms: f64,
+    sample_ms: f64,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -106,29 +130,7 @@ fn step_bytes(cfg: &Qwen35Config, rows: i64, with_head: bool) -> f64 {
     bytes
 }
 
-pub fn run(args: BenchStepArgs) -> Result<()> {
-    let t_load = Instant::now();
-    let (model, cfg): (Box<Qwen35Model>, Qwen35Config) = match (&args.synthetic, &args.model) {
-        (Some(g), _) => {
-            let cfg = crate::model::synth::geometry(g, args.layers, args.vocab)?;
-            let dtype = crate::model::load::default_dtype();
-            let mut w = crate::model::synth::make_weights(&cfg, dtype, 7)?;
-            (Box::new(Qwen35Model::from_weights(cfg.clone(), &mut w, dtype)?), cfg)
-        }
-        (None, m) => {
-            let dir = match m {
-                Some(m) => crate::model::load::resolve(m)?,
-                None => crate::model::load::default_model()?,
-            };
-            let cfg =
-                Qwen35Config::load(&dir.join("config.json")).context("bench-step measures Qwen3.5-family models")?;
-            (Box::new(Qwen35Model::load(&dir, crate::model::load::default_dtype())?), cfg)
-        }
-    };
-    let load_s = t_load.elapsed().as_secs_f64();
-    let mem_loaded = MemoryStats::read();
-    let bw = bandwidth_gbs()?;
-    eprintln!("model ready in {load_s:.1} s ({} active); bandwidth {bw:.0} GB/s", human_bytes(mem_loaded.active));
+fn measure(model: &Qwen35Model, cfg: &Qwen35Config, args: &BenchStepArgs, route: GdnRoute) -> Result<Figures> {
     let vocab = cfg.vocab_size as u32;
     let ids = |n: usize, salt: u32| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + salt * 104729) % vocab).collect() };
 
@@ -206,10 +208,59 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             sample.push(t_sample);
         }
     }
+    Ok(Figures {
+        route,
+        prefill_tok_s: args.prefill as f64 / prefill_s,
+        b1_ms: median(b1),
+        draft_ms: median(draft),
+        verify_ms: median(verify),
+        commit_ms: median(commit),
+        sample_ms: median(sample),
+    })
+}
+
+pub fn run(args: BenchStepArgs) -> Result<()> {
+    let t_load = Instant::now();
+    let (model, cfg): (Box<Qwen35Model>, Qwen35Config) = match (&args.synthetic, &args.model) {
+        (Some(g), _) => {
+            let cfg = crate::model::synth::geometry(g, args.layers, args.vocab)?;
+            let dtype = crate::model::load::default_dtype();
+            let mut w = crate::model::synth::make_weights(&cfg, dtype, 7)?;
+            (Box::new(Qwen35Model::from_weights(cfg.clone(), &mut w, dtype)?), cfg)
+        }
+        (None, m) => {
+            let dir = match m {
+                Some(m) => crate::model::load::resolve(m)?,
+                None => crate::model::load::default_model()?,
+            };
+            let cfg =
+                Qwen35Config::load(&dir.join("config.json")).context("bench-step measures Qwen3.5-family models")?;
+            (Box::new(Qwen35Model::load(&dir, crate::model::load::default_dtype())?), cfg)
+        }
+    };
+    let load_s = t_load.elapsed().as_secs_f64();
+    let mem_loaded = MemoryStats::read();
+    let bw = bandwidth_gbs()?;
+    eprintln!("model ready in {load_s:.1} s ({} active); bandwidth {bw:.0} GB/s", human_bytes(mem_loaded.active));
+    let routes = if args.gdn_routes.is_empty() {
+        vec![if crate::model::gdn_kernel::enabled() { GdnRoute::Kernel } else { GdnRoute::Ops }]
+    } else {
+        args.gdn_routes.clone()
+    };
+    let mut all = Vec::new();
+    for route in routes {
+        if matches!(route, GdnRoute::Kernel) && !crate::model::gdn_kernel::enabled() && all.is_empty() {
+            anyhow::ensure!(
+                crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
+                "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
+            );
+        }
+        crate::model::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
+        eprintln!("measuring with the {route:?} recurrence route");
+        all.push(measure(&model, &cfg, &args, route)?);
+    }
     let mem = MemoryStats::read();
     let floor = |bytes: f64| bytes / (bw * 1e9) * 1e3;
-    let b1_ms = median(b1);
-    let (dr, vr, cm, sm) = (median(draft), median(verify), median(commit), median(sample));
     let b1_floor = floor(step_bytes(&cfg, 1, true));
     let mtp_cfg = {
         let mut c = cfg.clone();
@@ -224,28 +275,45 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         cfg.num_hidden_layers, cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok, cfg.vocab_size
     );
     println!("memory bandwidth (1 GiB copy): {bw:.0} GB/s; weights resident: {}", human_bytes(mem_loaded.active));
-    println!("prefill {} tokens: {:.0} tok/s ({:.3} s)", args.prefill, args.prefill as f64 / prefill_s, prefill_s);
-    println!("| step | median ms | floor ms | ratio |");
-    println!("| --- | --- | --- | --- |");
-    println!("| B1 AR step (T=1) | {b1_ms:.2} | {b1_floor:.3} | {:.1}x |", b1_ms / b1_floor);
-    println!("| B8 draft (MTP, M=8) | {dr:.2} | {draft_floor:.3} | {:.1}x |", dr / draft_floor);
-    println!("| B8 verify (T=2, M=16) | {vr:.2} | {verify_floor:.3} | {:.1}x |", vr / verify_floor);
-    println!("| B8 commit (keep=1, all rows) | {cm:.2} | | |");
-    println!("| B8 sampling readback (ids) | {sm:.3} | | |");
-    let cycle = dr + vr + cm + sm;
-    println!("B1 AR: {:.1} tok/s; B8 cycle {cycle:.2} ms; peak memory {}", 1e3 / b1_ms, human_bytes(mem.peak));
-    for acc in [0.0, 0.6, 0.8] {
+    println!("peak memory {}", human_bytes(mem.peak));
+    for f in &all {
+        println!("\nGated DeltaNet route: {:?}", f.route);
+        println!("prefill {} tokens: {:.0} tok/s", args.prefill, f.prefill_tok_s);
+        println!("| step | median ms | floor ms | ratio |");
+        println!("| --- | --- | --- | --- |");
+        println!("| B1 AR step (T=1) | {:.2} | {b1_floor:.3} | {:.1}x |", f.b1_ms, f.b1_ms / b1_floor);
+        println!("| B8 draft (MTP, M=8) | {:.2} | {draft_floor:.3} | {:.1}x |", f.draft_ms, f.draft_ms / draft_floor);
         println!(
-            "  projected B8 aggregate at acceptance {acc:.1}: {:.0} tok/s",
-            FIXED_WIDTH as f64 * (1.0 + acc) / (cycle * 1e-3)
+            "| B8 verify (T=2, M=16) | {:.2} | {verify_floor:.3} | {:.1}x |",
+            f.verify_ms,
+            f.verify_ms / verify_floor
+        );
+        println!("| B8 commit (keep=1, all rows) | {:.2} | | |", f.commit_ms);
+        println!("| B8 sampling readback (ids) | {:.3} | | |", f.sample_ms);
+        let cycle = f.draft_ms + f.verify_ms + f.commit_ms + f.sample_ms;
+        println!("B1 AR: {:.1} tok/s; B8 cycle {cycle:.2} ms", 1e3 / f.b1_ms);
+        for acc in [0.0, 0.3, 0.6, 0.8] {
+            println!(
+                "  projected B8 aggregate at acceptance {acc:.1}: {:.0} tok/s",
+                FIXED_WIDTH as f64 * (1.0 + acc) / (cycle * 1e-3)
+            );
+        }
+    }
+    if let [a, b] = &all[..] {
+        println!(
+            "\n{:?}/{:?} speed-up: prefill {:.2}x, B1 step {:.2}x, B8 verify {:.2}x",
+            a.route,
+            b.route,
+            a.prefill_tok_s / b.prefill_tok_s,
+            b.b1_ms / a.b1_ms,
+            b.verify_ms / a.verify_ms
         );
     }
-    if let Some(path) = args.json {
+    if let Some(path) = &args.json {
         let j = serde_json::json!({"layers": cfg.num_hidden_layers, "bandwidth_gbs": bw, "prefill_tokens": args.prefill,
-            "prefill_tok_s": args.prefill as f64 / prefill_s, "b1_ms": b1_ms, "b1_floor_ms": b1_floor, "draft_ms": dr,
-            "draft_floor_ms": draft_floor, "verify_ms": vr, "verify_floor_ms": verify_floor, "commit_ms": cm, "sample_ms": sm,
-            "weights_bytes": mem_loaded.active, "peak_bytes": mem.peak, "load_s": load_s});
-        std::fs::write(&path, serde_json::to_string_pretty(&j)?)?;
+            "b1_floor_ms": b1_floor, "draft_floor_ms": draft_floor, "verify_floor_ms": verify_floor,
+            "routes": all, "weights_bytes": mem_loaded.active, "peak_bytes": mem.peak, "load_s": load_s});
+        std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
     }
     Ok(())
 }

@@ -13,12 +13,19 @@ pub struct DeviceArgs {
     /// Timed repetitions per dtype (the median is reported).
     #[arg(long, default_value_t = 10)]
     iters: usize,
+    /// Check the fused Gated DeltaNet kernel (CUDA only) and the plain-ops recurrence against a
+    /// float64 reference at the real Qwen3.6 geometry; exits 1 when one is off by more than 1e-4.
+    #[arg(long)]
+    check_kernels: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: DeviceArgs) -> Result<()> {
+    if args.check_kernels {
+        return check_kernels();
+    }
     let report = RuntimeReport::collect();
     let figures = match args.matmul {
         Some(n) => vec![
@@ -43,5 +50,40 @@ pub fn run(args: DeviceArgs) -> Result<()> {
             tf = f.tflops
         );
     }
+    Ok(())
+}
+
+/// Largest relative error a recurrence route may show against the float64 reference.
+const KERNEL_TOLERANCE: f64 = 1e-4;
+
+fn check_kernels() -> Result<()> {
+    use crate::model::gdn_check::{Route, check, real_geometries};
+    let dtype = crate::model::load::default_dtype();
+    let mut routes = vec![Route::Ops];
+    if runtime::Backend::detect() == runtime::Backend::Cuda {
+        routes.insert(0, Route::Kernel);
+    } else {
+        println!("fused Gated DeltaNet kernel: not available on this backend (the plain-ops route serves)");
+    }
+    let mut worst: f64 = 0.0;
+    for route in routes {
+        for (name, geo) in real_geometries() {
+            let t = std::time::Instant::now();
+            let r = check(route, geo, dtype, 1)?;
+            worst = worst.max(r.worst());
+            println!(
+                "{route:?} {name} ({dtype:?}): relative error y {:.2e}, state {:.2e}{} ({:.1} s)",
+                r.y,
+                r.state,
+                r.per_position.map(|p| format!(", per-position states {p:.2e}")).unwrap_or_default(),
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    anyhow::ensure!(
+        worst <= KERNEL_TOLERANCE,
+        "a recurrence route is off by {worst:.2e} (tolerance {KERNEL_TOLERANCE:e})"
+    );
+    println!("all routes within {KERNEL_TOLERANCE:e} of the float64 reference");
     Ok(())
 }

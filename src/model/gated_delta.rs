@@ -9,6 +9,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::cache::{GdnState, gather_rows, row};
 use super::config::{QuantSpec, Qwen35Config};
+use super::gdn_kernel::{self, Recurrence};
 use super::linear::Linear;
 use super::ops::{scalar_like, slice_axis};
 use super::weights::Weights;
@@ -108,33 +109,15 @@ impl GatedDeltaNet {
         let decay_rate = mlx_rs::ops::exp(self.a_log.as_dtype(Dtype::Float32)?)?;
         let g = mlx_rs::ops::exp(decay_rate.multiply(softplus)?.negative()?)?;
 
-        // Value head h reads key head h / (Hv/Hk): repeat each key head in place.
-        let repeat = hv / hk;
-        let (q, kk) = if repeat > 1 {
-            (mlx_rs::ops::repeat_axis::<f32>(q, repeat, 2)?, mlx_rs::ops::repeat_axis::<f32>(kk, repeat, 2)?)
-        } else {
-            (q, kk)
-        };
-
         let ssms: Vec<Option<&Array>> = states.iter().map(|s| s.ssm.as_ref()).collect();
-        let mut state = gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?;
-        let mut ys = Vec::with_capacity(t as usize);
-        let mut captured: Vec<Array> = Vec::new();
-        for i in 0..t {
-            let step = |a: &Array| -> Result<Array> { Ok(slice_axis(a, 1, i, i + 1)?.squeeze_axes(&[1])?) };
-            let (qt, kt, vt, gt, bt) = (step(&q)?, step(&kk)?, step(&v)?, step(&g)?, step(&beta)?);
-            state = state.multiply(gt.expand_dims_axes(&[-1, -2])?)?;
-            let k_row = kt.expand_dims(-2)?;
-            let kv_mem = state.multiply(&k_row)?.sum_axis(-1, None)?;
-            let delta = vt.subtract(kv_mem)?.multiply(bt.expand_dims(-1)?)?;
-            state = state.add(k_row.multiply(delta.expand_dims(-1)?)?)?;
-            let y = state.multiply(qt.expand_dims(-2)?)?.sum_axis(-1, None)?;
-            ys.push(y.as_dtype(dtype)?);
-            if capture {
-                captured.push(state.clone());
-            }
-        }
-        let y = mlx_rs::ops::stack(&ys, 1)?; // [B, T, Hv, Dv]
+        let state = gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?;
+        let rec = if gdn_kernel::enabled() {
+            gdn_kernel::recur(&q, &kk, &v, &g, &beta, &state, capture)?
+        } else {
+            recur_ops(&q, &kk, &v, &g, &beta, &state, capture)?
+        };
+        let y = rec.y.as_dtype(dtype)?; // [B, T, Hv, Dv]
+        let state = rec.state;
 
         // Gated RMSNorm: normalise per head, then gate with silu(z) in float32.
         let normed = mlx_rs::fast::rms_norm(&y, Some(&self.norm_weight), self.eps)?;
@@ -151,13 +134,14 @@ impl GatedDeltaNet {
             s.conv = Some(row(&new_tail, i)?);
             s.ssm = Some(row(&state, i)?);
         }
-        let positions = if capture {
+        let positions = if let Some(captured) = &rec.per_position {
             let mut per_pos = Vec::with_capacity(t as usize);
-            for (p, st) in captured.iter().enumerate() {
-                let end = p as i32 + 1 + (k - 1); // conv_in rows up to and including position p
+            for p in 0..t {
+                let st = slice_axis(captured, 1, p, p + 1)?.squeeze_axes(&[1])?;
+                let end = p + 1 + (k - 1); // conv_in rows up to and including position p
                 let tail_p = slice_axis(&conv_in, 1, end - (k - 1), end)?;
                 let rows = (0..b)
-                    .map(|i| Ok(GdnState { conv: Some(row(&tail_p, i)?), ssm: Some(row(st, i)?) }))
+                    .map(|i| Ok(GdnState { conv: Some(row(&tail_p, i)?), ssm: Some(row(&st, i)?) }))
                     .collect::<Result<Vec<_>>>()?;
                 per_pos.push(rows);
             }
@@ -174,4 +158,43 @@ impl GatedDeltaNet {
             .map(|l| l.nbytes())
             .sum()
     }
+}
+
+/// The recurrence as plain MLX ops, one small graph per position: the CPU and Metal route, and
+/// the fallback the fused kernel is measured against. Shapes as `gdn_kernel::recur`.
+pub fn recur_ops(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    g: &Array,
+    beta: &Array,
+    state: &Array,
+    capture: bool,
+) -> Result<Recurrence> {
+    let t = q.shape()[1];
+    // Value head h reads key head h / (Hv/Hk): repeat each key head in place.
+    let repeat = v.shape()[2] / q.shape()[2];
+    let (q, k) = if repeat > 1 {
+        (mlx_rs::ops::repeat_axis::<f32>(q.clone(), repeat, 2)?, mlx_rs::ops::repeat_axis::<f32>(k.clone(), repeat, 2)?)
+    } else {
+        (q.clone(), k.clone())
+    };
+    let mut state = state.as_dtype(Dtype::Float32)?;
+    let mut ys = Vec::with_capacity(t as usize);
+    let mut captured: Vec<Array> = Vec::new();
+    for i in 0..t {
+        let step = |a: &Array| -> Result<Array> { Ok(slice_axis(a, 1, i, i + 1)?.squeeze_axes(&[1])?) };
+        let (qt, kt, vt, gt, bt) = (step(&q)?, step(&k)?, step(v)?, step(g)?, step(beta)?);
+        state = state.multiply(gt.expand_dims_axes(&[-1, -2])?)?;
+        let k_row = kt.expand_dims(-2)?;
+        let kv_mem = state.multiply(&k_row)?.sum_axis(-1, None)?;
+        let delta = vt.subtract(kv_mem)?.multiply(bt.expand_dims(-1)?)?;
+        state = state.add(k_row.multiply(delta.expand_dims(-1)?)?)?;
+        ys.push(state.multiply(qt.expand_dims(-2)?)?.sum_axis(-1, None)?);
+        if capture {
+            captured.push(state.clone());
+        }
+    }
+    let per_position = if capture { Some(mlx_rs::ops::stack(&captured, 1)?) } else { None };
+    Ok(Recurrence { y: mlx_rs::ops::stack(&ys, 1)?, state, per_position })
 }

@@ -5,6 +5,8 @@ pub mod cache;
 pub mod config;
 pub mod forward;
 pub mod gated_delta;
+pub mod gdn_check;
+pub mod gdn_kernel;
 pub mod gguf;
 pub mod gguf_import;
 pub mod gguf_tokenizer;
