@@ -1,11 +1,16 @@
 //! Property tests (proptest) over every parser that reads user or file input: whatever bytes or
 //! values arrive, the result is a value or an error, never a panic. Case counts are stated here
-//! and recorded with their run time in docs/reliability.md.
+//! and recorded with their run time in docs/reliability.md. The config parsers (profiles, themes,
+//! keymaps) must also name the file, and for a well-formed TOML document the key, in every error.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
+use cohort::config::keymap::{Command, KeyChord, KeyList, Keymap};
+use cohort::config::profile::{self, LoadedProfile, Overrides, Settings};
+use cohort::config::theme::{self, COLOR_KEYS};
 use cohort::engine::request::RequestLine;
 use cohort::engine::sampler::SamplerConfig;
 use cohort::model::config::Qwen35Config;
@@ -91,6 +96,348 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn profile_text_never_panics(text in any::<String>(), m in bytes_strategy(), base in 0..profile::SHIPPED.len()) {
+        // Anything at all, and byte-level damage to a shipped profile.
+        for t in [text, damaged(profile::SHIPPED, base, m)] {
+            if let Some(e) = read_profile(&t) {
+                prop_assert!(e.starts_with(PROFILE_ORIGIN), "the error does not name the file: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn mutated_profiles_name_the_file_and_key(base in 0..profile::SHIPPED.len(), edits in edits()) {
+        let Some((text, touched)) = edited(profile::SHIPPED, base, &edits) else { return Ok(()) };
+        if let Some(e) = read_profile(&text) {
+            prop_assert!(names_file_and_key(&e, PROFILE_ORIGIN, &touched), "{e}\n--- edited {touched:?}:\n{text}");
+        }
+    }
+
+    #[test]
+    fn theme_text_never_panics(text in any::<String>(), m in bytes_strategy(), base in 0..theme::SHIPPED.len()) {
+        for t in [text, damaged(theme::SHIPPED, base, m)] {
+            if let Some(e) = read_theme(&t) {
+                prop_assert!(e.starts_with(THEME_ORIGIN), "the error does not name the file: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn mutated_themes_name_the_file_and_key(base in 0..theme::SHIPPED.len(), edits in edits()) {
+        let Some((text, touched)) = edited(theme::SHIPPED, base, &edits) else { return Ok(()) };
+        if let Some(e) = read_theme(&text) {
+            prop_assert!(names_file_and_key(&e, THEME_ORIGIN, &touched), "{e}\n--- edited {touched:?}:\n{text}");
+        }
+    }
+
+    #[test]
+    fn keymaps_never_panic(overrides in prop::collection::btree_map(config_key(), key_list(), 0..6), chord in chord_text())
+    {
+        let overrides: BTreeMap<String, KeyList> = overrides;
+        match Keymap::with_overrides(&overrides, PROFILE_ORIGIN) {
+            Ok(map) => {
+                for (name, list) in &overrides {
+                    let command = Command::from_name(name).expect("only commands are accepted");
+                    prop_assert_eq!(map.keys_for(command).len(), list.keys().len());
+                }
+            }
+            Err(e) => {
+                let e = format!("{e:#}");
+                let names: Vec<String> = overrides.keys().cloned().collect();
+                prop_assert!(names_file_and_key(&e, PROFILE_ORIGIN, &names), "{e}");
+            }
+        }
+        // What a chord prints (help overlay, saved profiles) must read back as the same chord.
+        if let Ok(parsed) = KeyChord::parse(&chord) {
+            prop_assert_eq!(KeyChord::parse(&parsed.to_string()).ok(), Some(parsed), "{} printed as {}", chord, parsed);
+        }
+    }
+}
+
+const PROFILE_ORIGIN: &str = "/fuzz/profiles/p.toml";
+const THEME_ORIGIN: &str = "/fuzz/themes/t.toml";
+
+/// A profile's text through everything that reads it before the app starts: the parser, then
+/// the range, sampler and keymap checks. The error's full message, if any.
+fn read_profile(text: &str) -> Option<String> {
+    let profile = match profile::parse_profile(text, PROFILE_ORIGIN) {
+        Ok(p) => p,
+        Err(e) => return Some(format!("{e:#}")),
+    };
+    let loaded = LoadedProfile { name: "p".into(), origin: PROFILE_ORIGIN.into(), profile };
+    Settings::resolve(&loaded, &Overrides::default()).err().map(|e| format!("{e:#}"))
+}
+
+fn read_theme(text: &str) -> Option<String> {
+    theme::parse_theme(text, THEME_ORIGIN).err().map(|e| format!("{e:#}"))
+}
+
+/// A shipped file (profile or theme) with byte-level damage, read as text.
+fn damaged(files: &[(&str, &str)], base: usize, m: Mutation) -> String {
+    String::from_utf8_lossy(&mutate(files[base].1.as_bytes(), &m.0, m.1, m.2)).into_owned()
+}
+
+/// A shipped file with structural edits, written back as TOML, and the keys the edits touched;
+/// None when the edited table has no TOML spelling.
+fn edited(files: &[(&str, &str)], base: usize, edits: &[Edit]) -> Option<(String, Vec<String>)> {
+    let mut doc: toml::Table = toml::from_str(files[base].1).expect("shipped files parse");
+    let touched = apply_edits(&mut doc, edits);
+    Some((toml::to_string(&doc).ok()?, touched))
+}
+
+fn edits() -> impl Strategy<Value = Vec<Edit>> {
+    prop::collection::vec(edit_strategy(), 1..4)
+}
+
+/// A `[keys]` value: one chord or a list of them.
+fn key_list() -> impl Strategy<Value = KeyList> {
+    prop_oneof![chord_text().prop_map(KeyList::One), prop::collection::vec(chord_text(), 0..4).prop_map(KeyList::Many)]
+}
+
+/// One structural edit of a TOML document.
+#[derive(Debug, Clone)]
+enum Edit {
+    /// Drop the n-th entry.
+    Remove(usize),
+    /// Give the n-th entry a value of any type.
+    Replace(usize, toml::Value),
+    /// Add (or overwrite) an entry, under a known, misspelt or arbitrary key.
+    Insert(String, toml::Value),
+    /// Add an entry to the n-th sub-table (`[sampler]`, `[keys]`), creating `[keys]` if none.
+    Nested(usize, String, toml::Value),
+    /// Give the n-th entry (inside a sub-table: its n-th entry) another value of its own type,
+    /// which is what reaches the range checks, colour and key parsers rather than serde.
+    Tweak(usize, String, i64, f64),
+}
+
+fn edit_strategy() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        1 => any::<usize>().prop_map(Edit::Remove),
+        1 => (any::<usize>(), toml_value()).prop_map(|(i, v)| Edit::Replace(i, v)),
+        1 => (config_key(), toml_value()).prop_map(|(k, v)| Edit::Insert(k, v)),
+        1 => (any::<usize>(), config_key(), toml_value()).prop_map(|(i, k, v)| Edit::Nested(i, k, v)),
+        3 => (any::<usize>(), config_string(), -3i64..2000, edge_float())
+            .prop_map(|(i, text, int, float)| Edit::Tweak(i, text, int, float)),
+    ]
+}
+
+fn edge_float() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(f64::NAN),
+        Just(f64::INFINITY),
+        Just(-1.0),
+        Just(0.0),
+        Just(1.0),
+        Just(1.5),
+        -0.5f64..1.5,
+        any::<f64>()
+    ]
+}
+
+/// Apply the edits; returns every key an edit put into the document (its value's keys too),
+/// which is what an error may rightly name.
+fn apply_edits(doc: &mut toml::Table, edits: &[Edit]) -> Vec<String> {
+    fn value_keys(v: &toml::Value, out: &mut Vec<String>) {
+        match v {
+            toml::Value::Table(t) => {
+                for (k, v) in t {
+                    out.push(k.clone());
+                    value_keys(v, out);
+                }
+            }
+            toml::Value::Array(a) => a.iter().for_each(|v| value_keys(v, out)),
+            _ => {}
+        }
+    }
+    let mut touched = Vec::new();
+    for edit in edits {
+        let nth = |doc: &toml::Table, i: usize| (!doc.is_empty()).then(|| doc.keys().nth(i % doc.len()).cloned());
+        match edit {
+            Edit::Remove(i) => {
+                if let Some(Some(k)) = nth(doc, *i) {
+                    doc.remove(&k);
+                }
+            }
+            Edit::Replace(i, v) => {
+                if let Some(Some(k)) = nth(doc, *i) {
+                    value_keys(v, &mut touched);
+                    touched.push(k.clone());
+                    doc.insert(k, v.clone());
+                }
+            }
+            Edit::Insert(k, v) => {
+                value_keys(v, &mut touched);
+                touched.push(k.clone());
+                doc.insert(k.clone(), v.clone());
+            }
+            Edit::Tweak(i, text, int, float) => {
+                let Some(Some(k)) = nth(doc, *i) else { continue };
+                let (key, slot) = match doc.get_mut(&k) {
+                    Some(toml::Value::Table(t)) if !t.is_empty() => {
+                        let inner = t.keys().nth(i / 7 % t.len()).cloned().expect("not empty");
+                        touched.push(k.clone());
+                        (inner.clone(), t.get_mut(&inner).expect("listed"))
+                    }
+                    Some(v) => (k.clone(), v),
+                    None => continue,
+                };
+                touched.push(key);
+                match slot {
+                    toml::Value::String(s) => *s = text.clone(),
+                    toml::Value::Integer(n) => *n = *int,
+                    toml::Value::Float(f) => *f = *float,
+                    toml::Value::Boolean(b) => *b = !*b,
+                    _ => {}
+                }
+            }
+            Edit::Nested(i, k, v) => {
+                let tables: Vec<String> = doc.iter().filter(|(_, v)| v.is_table()).map(|(k, _)| k.clone()).collect();
+                let table = if tables.is_empty() { "keys".to_owned() } else { tables[i % tables.len()].clone() };
+                let entry = doc.entry(table.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                if let toml::Value::Table(t) = entry {
+                    value_keys(v, &mut touched);
+                    touched.extend([table, k.clone()]);
+                    t.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    touched
+}
+
+/// An error for a well-formed document must say, on its first line (not only in a quoted
+/// snippet), which file and which key it is about. A blank or one-character key would match
+/// anywhere, so it counts only quoted in backticks.
+fn names_file_and_key(message: &str, origin: &str, touched: &[String]) -> bool {
+    let first = message.lines().next().unwrap_or_default();
+    let named = |k: &String| match k.trim().chars().count() {
+        0 | 1 => first.contains(&format!("`{k}`")),
+        _ => first.contains(k.as_str()),
+    };
+    first.contains(origin) && touched.iter().any(named)
+}
+
+/// Keys the config files use (profile, sampler, theme, command names), near misses, and
+/// anything at all.
+fn config_key() -> impl Strategy<Value = String> {
+    let mut known: Vec<String> = [
+        "description",
+        "model",
+        "dtype",
+        "weights",
+        "preset",
+        "numerics",
+        "mode",
+        "max_tokens",
+        "seed",
+        "ignore_eos",
+        "system",
+        "theme",
+        "panes",
+        "sampler",
+        "keys",
+        "temperature",
+        "top_p",
+        "top_k",
+        "presence_penalty",
+        "frequency_penalty",
+        "name",
+        "base",
+        "max_tokenz",
+        "temprature",
+        "bordr",
+        "focus_9",
+        "sendall",
+    ]
+    .map(String::from)
+    .to_vec();
+    known.extend(COLOR_KEYS.iter().map(|k| k.to_string()));
+    known.extend(Command::all().into_iter().map(Command::name));
+    prop_oneof![6 => prop::sample::select(known), 1 => "[a-z_]{1,10}", 1 => ".{0,6}"]
+}
+
+/// Strings the config parsers give meaning to (presets, modes, themes, colours, key chords) and
+/// near misses of them, or anything at all.
+fn config_string() -> impl Strategy<Value = String> {
+    let meaningful = prop::sample::select(vec![
+        "throughput",
+        "latency",
+        "balanced",
+        "b1-exact",
+        "ar",
+        "mtp",
+        "auto",
+        "dark",
+        "light",
+        "nope",
+        "#ff8000",
+        "#FF8000",
+        "#ff80",
+        "#ff800g",
+        "#\u{e9}\u{e9}\u{e9}",
+        "blue",
+        "light-red",
+        "bright_blue",
+        "grey",
+        "blurple",
+        "reset",
+        "default",
+        "255",
+        "256",
+        "-1",
+        "+5",
+        "ctrl+c",
+        "alt+enter",
+        "f5",
+        "F24",
+        "f25",
+        "f0",
+        "shift+tab",
+        "shift+backtab",
+        "ctrl++",
+        "+",
+        "++",
+        "ctrl+",
+        "hyper+x",
+        "alt+shift+ctrl+z",
+        "space",
+        "\u{130}",
+        "?",
+        "",
+        " ",
+    ]);
+    prop_oneof![3 => meaningful.prop_map(String::from), 1 => ".{0,10}"]
+}
+
+/// A TOML value of any type (NaN and infinities, datetimes, nested arrays and tables included).
+fn toml_value() -> impl Strategy<Value = toml::Value> {
+    let leaf = prop_oneof![
+        any::<bool>().prop_map(toml::Value::Boolean),
+        any::<i64>().prop_map(toml::Value::Integer),
+        (-3i64..12).prop_map(toml::Value::Integer),
+        any::<f64>().prop_map(toml::Value::Float),
+        (-0.5f64..1.5).prop_map(toml::Value::Float),
+        config_string().prop_map(toml::Value::String),
+        Just(toml::Value::Datetime("1979-05-27T07:32:00Z".parse().unwrap())),
+    ];
+    leaf.prop_recursive(2, 12, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(toml::Value::Array),
+            prop::collection::vec((config_key(), inner), 0..4)
+                .prop_map(|kv| toml::Value::Table(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// A key chord as a profile might spell it: modifiers, separators and key names, or anything.
+fn chord_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        2 => config_string(),
+        2 => "((ctrl|alt|shift|meta|option|control|hyper|)\\+){0,3}(enter|tab|backtab|esc|space|f[0-9]{1,2}|[a-z?+]|.)",
+        1 => any::<String>(),
+    ]
 }
 
 /// Arbitrary JSON, biased towards the keys the parsers look for.

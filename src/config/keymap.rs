@@ -226,7 +226,12 @@ impl KeyChord {
                 KeyCode::BackTab
             }
             "tab" => KeyCode::Tab,
-            "backtab" => KeyCode::BackTab,
+            "backtab" => {
+                // Terminals report back-tab with or without shift; `matches` ignores it, so a
+                // kept shift would make the chord unreachable.
+                mods.remove(KeyModifiers::SHIFT);
+                KeyCode::BackTab
+            }
             "space" => KeyCode::Char(' '),
             "backspace" => KeyCode::Backspace,
             "delete" | "del" => KeyCode::Delete,
@@ -309,11 +314,36 @@ impl fmt::Display for KeyChord {
 }
 
 /// A profile's value for one command: one key or a list (an empty list unbinds it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum KeyList {
     One(String),
     Many(Vec<String>),
+}
+
+/// By hand rather than `untagged`, whose error ("data did not match any variant") names neither
+/// the value nor what was expected.
+impl<'de> Deserialize<'de> for KeyList {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = KeyList;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key such as \"ctrl+c\" or a list of keys")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<KeyList, E> {
+                Ok(KeyList::One(v.to_owned()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<KeyList, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(key) = seq.next_element::<String>()? {
+                    keys.push(key);
+                }
+                Ok(KeyList::Many(keys))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl KeyList {
@@ -420,7 +450,7 @@ mod tests {
 
     #[test]
     fn chords_parse_and_print_back() {
-        for k in ["ctrl+c", "alt+enter", "f5", "shift+tab", "pageup", "alt+1", "?", "esc", "ctrl++"] {
+        for k in ["ctrl+c", "alt+enter", "f5", "shift+tab", "shift+backtab", "pageup", "alt+1", "?", "esc", "ctrl++"] {
             let chord = KeyChord::parse(k).unwrap();
             assert_eq!(KeyChord::parse(&chord.to_string()).unwrap(), chord, "{k}");
         }

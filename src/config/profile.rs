@@ -248,20 +248,45 @@ pub fn toml_error(origin: &str, text: &str, err: &toml::de::Error) -> anyhow::Er
     }
 }
 
-/// The dotted key whose line holds byte `at`: the key before `=` on that line, prefixed with
-/// the table header above it.
+/// The dotted key at byte `at`: the table header above it joined to the key before `=` on its
+/// line (and, inside an inline table, the inner key before `at`); on a header line, the header.
 fn key_at(text: &str, at: usize) -> Option<String> {
-    let line_start = text[..at.min(text.len())].rfind('\n').map(|i| i + 1).unwrap_or(0);
-    let line = text[line_start..].lines().next()?;
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let line_start = text[..at].rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let line = text[line_start..].lines().next().unwrap_or_default();
+    if let Some(header) = table_header(line) {
+        return Some(header.to_owned());
+    }
     let key = line.split_once('=')?.0.trim();
-    if key.is_empty() || key.starts_with('[') {
+    if key.is_empty() {
         return None;
     }
-    let table = text[..line_start].lines().rev().map(str::trim).find(|l| l.starts_with('[') && l.ends_with(']'));
-    Some(match table {
-        Some(t) => format!("{}.{key}", t.trim_matches(['[', ']'])),
+    let table = text[..line_start].lines().rev().find_map(table_header);
+    let mut path = match table {
+        Some(t) => format!("{t}.{key}"),
         None => key.to_owned(),
-    })
+    };
+    // `lines` drops a `\r`, so `at` may lie one past the line's end.
+    let before = line.get(..at - line_start).unwrap_or(line);
+    if let Some(open) = before.find('{')
+        && let Some((lhs, _)) = before[open..].rsplit_once('=')
+    {
+        let inner = lhs.rsplit(['{', ',']).next().unwrap_or_default().trim();
+        if !inner.is_empty() {
+            path = format!("{path}.{inner}");
+        }
+    }
+    Some(path)
+}
+
+/// `sampler` for a `[sampler]` or `[[sampler]]` line (a trailing comment allowed).
+fn table_header(line: &str) -> Option<&str> {
+    let name = line.trim().strip_prefix('[')?.trim_start_matches('[');
+    let name = name.split(']').next()?.trim();
+    (!name.is_empty()).then_some(name)
 }
 
 pub fn profiles_dir(paths: &Paths) -> PathBuf {
@@ -361,4 +386,27 @@ pub fn save_profile(paths: &Paths, name: &str, profile: &Profile) -> Result<Path
         .with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(text: &str) -> String {
+        format!("{:#}", parse_profile(text, "p.toml").expect_err("expected an error"))
+    }
+
+    #[test]
+    fn errors_name_the_key_under_a_header_inside_an_inline_table_and_on_crlf_lines() {
+        let e = error("[max_tokens]\na = 1\n");
+        assert!(e.starts_with("p.toml, line 1, column 1: key `max_tokens`:"), "{e}");
+        let e = error("[sampler.x]\ny = 1\n");
+        assert!(e.contains("key `sampler.x`"), "{e}");
+        let e = error("sampler = { top_k = 3, top_p = \"x\" }\n");
+        assert!(e.contains("key `sampler.top_p`"), "{e}");
+        let e = error("panes = 2\r\n[sampler]\r\ntop_p = \"x\"\r\n");
+        assert!(e.contains("key `sampler.top_p`"), "{e}");
+        let e = error("[keys]\nsend = 3\n");
+        assert!(e.contains("key `keys.send`") && e.contains("a list of keys"), "{e}");
+    }
 }

