@@ -27,6 +27,11 @@ pub fn run(args: DeviceArgs) -> Result<()> {
         return check_kernels();
     }
     let report = RuntimeReport::collect();
+    if let Some(n) = args.matmul {
+        // Two float32 operands and the product.
+        let bytes = 3 * (n.max(0) as u64).pow(2) * 4;
+        crate::engine::memory_guard::ensure_fits(bytes, &format!("a {n} x {n} float32 matmul"))?;
+    }
     let figures = match args.matmul {
         Some(n) => vec![
             runtime::time_matmul(n, mlx_rs::Dtype::Float32, args.iters)?,

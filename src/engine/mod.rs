@@ -4,6 +4,7 @@ pub mod ar;
 pub mod cohort;
 pub mod construction;
 pub mod handle;
+pub mod memory_guard;
 pub mod owner;
 pub mod prepare;
 pub mod probe;

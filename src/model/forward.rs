@@ -51,6 +51,9 @@ pub trait LanguageModel {
     fn vocab_size(&self) -> i32;
     /// The context window (positions) the model was configured for.
     fn max_context(&self) -> i32;
+    /// Bytes of attention KV one position of one row adds (all full-attention layers and the MTP
+    /// layer; recurrent state is fixed-size and not counted).
+    fn kv_bytes_per_position(&self) -> usize;
     /// End-of-sequence ids from the model's config (the tokenizer may add its own).
     fn eos_ids(&self) -> Vec<u32>;
     /// Activation dtype.

@@ -357,6 +357,11 @@ impl LanguageModel for LlamaModel {
         self.cfg.max_position_embeddings
     }
 
+    fn kv_bytes_per_position(&self) -> usize {
+        let layers = self.cfg.num_hidden_layers as usize + usize::from(self.has_mtp());
+        layers * 2 * (self.cfg.num_key_value_heads * self.cfg.head_dim) as usize * super::ops::dtype_bytes(self.dtype())
+    }
+
     fn eos_ids(&self) -> Vec<u32> {
         self.cfg.eos_token_ids.clone()
     }

@@ -97,3 +97,14 @@ pub fn host_u32(a: &Array) -> Result<Vec<u32>> {
     a.eval()?;
     Ok(a.as_slice::<u32>().to_vec())
 }
+
+/// Bytes one element of `dtype` takes.
+pub fn dtype_bytes(dtype: mlx_rs::Dtype) -> usize {
+    use mlx_rs::Dtype::*;
+    match dtype {
+        Bool | Uint8 | Int8 => 1,
+        Uint16 | Int16 | Float16 | Bfloat16 => 2,
+        Uint32 | Int32 | Float32 => 4,
+        Uint64 | Int64 | Float64 | Complex64 => 8,
+    }
+}

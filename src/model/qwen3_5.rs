@@ -196,6 +196,14 @@ impl LanguageModel for Qwen35Model {
         self.cfg.max_position_embeddings
     }
 
+    fn kv_bytes_per_position(&self) -> usize {
+        let full = (0..self.cfg.num_hidden_layers)
+            .filter(|&l| matches!(self.cfg.layer_kind(l), super::config::LayerKind::Full))
+            .count();
+        let layers = full + usize::from(self.has_mtp());
+        layers * 2 * (self.cfg.num_key_value_heads * self.cfg.head_dim) as usize * super::ops::dtype_bytes(self.dtype())
+    }
+
     fn eos_ids(&self) -> Vec<u32> {
         self.cfg.eos_token_ids.clone()
     }

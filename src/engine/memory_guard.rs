@@ -1,0 +1,37 @@
+//! Refusing work that cannot fit in memory before MLX tries: MLX's CPU allocator does not check
+//! `malloc` (docs/reliability.md, Faults), so an allocation it cannot make kills the process
+//! instead of failing one request. A request whose KV cache (or a benchmark whose operands) would
+//! not fit in the memory available now gets an "out of memory" error naming what it needed.
+
+use anyhow::{Result, bail};
+
+use super::runtime::{Backend, human_bytes};
+
+/// Memory available for new allocations: `COHORT_MEMORY_AVAILABLE` (bytes) when set, else on the
+/// CPU backend the kernel's MemAvailable; unknown (no check) on GPUs, whose allocators report
+/// failures themselves.
+pub fn available_bytes() -> Option<u64> {
+    if let Ok(v) = std::env::var("COHORT_MEMORY_AVAILABLE") {
+        return v.trim().parse().ok();
+    }
+    if Backend::detect() != Backend::Cpu {
+        return None;
+    }
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = text.lines().find(|l| l.starts_with("MemAvailable:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Fail with an out-of-memory error when `needed` bytes exceed what is available.
+pub fn ensure_fits(needed: u64, what: &str) -> Result<()> {
+    if let Some(available) = available_bytes()
+        && needed > available
+    {
+        bail!(
+            "out of memory: {what} needs {} and {} is available",
+            human_bytes(needed as usize),
+            human_bytes(available as usize)
+        );
+    }
+    Ok(())
+}
