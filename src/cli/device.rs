@@ -13,6 +13,10 @@ pub struct DeviceArgs {
     /// Timed repetitions per dtype (the median is reported).
     #[arg(long, default_value_t = 10)]
     iters: usize,
+    /// Time a float32 linear layer of K inputs and N outputs ("K,N") at several row counts, whole
+    /// and split into chunks of at most 8 rows (how the CPU's BLAS treats a verify's M=16).
+    #[arg(long, value_name = "K,N", value_delimiter = ',')]
+    linear: Vec<i32>,
     /// Check the fused Gated DeltaNet kernel (CUDA only) and the plain-ops recurrence against a
     /// float64 reference at the real Qwen3.6 geometry; exits 1 when one is off by more than 1e-4.
     #[arg(long)]
@@ -25,6 +29,13 @@ pub struct DeviceArgs {
 pub fn run(args: DeviceArgs) -> Result<()> {
     if args.check_kernels {
         return check_kernels();
+    }
+    if let [k, n] = args.linear[..] {
+        println!("float32 x[M, {k}] . w[{n}, {k}]^T, median of {} (ms): M | whole | chunks of 8", args.iters);
+        for (m, whole, split) in runtime::time_linear(k, n, &[1, 2, 4, 8, 9, 12, 16, 24, 32, 64, 128], 8, args.iters)? {
+            println!("{m:4} | {whole:8.3} | {split:8.3}");
+        }
+        return Ok(());
     }
     let report = RuntimeReport::collect();
     if let Some(n) = args.matmul {

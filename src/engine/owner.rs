@@ -285,10 +285,11 @@ fn run_group(
         return;
     }
     // One cohort. Successful results are staged until cleanup has run on this thread.
+    // The cohort's numerics mode decides its projections, whatever route the B1 probe chose:
+    // throughput batches every projection over the rows (the probe's row-by-row route would run
+    // a B8 verify as 16 M=1 products, each reading every weight).
     let prev_route = linear::route();
-    if setup.numerics == Numerics::Balanced {
-        linear::set_route(LinearRoute::RowByRow);
-    }
+    linear::set_route(if setup.numerics == Numerics::Balanced { LinearRoute::RowByRow } else { LinearRoute::Batched });
     let route_name = match mode {
         GenerationMode::Mtp => setup.numerics.route_id(family),
         GenerationMode::Ar => format!("{family}_ar_batch_b8_t1_m8"),

@@ -57,7 +57,7 @@ pub fn probe(model: &dyn LanguageModel) -> Result<ProbeReport> {
         let prompt: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
         let (x0, x1) = ((rng.next_u64() % vocab as u64) as i32, (rng.next_u64() % vocab as u64) as i32);
         let mut block_row = model.new_row();
-        model.prefill(&mut block_row, &prompt, 64, false)?;
+        crate::model::linear::batched(|| model.prefill(&mut block_row, &prompt, 64, false))?;
         let mut chain_row = block_row.clone();
 
         let t = Instant::now();

@@ -180,3 +180,45 @@ pub fn time_matmul(n: i32, dtype: Dtype, iters: usize) -> Result<MatmulFigure> {
         tflops: flops / (median_ms * 1e-3) / 1e12,
     })
 }
+
+/// Time `x [m, k] · w [n, k]ᵀ` in float32 (a linear layer's shape: w as the model stores it) for
+/// each row count in `rows`, whole and as chunks of at most `chunk` rows; medians in ms. This is
+/// how the CPU's BLAS behaves across the M a decode step (1-8) and a verify (16) present.
+pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Result<Vec<(i32, f64, f64)>> {
+    let key = mlx_rs::random::key(11)?;
+    let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, Some(&key))?;
+    w.eval()?;
+    let wt = w.transpose()?;
+    let mut out = Vec::new();
+    for &m in rows {
+        let x = mlx_rs::random::normal::<f32>(&[m, k], None, None, Some(&key))?;
+        x.eval()?;
+        let time = |split: bool| -> Result<f64> {
+            let mut times = Vec::new();
+            for _ in 0..iters + 1 {
+                let t = Instant::now();
+                let y = if split && m > chunk {
+                    let parts = (0..m)
+                        .step_by(chunk as usize)
+                        .map(|lo| {
+                            Ok(mlx_rs::ops::matmul(
+                                &crate::model::ops::slice_axis(&x, 0, lo, (lo + chunk).min(m))?,
+                                &wt,
+                            )?)
+                        })
+                        .collect::<Result<Vec<Array>>>()?;
+                    mlx_rs::ops::concatenate(&parts, 0)?
+                } else {
+                    mlx_rs::ops::matmul(&x, &wt)?
+                };
+                y.eval()?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            times.remove(0);
+            times.sort_by(f64::total_cmp);
+            Ok(times[times.len() / 2])
+        };
+        out.push((m, time(false)?, time(true)?));
+    }
+    Ok(out)
+}

@@ -53,15 +53,18 @@ pub fn prefill_row(
 ) -> Result<()> {
     let t0 = Instant::now();
     events(RowEvent::Prefill { id: run.id.clone(), done: 0, total: run.prompt_ids.len() });
-    let (hidden_last, logits, hidden_all) = model.prefill(row, &run.prompt_ids, chunk, mtp)?;
-    if mtp {
-        prefill_mtp_history(
-            model,
-            row,
-            &run.prompt_ids,
-            hidden_all.as_ref().context("prefill kept no hidden states")?,
-        )?;
-    }
+    let (hidden_last, logits) = crate::model::linear::batched(|| -> Result<_> {
+        let (hidden_last, logits, hidden_all) = model.prefill(row, &run.prompt_ids, chunk, mtp)?;
+        if mtp {
+            prefill_mtp_history(
+                model,
+                row,
+                &run.prompt_ids,
+                hidden_all.as_ref().context("prefill kept no hidden states")?,
+            )?;
+        }
+        Ok((hidden_last, logits))
+    })?;
     run.stats.prefill_s = t0.elapsed().as_secs_f64();
     run.hidden_last = Some(hidden_last);
     let dist = dist_of(run, &logits)?;
