@@ -163,11 +163,14 @@ install_default_model() {
         "$bin" import-gguf "$SMOLLM2_GGUF" --out "$dir" >/dev/null || die "importing the default model failed"
         say "default model imported into $dir"
     fi
-    # The trained head in assets/ is not installed by default yet: at its measured acceptance
-    # (0.30, docs/mtp-head.md) MTP decodes slower than plain decoding on the CPU. To try it:
-    #   cp assets/smollm2-135m-instruct.mtp.safetensors "$dir/mtp.safetensors"
-    if [ "${COHORT_INSTALL_MTP_HEAD:-0}" = 1 ] && [ -f "$MTP_ASSET" ]; then
+    # The trained MTP head ships in assets/ and is installed beside the model (docs/mtp-head.md);
+    # COHORT_INSTALL_MTP_HEAD=0 leaves it out (plain decoding, AR cohorts).
+    if [ "${COHORT_INSTALL_MTP_HEAD:-1}" = 1 ] && [ -f "$MTP_ASSET" ] \
+        && ! cmp -s "$MTP_ASSET" "$dir/mtp.safetensors"; then
         cp "$MTP_ASSET" "$dir/mtp.safetensors"
+        say "MTP head installed into $dir"
+    elif [ "${COHORT_INSTALL_MTP_HEAD:-1}" = 0 ]; then
+        rm -f "$dir/mtp.safetensors"
     fi
 }
 
