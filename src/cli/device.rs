@@ -31,9 +31,14 @@ pub fn run(args: DeviceArgs) -> Result<()> {
         return check_kernels();
     }
     if let [k, n] = args.linear[..] {
-        println!("float32 x[M, {k}] . w[{n}, {k}]^T, median of {} (ms): M | whole | chunks of 8", args.iters);
-        for (m, whole, split) in runtime::time_linear(k, n, &[1, 2, 4, 8, 9, 12, 16, 24, 32, 64, 128], 8, args.iters)? {
-            println!("{m:4} | {whole:8.3} | {split:8.3}");
+        println!(
+            "float32 x[M, {k}] . w[{n}, {k}]^T, median of {} (ms): M | whole | chunks of 8 | (w . x^T)^T",
+            args.iters
+        );
+        for (m, whole, split, flipped) in
+            runtime::time_linear(k, n, &[1, 2, 4, 8, 9, 12, 16, 24, 32, 64, 128], 8, args.iters)?
+        {
+            println!("{m:4} | {whole:8.3} | {split:8.3} | {flipped:8.3}");
         }
         return Ok(());
     }

@@ -182,9 +182,10 @@ pub fn time_matmul(n: i32, dtype: Dtype, iters: usize) -> Result<MatmulFigure> {
 }
 
 /// Time `x [m, k] · w [n, k]ᵀ` in float32 (a linear layer's shape: w as the model stores it) for
-/// each row count in `rows`, whole and as chunks of at most `chunk` rows; medians in ms. This is
+/// each row count in `rows`, whole, as chunks of at most `chunk` rows, and as (w . xᵀ)ᵀ; medians
+/// in ms. This is
 /// how the CPU's BLAS behaves across the M a decode step (1-8) and a verify (16) present.
-pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Result<Vec<(i32, f64, f64)>> {
+pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Result<Vec<(i32, f64, f64, f64)>> {
     let key = mlx_rs::random::key(11)?;
     let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, Some(&key))?;
     w.eval()?;
@@ -193,11 +194,14 @@ pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Re
     for &m in rows {
         let x = mlx_rs::random::normal::<f32>(&[m, k], None, None, Some(&key))?;
         x.eval()?;
-        let time = |split: bool| -> Result<f64> {
+        let time = |split: bool, flipped: bool| -> Result<f64> {
             let mut times = Vec::new();
             for _ in 0..iters + 1 {
                 let t = Instant::now();
-                let y = if split && m > chunk {
+                let y = if flipped {
+                    // (w . x^T)^T: the weight as BLAS's left operand.
+                    mlx_rs::ops::matmul(&w, x.t())?.t().contiguous()?
+                } else if split && m > chunk {
                     let parts = (0..m)
                         .step_by(chunk as usize)
                         .map(|lo| {
@@ -218,7 +222,7 @@ pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Re
             times.sort_by(f64::total_cmp);
             Ok(times[times.len() / 2])
         };
-        out.push((m, time(false)?, time(true)?));
+        out.push((m, time(false, false)?, time(true, false)?, time(false, true)?));
     }
     Ok(out)
 }
