@@ -58,9 +58,10 @@ fetch_wheel() { # $1 = PyPI name, $2 = destination folder
 
 # The wheel bundles the reference BLAS (30x slower sgemm than OpenBLAS on this class of machine).
 # libmlx.so finds it by its soname in mlx_cpu.libs, so a link there swaps in Debian's OpenBLAS.
-use_openblas() {
-    local libs="$RUNTIME/mlx-cpu/mlx_cpu.libs" openblas=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
+use_openblas() { # [$1 = an mlx_cpu.libs folder; default: cohort's own runtime]
+    local libs="${1:-$RUNTIME/mlx-cpu/mlx_cpu.libs}" openblas=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
     [ -f "$openblas" ] || die "OpenBLAS not found at $openblas (package libopenblas0-pthread)"
+    [ -d "$libs" ] || die "no mlx_cpu.libs folder at $libs"
     for f in "$libs"/libblas-*.so.*; do
         case "$f" in *.reference) continue ;; esac
         [ -L "$f" ] && continue
@@ -239,6 +240,10 @@ run)
     eval "$(runtime_env)"
     install_default_model
     exec "$ROOT/target/release/cohort" "$@"
+    ;;
+use-openblas)
+    # For other MLX CPU installs (scripts/peers): the same BLAS swap, on their mlx_cpu.libs.
+    use_openblas "$@"
     ;;
 build)
     setup

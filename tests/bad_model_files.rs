@@ -6,17 +6,12 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::fixture;
+use common::fixture_copy;
 
 /// A copy of the fixture model with `damage` done to it; `cohort generate`'s exit code and stderr.
 fn generate_with(damage: impl FnOnce(&Path)) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("m");
-    std::fs::create_dir(&model).unwrap();
-    for e in std::fs::read_dir(fixture("qwen35_moe_4bit")).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
-    }
+    let model = fixture_copy("qwen35_moe_4bit", dir.path());
     damage(&model);
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, "{\"prompt\":\"x\",\"max_tokens\":2}\n").unwrap();

@@ -6,7 +6,7 @@ mod common;
 use std::io::Write;
 use std::process::Command;
 
-use common::fixture;
+use common::{fixture, fixture_copy};
 
 fn cohort() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cohort"));
@@ -70,12 +70,7 @@ fn a_model_that_cannot_load_exits_1_naming_it() {
 #[test]
 fn a_tokenizer_that_does_not_fit_the_model_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("m");
-    std::fs::create_dir(&model).unwrap();
-    for e in std::fs::read_dir(fixture("qwen35_moe_4bit")).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
-    }
+    let model = fixture_copy("qwen35_moe_4bit", dir.path());
     // The fixture's tokenizer with 100 more (added) tokens than the model's 512-entry vocabulary.
     let mut tok: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(model.join("tokenizer.json")).unwrap()).unwrap();

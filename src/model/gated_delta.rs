@@ -9,7 +9,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::cache::{GdnState, gather_rows, row};
 use super::config::{QuantSpec, Qwen35Config};
-use super::gdn_kernel::{self, Recurrence};
+use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
 use super::linear::Linear;
 use super::ops::{scalar_like, slice_axis};
 use super::weights::Weights;
@@ -111,11 +111,9 @@ impl GatedDeltaNet {
 
         let ssms: Vec<Option<&Array>> = states.iter().map(|s| s.ssm.as_ref()).collect();
         let state = gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?;
-        let rec = if gdn_kernel::enabled() {
-            gdn_kernel::recur(&q, &kk, &v, &g, &beta, &state, capture)?
-        } else {
-            recur_ops(&q, &kk, &v, &g, &beta, &state, capture)?
-        };
+        let inputs = RecurrenceInputs { q: &q, k: &kk, v: &v, g: &g, beta: &beta, state: &state };
+        let rec =
+            if gdn_kernel::enabled() { gdn_kernel::recur(&inputs, capture)? } else { recur_ops(&inputs, capture)? };
         let y = rec.y.as_dtype(dtype)?; // [B, T, Hv, Dv]
         let state = rec.state;
 
@@ -161,16 +159,9 @@ impl GatedDeltaNet {
 }
 
 /// The recurrence as plain MLX ops, one small graph per position: the CPU and Metal route, and
-/// the fallback the fused kernel is measured against. Shapes as `gdn_kernel::recur`.
-pub fn recur_ops(
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    g: &Array,
-    beta: &Array,
-    state: &Array,
-    capture: bool,
-) -> Result<Recurrence> {
+/// the fallback the fused kernel is measured against.
+pub fn recur_ops(x: &RecurrenceInputs, capture: bool) -> Result<Recurrence> {
+    let RecurrenceInputs { q, k, v, g, beta, state } = *x;
     let t = q.shape()[1];
     // Value head h reads key head h / (Hv/Hk): repeat each key head in place.
     let repeat = v.shape()[2] / q.shape()[2];

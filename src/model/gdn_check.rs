@@ -6,7 +6,7 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::gated_delta::recur_ops;
-use super::gdn_kernel::{self, Recurrence};
+use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
 use super::ops::host_f32;
 use crate::engine::sampler::Rng;
 
@@ -158,9 +158,10 @@ pub fn check(route: Route, geo: Geometry, dtype: Dtype, seed: u64) -> Result<Che
         beta: host_f32(&beta)?,
         state: host.state.clone(),
     };
+    let inputs = RecurrenceInputs { q: &q, k: &k, v: &v, g: &g, beta: &beta, state: &state };
     let Recurrence { y, state: last, per_position } = match route {
-        Route::Kernel => gdn_kernel::recur(&q, &k, &v, &g, &beta, &state, geo.capture)?,
-        Route::Ops => recur_ops(&q, &k, &v, &g, &beta, &state, geo.capture)?,
+        Route::Kernel => gdn_kernel::recur(&inputs, geo.capture)?,
+        Route::Ops => recur_ops(&inputs, geo.capture)?,
     };
     let (want_y, want_state, want_positions) = reference(&geo, &rounded);
     Ok(CheckReport {

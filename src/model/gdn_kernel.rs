@@ -29,6 +29,18 @@ pub struct Recurrence {
     pub per_position: Option<Array>,
 }
 
+/// What either route of the recurrence reads: q, k [B, T, Hk, Dk] (normalised and scaled),
+/// v [B, T, Hv, Dv], the decay g and write strength beta [B, T, Hv], and the carried state
+/// [B, Hv, Dv, Dk] float32.
+pub struct RecurrenceInputs<'a> {
+    pub q: &'a Array,
+    pub k: &'a Array,
+    pub v: &'a Array,
+    pub g: &'a Array,
+    pub beta: &'a Array,
+    pub state: &'a Array,
+}
+
 /// Turn the kernel on or off for this process (bench-step compares both routes in one run).
 pub fn set_enabled(on: bool) {
     ROUTE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
@@ -159,17 +171,9 @@ impl Drop for Config {
     }
 }
 
-/// Run every position of a block through the recurrence in one launch. q, k [B, T, Hk, Dk];
-/// v [B, T, Hv, Dv]; g, beta [B, T, Hv]; state [B, Hv, Dv, Dk] float32.
-pub fn recur(
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    g: &Array,
-    beta: &Array,
-    state: &Array,
-    capture: bool,
-) -> Result<Recurrence> {
+/// Run every position of a block through the recurrence in one launch.
+pub fn recur(x: &RecurrenceInputs, capture: bool) -> Result<Recurrence> {
+    let RecurrenceInputs { q, k, v, g, beta, state } = *x;
     let (qs, vs, ss) = (q.shape(), v.shape(), state.shape());
     let (b, t, hk, dk) = (qs[0], qs[1], qs[2], qs[3]);
     let (hv, dv) = (vs[2], vs[3]);

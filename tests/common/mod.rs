@@ -12,6 +12,17 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// The default model's GGUF (SmolLM2-135M-Instruct Q4_1): `COHORT_SMOLLM2_GGUF`, else the copy
 /// setup unpacks under .runtime/; None when neither exists.
+/// A copy of a fixture model in `dir`/m (for tests that damage or extend one).
+pub fn fixture_copy(name: &str, dir: &std::path::Path) -> PathBuf {
+    let model = dir.join("m");
+    std::fs::create_dir(&model).unwrap();
+    for e in std::fs::read_dir(fixture(name)).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
+    }
+    model
+}
+
 pub fn smollm2_gguf() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("COHORT_SMOLLM2_GGUF") {
         let p = PathBuf::from(p);
