@@ -142,3 +142,29 @@ fn bad_requests_fail_alone() {
     assert_eq!(results[2].finish_reason, FinishReason::Length);
     assert_eq!(results[3].finish_reason, FinishReason::Length);
 }
+
+#[test]
+fn a_long_prompt_reports_prefill_progress_chunk_by_chunk() {
+    let args = ModelArgs { model: Some(fixture("qwen35_moe_4bit").display().to_string()), dtype: None, weights: None };
+    let mut scheduler = Preset::Solo.config();
+    scheduler.prefill_chunk = 64;
+    let engine = args
+        .start_engine(EngineSetup { scheduler, numerics: Numerics::Throughput, mode: None, serial: false })
+        .unwrap();
+    let mut req = request(0, 2);
+    req.prompt = Prompt::Ids((0..200).map(|i| (3 + i % 50) as u32).collect());
+    let sub = engine.submit(req);
+    let mut progress = Vec::new();
+    loop {
+        match sub.events.recv().expect("a Done event") {
+            RowEvent::Prefill { done, total, .. } => progress.push((done, total)),
+            RowEvent::Done(r) => {
+                assert_eq!(r.finish_reason, FinishReason::Length, "{:?}", r.error);
+                break;
+            }
+            RowEvent::Delta { .. } => {}
+        }
+    }
+    // 200 tokens in chunks of 64: announced at 0, then after each chunk but the last.
+    assert_eq!(progress, vec![(0, 200), (64, 200), (128, 200), (192, 200)]);
+}

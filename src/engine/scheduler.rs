@@ -35,9 +35,20 @@ impl Preset {
             Preset::Agent => (4, 4, 50, 2048),
             Preset::Throughput => (8, 8, 20, 2048),
         };
+        // On the CPU, prompt attention over a long chunk costs more than the chunks save: a
+        // 1,917-token prompt prefills at 154 tok/s in chunks of 256 and 97 tok/s in one chunk of
+        // 2048 (docs/benchmarks.md); GPUs keep long chunks (fewer launches).
+        let prefill_chunk = if super::runtime::Backend::detect() == super::runtime::Backend::Cpu {
+            CPU_PREFILL_CHUNK
+        } else {
+            prefill_chunk
+        };
         SchedulerConfig { max_active, decode_batch_max, batch_wait_ms, prefill_chunk }
     }
 }
+
+/// Prompt tokens per prefill chunk on the CPU backend, whatever the preset.
+pub const CPU_PREFILL_CHUNK: usize = 256;
 
 impl SchedulerConfig {
     pub fn batch_wait(&self) -> Duration {
@@ -79,12 +90,22 @@ impl Numerics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::runtime;
 
     #[test]
     fn presets_match_the_reference_table() {
         assert_eq!(
             Preset::Throughput.config(),
-            SchedulerConfig { max_active: 8, decode_batch_max: 8, batch_wait_ms: 20, prefill_chunk: 2048 }
+            SchedulerConfig {
+                max_active: 8,
+                decode_batch_max: 8,
+                batch_wait_ms: 20,
+                prefill_chunk: if runtime::Backend::detect() == runtime::Backend::Cpu {
+                    CPU_PREFILL_CHUNK
+                } else {
+                    2048
+                }
+            }
         );
         assert_eq!(Preset::Agent.config().seal_width(), 4);
         assert_eq!(Preset::Solo.config().seal_width(), 1);

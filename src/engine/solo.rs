@@ -52,9 +52,17 @@ pub fn prefill_row(
     events: &mut dyn FnMut(RowEvent),
 ) -> Result<()> {
     let t0 = Instant::now();
-    events(RowEvent::Prefill { id: run.id.clone(), done: 0, total: run.prompt_ids.len() });
+    let total = run.prompt_ids.len();
+    events(RowEvent::Prefill { id: run.id.clone(), done: 0, total });
     let (hidden_last, logits) = crate::model::linear::batched(|| -> Result<_> {
-        let (hidden_last, logits, hidden_all) = model.prefill(row, &run.prompt_ids, chunk, mtp)?;
+        let id = run.id.clone();
+        let mut progress = |done: usize| {
+            if done < total {
+                events(RowEvent::Prefill { id: id.clone(), done, total });
+            }
+        };
+        let (hidden_last, logits, hidden_all) =
+            model.prefill_with_progress(row, &run.prompt_ids, chunk, mtp, &mut progress)?;
         if mtp {
             prefill_mtp_history(
                 model,

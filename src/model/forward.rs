@@ -69,6 +69,19 @@ pub trait LanguageModel {
         chunk: usize,
         keep_hidden: bool,
     ) -> Result<(Array, Array, Option<Array>)> {
+        self.prefill_with_progress(row, ids, chunk, keep_hidden, &mut |_| {})
+    }
+
+    /// `prefill`, calling `progress` with the prompt tokens done after every chunk (the TUI shows
+    /// it for long prompts).
+    fn prefill_with_progress(
+        &self,
+        row: &mut RowCache,
+        ids: &[u32],
+        chunk: usize,
+        keep_hidden: bool,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<(Array, Array, Option<Array>)> {
         if ids.is_empty() {
             bail!("cannot prefill an empty prompt");
         }
@@ -87,6 +100,7 @@ pub trait LanguageModel {
                 to_eval.push(l);
             }
             mlx_rs::transforms::eval(to_eval)?;
+            progress((ci * chunk + part.len()).min(ids.len()));
             if keep_hidden {
                 hiddens.push(out.hidden.clone());
             }
