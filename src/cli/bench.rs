@@ -14,6 +14,7 @@ use super::generate::{SchedulerMode, run_all};
 use super::model_args::ModelArgs;
 use crate::engine::owner::EngineSetup;
 use crate::engine::request::{FinishReason, Prompt, Request};
+use crate::engine::runtime::median;
 use crate::engine::sampler::SamplerConfig;
 use crate::engine::scheduler::{Numerics, Preset};
 use crate::engine::solo::GenerationMode;
@@ -90,11 +91,6 @@ struct Summary {
     serial_median_tps: f64,
     cohort_median_tps: f64,
     ratio_of_medians: f64,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {

@@ -10,7 +10,7 @@ use clap::Args;
 use mlx_rs::{Array, Dtype};
 
 use crate::engine::cohort::FIXED_WIDTH;
-use crate::engine::runtime::{MemoryStats, human_bytes};
+use crate::engine::runtime::{MemoryStats, human_bytes, median};
 use crate::engine::solo::restore_from_capture;
 use crate::model::config::{LayerKind, Qwen35Config};
 use crate::model::forward::{LanguageModel, Logits};
@@ -63,11 +63,6 @@ struct Figures {
     verify_ms: f64,
     commit_ms: f64,
     sample_ms: f64,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn ms(t: Instant) -> f64 {
@@ -220,6 +215,16 @@ fn measure(model: &Qwen35Model, cfg: &Qwen35Config, args: &BenchStepArgs, route:
 }
 
 pub fn run(args: BenchStepArgs) -> Result<()> {
+    let routes = if args.gdn_routes.is_empty() {
+        vec![if crate::model::gdn_kernel::enabled() { GdnRoute::Kernel } else { GdnRoute::Ops }]
+    } else {
+        args.gdn_routes.clone()
+    };
+    anyhow::ensure!(
+        !routes.iter().any(|r| matches!(r, GdnRoute::Kernel))
+            || crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
+        "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
+    );
     let t_load = Instant::now();
     let (model, cfg): (Box<Qwen35Model>, Qwen35Config) = match (&args.synthetic, &args.model) {
         (Some(g), _) => {
@@ -242,19 +247,8 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let mem_loaded = MemoryStats::read();
     let bw = bandwidth_gbs()?;
     eprintln!("model ready in {load_s:.1} s ({} active); bandwidth {bw:.0} GB/s", human_bytes(mem_loaded.active));
-    let routes = if args.gdn_routes.is_empty() {
-        vec![if crate::model::gdn_kernel::enabled() { GdnRoute::Kernel } else { GdnRoute::Ops }]
-    } else {
-        args.gdn_routes.clone()
-    };
     let mut all = Vec::new();
     for route in routes {
-        if matches!(route, GdnRoute::Kernel) && !crate::model::gdn_kernel::enabled() && all.is_empty() {
-            anyhow::ensure!(
-                crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
-                "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
-            );
-        }
         crate::model::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
         eprintln!("measuring with the {route:?} recurrence route");
         all.push(measure(&model, &cfg, &args, route)?);

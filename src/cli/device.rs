@@ -13,8 +13,8 @@ pub struct DeviceArgs {
     /// Timed repetitions per dtype (the median is reported).
     #[arg(long, default_value_t = 10)]
     iters: usize,
-    /// Time a float32 linear layer of K inputs and N outputs ("K,N") at several row counts, whole
-    /// and split into chunks of at most 8 rows (how the CPU's BLAS treats a verify's M=16).
+    /// Time a float32 linear layer of K inputs and N outputs ("K,N") at several row counts: whole,
+    /// split into chunks of at most 8 rows, and with the weight as BLAS's left operand.
     #[arg(long, value_name = "K,N", value_delimiter = ',')]
     linear: Vec<i32>,
     /// Check the fused Gated DeltaNet kernel (CUDA only) and the plain-ops recurrence against a

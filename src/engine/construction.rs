@@ -10,7 +10,7 @@ use super::sampler::Rng;
 use super::scheduler::Numerics;
 use super::telemetry::ConstructionCheck;
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::linear::{self, LinearRoute};
+use crate::model::linear;
 use crate::model::ops::{host_f32, slice_axis};
 
 /// Bound on |B8 - B1| relative to the largest logit: float32 rounding (observed ~1e-6) is far
@@ -20,11 +20,7 @@ fn bound_for(dtype: Dtype) -> f32 {
 }
 
 pub fn construction_check(model: &dyn LanguageModel, numerics: Numerics, route: &str) -> Result<ConstructionCheck> {
-    let previous = linear::route();
-    linear::set_route(if numerics == Numerics::Balanced { LinearRoute::RowByRow } else { LinearRoute::Batched });
-    let result = compare(model);
-    linear::set_route(previous);
-    let (max_abs, scale) = result?;
+    let (max_abs, scale) = linear::with_route(numerics.linear_route(), || compare(model))?;
     let bound = bound_for(model.dtype()) * scale.max(1.0);
     Ok(ConstructionCheck { route: route.to_owned(), max_abs_diff: max_abs, bound, passed: max_abs <= bound })
 }

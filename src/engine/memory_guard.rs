@@ -17,8 +17,14 @@ pub fn available_bytes() -> Option<u64> {
     if Backend::detect() != Backend::Cpu {
         return None;
     }
+    meminfo_bytes("MemAvailable")
+}
+
+/// A field of Linux's /proc/meminfo (`MemTotal`, `MemAvailable`, ...) in bytes.
+pub fn meminfo_bytes(field: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = text.lines().find(|l| l.starts_with("MemAvailable:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    let line = text.lines().find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
 

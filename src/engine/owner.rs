@@ -288,16 +288,14 @@ fn run_group(
     // The cohort's numerics mode decides its projections, whatever route the B1 probe chose:
     // throughput batches every projection over the rows (the probe's row-by-row route would run
     // a B8 verify as 16 M=1 products, each reading every weight).
-    let prev_route = linear::route();
-    linear::set_route(if setup.numerics == Numerics::Balanced { LinearRoute::RowByRow } else { LinearRoute::Batched });
     let route_name = match mode {
         GenerationMode::Mtp => setup.numerics.route_id(family),
         GenerationMode::Ar => format!("{family}_ar_batch_b8_t1_m8"),
     };
     let (pendings, mut runs): (Vec<Pending>, Vec<RowRun>) = members.into_iter().unzip();
     let cfg = CohortConfig { chunk, route_id: route_name.clone(), mode };
-    let outcome = run_cohort(model, tok, &mut runs, &cfg, tel, &mut route);
-    linear::set_route(prev_route);
+    let outcome =
+        linear::with_route(setup.numerics.linear_route(), || run_cohort(model, tok, &mut runs, &cfg, tel, &mut route));
     let cleanup = outcome.and_then(|()| mlx_rs::memory::clear_cache().map_err(anyhow::Error::from));
     if let Ok(mut t) = tel.lock() {
         t.cohorts += 1;

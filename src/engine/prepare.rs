@@ -43,8 +43,8 @@ pub fn prepare(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, ca
             window.saturating_sub(ids.len() + VERIFY_SLACK)
         );
     }
-    // KV buffers grow in steps of 256 positions.
-    let positions = (ids.len() + req.max_tokens + VERIFY_SLACK).div_ceil(256) * 256;
+    let step = crate::model::cache::KV_STEP as usize; // KV buffers grow in whole steps
+    let positions = (ids.len() + req.max_tokens + VERIFY_SLACK).div_ceil(step) * step;
     super::memory_guard::ensure_fits(
         (positions * model.kv_bytes_per_position()) as u64,
         &format!("the KV cache of this request ({} prompt tokens + max_tokens {})", ids.len(), req.max_tokens),

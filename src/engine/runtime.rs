@@ -152,6 +152,12 @@ pub struct MatmulFigure {
     pub tflops: f64,
 }
 
+/// The median of timings (the upper one of an even count), as every benchmark here reports.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Time a square matmul on the default device. Each run is evaluated on its own, so the figure
 /// includes one host synchronisation per matmul (as a decode step's would).
 pub fn time_matmul(n: i32, dtype: Dtype, iters: usize) -> Result<MatmulFigure> {
@@ -169,9 +175,7 @@ pub fn time_matmul(n: i32, dtype: Dtype, iters: usize) -> Result<MatmulFigure> {
         Ok(t.elapsed().as_secs_f64() * 1e3)
     };
     run()?; // warm-up: kernel selection and allocation
-    let mut times = (0..iters).map(|_| run()).collect::<Result<Vec<_>>>()?;
-    times.sort_by(f64::total_cmp);
-    let median_ms = times[times.len() / 2];
+    let median_ms = median((0..iters).map(|_| run()).collect::<Result<Vec<_>>>()?);
     let flops = 2.0 * (n as f64).powi(3);
     Ok(MatmulFigure {
         dtype: format!("{dtype:?}").to_lowercase(),
@@ -183,8 +187,7 @@ pub fn time_matmul(n: i32, dtype: Dtype, iters: usize) -> Result<MatmulFigure> {
 
 /// Time `x [m, k] · w [n, k]ᵀ` in float32 (a linear layer's shape: w as the model stores it) for
 /// each row count in `rows`, whole, as chunks of at most `chunk` rows, and as (w . xᵀ)ᵀ; medians
-/// in ms. This is
-/// how the CPU's BLAS behaves across the M a decode step (1-8) and a verify (16) present.
+/// in ms: how the CPU's BLAS behaves across the M a decode step (1-8) and a verify (16) present.
 pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Result<Vec<(i32, f64, f64, f64)>> {
     let key = mlx_rs::random::key(11)?;
     let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, Some(&key))?;
@@ -219,8 +222,7 @@ pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Re
                 times.push(t.elapsed().as_secs_f64() * 1e3);
             }
             times.remove(0);
-            times.sort_by(f64::total_cmp);
-            Ok(times[times.len() / 2])
+            Ok(median(times))
         };
         out.push((m, time(false, false)?, time(true, false)?, time(false, true)?));
     }

@@ -77,6 +77,13 @@ pub enum Numerics {
 }
 
 impl Numerics {
+    /// How a cohort of this mode runs its projections: balanced row by row (bit-identical to
+    /// B1), the others batched over the rows.
+    pub fn linear_route(self) -> crate::model::linear::LinearRoute {
+        use crate::model::linear::LinearRoute;
+        if self == Numerics::Balanced { LinearRoute::RowByRow } else { LinearRoute::Batched }
+    }
+
     /// The route id a cohort of this mode reports.
     pub fn route_id(self, family: &str) -> String {
         match self {

@@ -8,7 +8,7 @@ use mlx_rs::{Array, Dtype};
 use super::ops::{slice_axis, slice_update};
 
 /// Positions added to a KV buffer at a time (a verify's two-token write rarely reallocates).
-const KV_STEP: i32 = 256;
+pub const KV_STEP: i32 = 256;
 
 /// One row's keys and values for one attention layer: [1, kv_heads, capacity, head_dim].
 #[derive(Default, Clone)]

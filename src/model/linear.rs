@@ -26,16 +26,21 @@ pub fn route() -> LinearRoute {
     if ROW_BY_ROW.load(std::sync::atomic::Ordering::Relaxed) { LinearRoute::RowByRow } else { LinearRoute::Batched }
 }
 
-/// Run `f` with the batched route, then restore the route. Prompt prefill always runs batched:
-/// the row-by-row route exists to make a verify block equal a chain of single steps, and a
-/// prefill batched in every mode leaves AR and MTP runs the same KV (the row-by-row route would
-/// make a 300-token prefill 300 single-row products, each reading every weight).
-pub fn batched<T>(f: impl FnOnce() -> T) -> T {
-    let previous = route();
-    set_route(LinearRoute::Batched);
+/// Run `f` with `route`, then restore the route it replaced.
+pub fn with_route<T>(route: LinearRoute, f: impl FnOnce() -> T) -> T {
+    let previous = self::route();
+    set_route(route);
     let out = f();
     set_route(previous);
     out
+}
+
+/// Run `f` with the batched route. Prompt prefill always runs batched: the row-by-row route
+/// exists to make a verify block equal a chain of single steps, and a prefill batched in every
+/// mode leaves AR and MTP runs the same KV (the row-by-row route would make a 300-token prefill
+/// 300 single-row products, each reading every weight).
+pub fn batched<T>(f: impl FnOnce() -> T) -> T {
+    with_route(LinearRoute::Batched, f)
 }
 
 /// What loading does with quantized weights.

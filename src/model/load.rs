@@ -123,7 +123,7 @@ pub fn auto_weight_policy(dir: &Path) -> WeightPolicy {
         return WeightPolicy::Quantized;
     }
     let params = estimate_parameters(dir).unwrap_or(u64::MAX / 8);
-    let total = physical_memory().unwrap_or(0);
+    let total = crate::engine::memory_guard::meminfo_bytes("MemTotal").unwrap_or(0);
     if params.saturating_mul(4) <= total / 4 { WeightPolicy::Dequantize } else { WeightPolicy::Quantized }
 }
 
@@ -144,12 +144,6 @@ pub fn estimate_parameters(dir: &Path) -> Result<u64> {
         }
     }
     Ok(n)
-}
-
-fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = text.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 pub fn parse_weight_policy(name: &str) -> Result<Option<WeightPolicy>> {
