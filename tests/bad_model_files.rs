@@ -4,9 +4,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::fixture_copy;
+use common::{cohort_command, fixture_copy};
 
 /// A copy of the fixture model with `damage` done to it; `cohort generate`'s exit code and stderr.
 fn generate_with(damage: impl FnOnce(&Path)) -> (Option<i32>, String) {
@@ -15,8 +14,7 @@ fn generate_with(damage: impl FnOnce(&Path)) -> (Option<i32>, String) {
     damage(&model);
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, "{\"prompt\":\"x\",\"max_tokens\":2}\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .env("COHORT_HOME", dir.path().join("home"))
+    let out = cohort_command(&dir.path().join("home"))
         .args(["generate", "-m"])
         .arg(&model)
         .arg("-i")

@@ -6,16 +6,10 @@ mod common;
 use std::io::Write;
 use std::process::Command;
 
-use common::{fixture, fixture_copy};
+use common::{cohort_command, fixture, fixture_copy, result_lines};
 
 fn cohort() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cohort"));
-    c.env("COHORT_HOME", std::env::temp_dir().join("cohort-cli-tests"));
-    c
-}
-
-fn results(stdout: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    cohort_command(&std::env::temp_dir().join("cohort-cli-tests"))
 }
 
 #[test]
@@ -38,7 +32,7 @@ fn bad_lines_fail_alone_and_the_exit_code_says_so() {
     drop(f);
     let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let r = results(&out.stdout);
+    let r = result_lines(&out.stdout);
     assert_eq!(r.len(), 11);
     let err = |i: usize| r[i]["error"].as_str().unwrap_or_default().to_owned();
     assert_eq!(r[0]["finish_reason"], "length");

@@ -8,10 +8,9 @@
 mod common;
 
 use std::io::Write;
-use std::process::Command;
 
 use cohort::engine::runtime::Backend;
-use common::fixture;
+use common::{cohort_command, fixture, result_lines};
 use mlx_rs::Dtype;
 
 fn on_cpu(test: &str) -> bool {
@@ -22,17 +21,11 @@ fn on_cpu(test: &str) -> bool {
     cpu
 }
 
-fn cohort(home: &std::path::Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cohort"));
-    c.env("COHORT_HOME", home);
-    c
-}
-
 #[test]
 fn an_impossible_matmul_is_refused_as_out_of_memory() {
     // Each operand of a 2^20 x 2^20 float32 matmul is 4 TiB: MLX would crash allocating it.
     let home = tempfile::tempdir().unwrap();
-    let out = cohort(home.path()).args(["device", "--matmul", "1048576", "--iters", "1"]).output().unwrap();
+    let out = cohort_command(home.path()).args(["device", "--matmul", "1048576", "--iters", "1"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
     assert!(stderr.contains("out of memory") && stderr.contains("1048576 x 1048576"), "{stderr}");
@@ -51,7 +44,7 @@ fn a_request_whose_kv_cache_does_not_fit_fails_alone_as_out_of_memory() {
     writeln!(f, r#"{{"id":"large","prompt":"The boat","max_tokens":2000,"temperature":0}}"#).unwrap();
     writeln!(f, r#"{{"id":"small2","prompt":"A heron","max_tokens":4,"temperature":0}}"#).unwrap();
     drop(f);
-    let out = cohort(dir.path())
+    let out = cohort_command(dir.path())
         .env("COHORT_MEMORY_AVAILABLE", available.to_string())
         .args(["generate", "-m"])
         .arg(fixture("qwen35_moe_4bit"))
@@ -60,8 +53,7 @@ fn a_request_whose_kv_cache_does_not_fit_fails_alone_as_out_of_memory() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let r: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let r = result_lines(&out.stdout);
     assert_eq!(r.len(), 3);
     assert_eq!(r[0]["finish_reason"], "length");
     assert_eq!(r[2]["finish_reason"], "length");

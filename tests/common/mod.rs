@@ -23,6 +23,18 @@ pub fn fixture_copy(name: &str, dir: &std::path::Path) -> PathBuf {
     model
 }
 
+/// The built `cohort` binary with its files kept under `home`.
+pub fn cohort_command(home: &std::path::Path) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"));
+    c.env("COHORT_HOME", home);
+    c
+}
+
+/// `cohort generate`'s result lines.
+pub fn result_lines(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 pub fn smollm2_gguf() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("COHORT_SMOLLM2_GGUF") {
         let p = PathBuf::from(p);
