@@ -3,9 +3,12 @@
 
 B1 decode and prefill tokens/s: mlx-lm in this process (float32 activations, as cohort uses on
 the CPU), cohort through `cohort generate` (its own reported prefill/decode figures, which exclude
-process start and model load). Also cohort's B1 MTP route when the model has MTP weights.
+process start and model load). Also cohort's B1 MTP route when the model has MTP weights. With
+`--batch 8`, eight different prompts also go through mlx-lm's BatchGenerator and through one
+cohort (`--scheduler cohort`): aggregate decode tokens/s (generated tokens after each row's
+first / decode time; for cohort the longest row's).
 
-usage: scripts/bench_vs_mlx_lm.py --model DIR [--prompt-len 300] [--gen 128] [--rounds 3] [--keep-dtype]
+usage: scripts/bench_vs_mlx_lm.py --model DIR [--prompt-len 300] [--gen 128] [--rounds 3] [--keep-dtype] [--batch 8]
 needs: mlx-lm 0.32.2 (e.g. the venv tests/fixtures/README.md describes) and a built cohort.
 """
 import argparse
@@ -58,6 +61,39 @@ def cohort_run(binary, model_dir, prompt, gen, mode):
     return s["prefill_tok_s"], s["decode_tok_s"], s.get("acceptance_rate", 0.0)
 
 
+def mlx_lm_batch(model, prompts, gen):
+    """Aggregate decode tok/s of mlx-lm's BatchGenerator over `prompts` (no stop tokens)."""
+    from mlx_lm.generate import BatchGenerator
+
+    bg = BatchGenerator(model, max_tokens=gen, stop_tokens=None,
+                        prefill_batch_size=len(prompts), completion_batch_size=len(prompts))
+    with bg.stats() as st:
+        bg.insert(prompts, [gen] * len(prompts))
+        while bg.next_generated():
+            pass
+    bg.close()
+    return st.generation_tokens / st.decode_time
+
+
+def cohort_batch(binary, model_dir, prompts, gen, mode):
+    """Aggregate decode tok/s of one cohort of `prompts`, after a warm-up cohort; acceptance."""
+    reqs = [{"id": f"w{i}", "prompt_ids": p[:16], "max_tokens": 4, "temperature": 0} for i, p in enumerate(prompts)]
+    reqs += [{"id": f"b{i}", "prompt_ids": p, "max_tokens": gen, "temperature": 0, "ignore_eos": True}
+             for i, p in enumerate(prompts)]
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("".join(json.dumps(r) + "\n" for r in reqs))
+        path = f.name
+    out = subprocess.run([binary, "generate", "-m", model_dir, "-i", path, "--generation-mode", mode, "--scheduler", "cohort"],
+                         check=True, capture_output=True, text=True).stdout
+    os.unlink(path)
+    rows = [json.loads(x) for x in out.strip().splitlines()][len(prompts):]
+    assert {r["stats"]["real_width"] for r in rows} == {len(prompts)}, "the measured prompts did not run as one cohort"
+    decode = max(r["stats"]["decode_s"] for r in rows)
+    acc = sum(r["stats"]["accepted_drafts"] for r in rows)
+    rej = sum(r["stats"]["rejected_drafts"] for r in rows)
+    return sum(len(r["token_ids"]) - 1 for r in rows) / decode, acc / (acc + rej) if acc + rej else 0.0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -67,6 +103,7 @@ def main():
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/cohort"))
     ap.add_argument("--keep-dtype", action="store_true",
                     help="run mlx-lm in the checkpoint's own dtype (as cohort serves on a GPU) instead of float32")
+    ap.add_argument("--batch", type=int, default=0, help="also compare batched generation of this many prompts")
     args = ap.parse_args()
 
     model, tok = load(args.model)
@@ -89,6 +126,8 @@ def main():
                 arms["cohort B1 AR"].append(cohort_run(args.binary, args.model, prompt, args.gen, "ar"))
                 if has_mtp:
                     arms["cohort B1 MTP"].append(cohort_run(args.binary, args.model, prompt, args.gen, "mtp"))
+    if args.batch:
+        batch_arms(args, model, vocab, has_mtp)
     print(f"model {args.model}, prompt {args.prompt_len} tokens, {args.gen} generated, {args.rounds} rounds (ABBA), medians (min-max)")
     print("| arm | prefill tok/s | decode tok/s | acceptance |")
     print("| --- | --- | --- | --- |")
@@ -104,6 +143,35 @@ def main():
     if has_mtp:
         m = med["cohort B1 MTP"]
         print(f"cohort B1 MTP / B1 AR decode: {m[1] / a[1]:.2f}x")
+
+
+def batch_arms(args, model, vocab, has_mtp):
+    prompts = [[(7 * i + 3 + 11 * b) % min(vocab, 500) for i in range(args.prompt_len)] for b in range(args.batch)]
+    arms = {f"mlx-lm B{args.batch} AR": [], f"cohort B{args.batch} AR": []}
+    if has_mtp:
+        arms[f"cohort B{args.batch} MTP"] = []
+    mlx_lm_batch(model, [p[:16] for p in prompts], 4)  # warm-up
+    for r in range(args.rounds):
+        for arm in (["mlx", "cohort"] if r % 2 == 0 else ["cohort", "mlx"]):
+            if arm == "mlx":
+                arms[f"mlx-lm B{args.batch} AR"].append((mlx_lm_batch(model, prompts, args.gen), 0.0))
+            else:
+                arms[f"cohort B{args.batch} AR"].append(cohort_batch(args.binary, args.model, prompts, args.gen, "ar"))
+                if has_mtp:
+                    arms[f"cohort B{args.batch} MTP"].append(
+                        cohort_batch(args.binary, args.model, prompts, args.gen, "mtp"))
+    print(f"{args.batch} prompts of {args.prompt_len} tokens, {args.gen} generated each, {args.rounds} rounds (ABBA)")
+    print("| arm | aggregate decode tok/s, median (min-max) | acceptance |")
+    print("| --- | --- | --- |")
+    med = {}
+    for name, runs in arms.items():
+        tps = [x[0] for x in runs]
+        med[name] = statistics.median(tps)
+        print(f"| {name} | {med[name]:.0f} ({min(tps):.0f}-{max(tps):.0f}) | {statistics.median([x[1] for x in runs]):.2f} |")
+    base = med[f"mlx-lm B{args.batch} AR"]
+    for name in arms:
+        if name.startswith("cohort"):
+            print(f"{name} / mlx-lm B{args.batch} AR: {med[name] / base:.2f}x")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ use crate::engine::runtime::{MemoryStats, human_bytes, median};
 use crate::engine::solo::restore_from_capture;
 use crate::model::config::{LayerKind, Qwen35Config};
 use crate::model::forward::{LanguageModel, Logits};
+use crate::model::kv_slots;
 use crate::model::ops::host_u32;
 use crate::model::qwen3_5::Qwen35Model;
 
@@ -41,6 +42,10 @@ pub struct BenchStepArgs {
     /// default: the route the engine picks.
     #[arg(long, value_delimiter = ',')]
     gdn_routes: Vec<GdnRoute>,
+    /// Cohort attention paths to measure one after the other (`batched,rows` compares one
+    /// masked attention over the packed rows with one chain per row).
+    #[arg(long, value_delimiter = ',', default_value = "batched")]
+    attention: Vec<AttentionPath>,
     /// Write the figures as JSON here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -53,10 +58,18 @@ pub enum GdnRoute {
     Ops,
 }
 
+#[derive(Clone, Copy, Debug, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionPath {
+    Batched,
+    Rows,
+}
+
 /// One route's medians, in ms (prefill in tokens/s).
 #[derive(serde::Serialize)]
 struct Figures {
     route: GdnRoute,
+    attention: AttentionPath,
     prefill_tok_s: f64,
     b1_ms: f64,
     draft_ms: f64,
@@ -125,7 +138,13 @@ fn step_bytes(cfg: &Qwen35Config, rows: i64, with_head: bool) -> f64 {
     bytes
 }
 
-fn measure(model: &Qwen35Model, cfg: &Qwen35Config, args: &BenchStepArgs, route: GdnRoute) -> Result<Figures> {
+fn measure(
+    model: &Qwen35Model,
+    cfg: &Qwen35Config,
+    args: &BenchStepArgs,
+    route: GdnRoute,
+    attention: AttentionPath,
+) -> Result<Figures> {
     let vocab = cfg.vocab_size as u32;
     let ids = |n: usize, salt: u32| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + salt * 104729) % vocab).collect() };
 
@@ -163,6 +182,10 @@ fn measure(model: &Qwen35Model, cfg: &Qwen35Config, args: &BenchStepArgs, route:
     }
     let hidden = mlx_rs::ops::concatenate(&hidden, 0)?;
     let x0 = Array::from_slice(&(0..FIXED_WIDTH as i32).map(|b| 11 + b).collect::<Vec<_>>(), &[FIXED_WIDTH as i32, 1]);
+    // As in an MTP cohort: every row has MTP history, and the cohort packs every row's KV.
+    model.mtp_forward(&hidden, &x0, &mut rows.iter_mut().collect::<Vec<_>>())?;
+    let slots = kv_slots::pack(&mut rows)?;
+    mlx_rs::transforms::eval(&kv_slots::buffers(&slots))?;
     let (mut draft, mut verify, mut commit, mut sample) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..args.iters + 2 {
         let before = rows.clone();
@@ -171,14 +194,18 @@ fn measure(model: &Qwen35Model, cfg: &Qwen35Config, args: &BenchStepArgs, route:
         let q = model.mtp_forward(&hidden, &x0, &mut refs)?;
         let d = mlx_rs::ops::indexing::argmax_axis(&q.reshape(&[FIXED_WIDTH as i32, -1])?, -1, true)?
             .as_dtype(Dtype::Int32)?;
+        let buffers = kv_slots::buffers(&slots);
         let mut a: Vec<&Array> = refs.iter().map(|r| &r.mtp).flat_map(|m| m.arrays()).collect();
+        a.extend(&buffers);
         a.push(&d);
         mlx_rs::transforms::eval(a)?;
         let t_draft = ms(t);
         let t = Instant::now();
         let out = model.forward(&mlx_rs::ops::concatenate(&[x0.clone(), d], 1)?, &mut refs, Logits::All, true)?;
         let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
+        let buffers = kv_slots::buffers(&slots);
         let mut a: Vec<&Array> = refs.iter().flat_map(|r| r.arrays()).collect();
+        a.extend(&buffers);
         a.push(&am);
         a.push(&out.hidden);
         mlx_rs::transforms::eval(a)?;
@@ -205,6 +232,7 @@ fn measure(model: &Qwen35Model, cfg: &Qwen35Config, args: &BenchStepArgs, route:
     }
     Ok(Figures {
         route,
+        attention,
         prefill_tok_s: args.prefill as f64 / prefill_s,
         b1_ms: median(b1),
         draft_ms: median(draft),
@@ -249,9 +277,12 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     eprintln!("model ready in {load_s:.1} s ({} active); bandwidth {bw:.0} GB/s", human_bytes(mem_loaded.active));
     let mut all = Vec::new();
     for route in routes {
-        crate::model::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
-        eprintln!("measuring with the {route:?} recurrence route");
-        all.push(measure(&model, &cfg, &args, route)?);
+        for &attention in &args.attention {
+            crate::model::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
+            kv_slots::set_batched_attention(matches!(attention, AttentionPath::Batched));
+            eprintln!("measuring with the {route:?} recurrence route and {attention:?} cohort attention");
+            all.push(measure(&model, &cfg, &args, route, attention)?);
+        }
     }
     let mem = MemoryStats::read();
     let floor = |bytes: f64| bytes / (bw * 1e9) * 1e3;
@@ -271,7 +302,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     println!("memory bandwidth (1 GiB copy): {bw:.0} GB/s; weights resident: {}", human_bytes(mem_loaded.active));
     println!("peak memory {}", human_bytes(mem.peak));
     for f in &all {
-        println!("\nGated DeltaNet route: {:?}", f.route);
+        println!("\nGated DeltaNet route: {:?}; cohort attention: {:?}", f.route, f.attention);
         println!("prefill {} tokens: {:.0} tok/s", args.prefill, f.prefill_tok_s);
         println!("| step | median ms | floor ms | ratio |");
         println!("| --- | --- | --- | --- |");
@@ -295,11 +326,14 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     }
     if let [a, b] = &all[..] {
         println!(
-            "\n{:?}/{:?} speed-up: prefill {:.2}x, B1 step {:.2}x, B8 verify {:.2}x",
+            "\n{:?}+{:?} / {:?}+{:?} speed-up: prefill {:.2}x, B1 step {:.2}x, B8 draft {:.2}x, B8 verify {:.2}x",
             a.route,
+            a.attention,
             b.route,
+            b.attention,
             a.prefill_tok_s / b.prefill_tok_s,
             b.b1_ms / a.b1_ms,
+            b.draft_ms / a.draft_ms,
             b.verify_ms / a.verify_ms
         );
     }

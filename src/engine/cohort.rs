@@ -21,6 +21,7 @@ use super::solo::{GenerationMode, draft_inputs, prefill_row, restore_from_captur
 use super::telemetry::{RowState, RowTelemetry, SharedTelemetry, push_recent};
 use crate::model::cache::RowCache;
 use crate::model::forward::{LanguageModel, Logits};
+use crate::model::kv_slots;
 use crate::model::ops::{host_u32, slice_axis};
 use crate::model::tokenizer::TextTokenizer;
 
@@ -109,6 +110,9 @@ pub fn run_cohort(
     for run in runs.iter_mut() {
         run.stats.real_width = real;
     }
+    // Every row's KV moves into one buffer per layer, so a cycle attends all rows at once.
+    let slots = kv_slots::pack(&mut rows)?;
+    mlx_rs::transforms::eval(&kv_slots::buffers(&slots))?;
     let t0 = Instant::now();
     while runs.iter().any(|r| r.is_active()) {
         for run in runs.iter_mut() {
@@ -123,8 +127,10 @@ pub fn run_cohort(
             GenerationMode::Ar => cycle_ar(model, tok, runs, &mut rows, &inert, events)?,
         }
         // One evaluation per cycle, so no row carries a pending graph into the next.
+        let buffers = kv_slots::buffers(&slots);
         let mut arrays: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
         arrays.extend(runs.iter().filter_map(|r| r.hidden_last.as_ref()));
+        arrays.extend(&buffers);
         mlx_rs::transforms::eval(arrays)?;
         update_telemetry(tel, runs, &rows);
         // Each row's decode time ends when the row does, not when its cohort does.

@@ -3,10 +3,10 @@
 
 use anyhow::Result;
 use mlx_rs::Array;
-use mlx_rs::fast::ScaledDotProductAttentionMask;
 
-use super::cache::{KvCache, row};
+use super::cache::KvCache;
 use super::config::{QuantSpec, Qwen35Config};
+use super::kv_slots::{self, RopeSpec};
 use super::linear::Linear;
 use super::norm::RmsNorm;
 use super::weights::Weights;
@@ -63,20 +63,8 @@ impl Attention {
             self.k_norm.forward(&self.k_proj.forward(x)?.reshape(&[b, t, nkv, hd])?)?.transpose_axes(&[0, 2, 1, 3])?;
         let values = self.v_proj.forward(x)?.reshape(&[b, t, nkv, hd])?.transpose_axes(&[0, 2, 1, 3])?;
         let scale = (hd as f32).powf(-0.5);
-        // Rows differ in position, so RoPE, the cache write and attention run per row; the
-        // projections around them stay batched.
-        let mut outs = Vec::with_capacity(b as usize);
-        for (i, cache) in caches.iter_mut().enumerate() {
-            let i = i as i32;
-            let offset = cache.offset();
-            let rope = |a: &Array| mlx_rs::fast::rope(a, self.rotary_dims, false, self.rope_theta, 1.0, offset, None);
-            let qr = rope(&row(&queries, i)?)?;
-            let kr = rope(&row(&keys, i)?)?;
-            let (kall, vall) = cache.append(&kr, &row(&values, i)?)?;
-            let mask = if t > 1 { Some(ScaledDotProductAttentionMask::Causal) } else { None };
-            outs.push(mlx_rs::fast::scaled_dot_product_attention(&qr, &kall, &vall, scale, mask, None)?);
-        }
-        let o = if outs.len() == 1 { outs.pop().unwrap() } else { mlx_rs::ops::concatenate(&outs, 0)? };
+        let rope = RopeSpec { dims: self.rotary_dims, traditional: false, base: self.rope_theta };
+        let o = kv_slots::attend(caches, &queries, &keys, &values, rope, scale)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
         self.o_proj.forward(&o.multiply(mlx_rs::ops::sigmoid(&gate)?)?)
     }

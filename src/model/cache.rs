@@ -5,10 +5,16 @@
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
+use super::kv_slots::Slot;
 use super::ops::{slice_axis, slice_update};
 
 /// Positions added to a KV buffer at a time (a verify's two-token write rarely reallocates).
 pub const KV_STEP: i32 = 256;
+
+/// `n` positions rounded up to whole KV_STEPs.
+pub fn whole_steps(n: i32) -> i32 {
+    (n + KV_STEP - 1) / KV_STEP * KV_STEP
+}
 
 /// One row's keys and values for one attention layer: [1, kv_heads, capacity, head_dim].
 #[derive(Default, Clone)]
@@ -19,6 +25,9 @@ pub struct KvCache {
     offset: i32,
     /// Positions holding written data; equals `offset` after every commit or trim.
     physical: i32,
+    /// Set when a cohort packed this row's KV into a shared buffer (`keys`/`values` are then
+    /// unused): the row keeps its offsets, the storage is the cohort's.
+    slot: Option<Slot>,
 }
 
 impl KvCache {
@@ -31,16 +40,42 @@ impl KvCache {
     }
 
     pub fn capacity(&self) -> i32 {
-        self.keys.as_ref().map(|k| k.shape()[2]).unwrap_or(0)
+        match &self.slot {
+            Some(slot) => slot.capacity(),
+            None => self.keys.as_ref().map(|k| k.shape()[2]).unwrap_or(0),
+        }
     }
 
-    /// Write `k`, `v` ([1, kv_heads, T, head_dim]) at the offset and return views of every
-    /// position so far.
-    pub fn append(&mut self, k: &Array, v: &Array) -> Result<(Array, Array)> {
+    pub fn slot(&self) -> Option<&Slot> {
+        self.slot.as_ref()
+    }
+
+    /// Hand the storage to a cohort's shared buffer (which already holds the committed data).
+    pub fn move_to_slot(&mut self, slot: Slot) {
+        self.keys = None;
+        self.values = None;
+        self.slot = Some(slot);
+    }
+
+    /// Count `t` positions a batched write has put into the slot.
+    pub fn advance(&mut self, t: i32) {
+        self.offset += t;
+        self.physical = self.offset;
+    }
+
+    /// Write `k`, `v` ([1, kv_heads, T, head_dim]) at the offset, which moves past them. Take
+    /// views (`view`) only after every row of a step has written: a buffer nothing else reads is
+    /// updated in place, one with a live view is copied whole.
+    pub fn write(&mut self, k: &Array, v: &Array) -> Result<()> {
         let t = k.shape()[2];
         let needed = self.offset + t;
+        if let Some(slot) = &self.slot {
+            slot.write(self.offset, k, v)?;
+            self.advance(t);
+            return Ok(());
+        }
         if needed > self.capacity() {
-            let grow = ((needed - self.capacity() + KV_STEP - 1) / KV_STEP) * KV_STEP;
+            let grow = whole_steps(needed - self.capacity());
             let mut shape = k.shape().to_vec();
             shape[2] = grow;
             let zeros_k = mlx_rs::ops::zeros_dtype(&shape, k.dtype())?;
@@ -57,14 +92,21 @@ impl KvCache {
                 None => zeros_v,
             });
         }
-        let keys = slice_update(self.keys.as_ref().unwrap(), k, &[0, 0, self.offset, 0])?;
-        let values = slice_update(self.values.as_ref().unwrap(), v, &[0, 0, self.offset, 0])?;
-        self.offset = needed;
-        self.physical = needed;
-        let kv = (slice_axis(&keys, 2, 0, needed)?, slice_axis(&values, 2, 0, needed)?);
-        self.keys = Some(keys);
-        self.values = Some(values);
-        Ok(kv)
+        self.keys = Some(slice_update(self.keys.as_ref().unwrap(), k, &[0, 0, self.offset, 0])?);
+        self.values = Some(slice_update(self.values.as_ref().unwrap(), v, &[0, 0, self.offset, 0])?);
+        self.advance(t);
+        Ok(())
+    }
+
+    /// Keys and values of every position up to the offset, [1, kv_heads, offset, head_dim] each.
+    pub fn view(&self) -> Result<(Array, Array)> {
+        if let Some(slot) = &self.slot {
+            return slot.view(self.offset);
+        }
+        match (&self.keys, &self.values) {
+            (Some(k), Some(v)) => Ok((slice_axis(k, 2, 0, self.offset)?, slice_axis(v, 2, 0, self.offset)?)),
+            _ => bail!("this KV cache holds nothing yet"),
+        }
     }
 
     /// Drop the last `n` positions from the logical context; the physical bound follows.
@@ -77,7 +119,8 @@ impl KvCache {
         Ok(())
     }
 
-    /// Arrays to evaluate so the cache holds no pending graph.
+    /// Arrays to evaluate so the cache holds no pending graph (a slot's buffer is the cohort's
+    /// to evaluate).
     pub fn arrays(&self) -> Vec<&Array> {
         self.keys.iter().chain(self.values.iter()).collect()
     }
@@ -197,7 +240,6 @@ pub fn row(a: &Array, b: i32) -> Result<Array> {
 impl KvCache {
     /// Committed keys and values, [1, kv_heads, offset, head_dim] each (tests compare them).
     pub fn committed(&self) -> Option<(Array, Array)> {
-        let (k, v) = (self.keys.as_ref()?, self.values.as_ref()?);
-        Some((slice_axis(k, 2, 0, self.offset).ok()?, slice_axis(v, 2, 0, self.offset).ok()?))
+        self.view().ok()
     }
 }

@@ -6,13 +6,13 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use mlx_rs::fast::ScaledDotProductAttentionMask;
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
-use super::cache::{KvCache, LayerState, RowCache, row};
+use super::cache::{KvCache, LayerState, RowCache};
 use super::config::{LayerKind, QuantSpec, Quantization, parse_quantization};
 pub use super::forward::{ForwardOutput, LanguageModel, Logits};
+use super::kv_slots::{self, RopeSpec};
 use super::linear::{Embedding, Linear};
 use super::mlp::Mlp;
 use super::norm::RmsNorm;
@@ -168,18 +168,8 @@ impl LlamaAttention {
         let keys = split(self.k_proj.forward(x)?, nkv)?;
         let values = split(self.v_proj.forward(x)?, nkv)?;
         let scale = (hd as f32).powf(-0.5);
-        let mut outs = Vec::with_capacity(b as usize);
-        for (i, cache) in caches.iter_mut().enumerate() {
-            let i = i as i32;
-            let offset = cache.offset();
-            let rope = |a: &Array| mlx_rs::fast::rope(a, hd, self.rope_traditional, self.rope_theta, 1.0, offset, None);
-            let qr = rope(&row(&queries, i)?)?;
-            let kr = rope(&row(&keys, i)?)?;
-            let (kall, vall) = cache.append(&kr, &row(&values, i)?)?;
-            let mask = if t > 1 { Some(ScaledDotProductAttentionMask::Causal) } else { None };
-            outs.push(mlx_rs::fast::scaled_dot_product_attention(&qr, &kall, &vall, scale, mask, None)?);
-        }
-        let o = if outs.len() == 1 { outs.pop().unwrap() } else { mlx_rs::ops::concatenate(&outs, 0)? };
+        let rope = RopeSpec { dims: hd, traditional: self.rope_traditional, base: self.rope_theta };
+        let o = kv_slots::attend(caches, &queries, &keys, &values, rope, scale)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
         self.o_proj.forward(&o)
     }

@@ -1,0 +1,277 @@
+//! A cohort's attention KV kept in one buffer per layer, [W, kv_heads, capacity, head_dim], with
+//! row b in slot b. Rows still own their offsets (committed and physical); only the storage is
+//! shared, so a whole-cohort step can RoPE, write and attend every row with one op each instead
+//! of one chain per row. On MLX's CPU backend the per-row chain cost more than the projections
+//! (docs/benchmarks.md, "Batched attention").
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Result, bail};
+use mlx_rs::Array;
+use mlx_rs::fast::ScaledDotProductAttentionMask;
+
+use super::cache::{KvCache, LayerState, RowCache, row, whole_steps};
+use super::linear::{self, LinearRoute};
+use super::ops::{slice, slice_axis, slice_update};
+
+/// One layer's keys and values for every slot.
+pub struct SlotBuffer {
+    keys: Array,
+    values: Array,
+}
+
+/// A shared buffer; the cohort that packed it evaluates it once per cycle.
+pub type SlotHandle = Rc<RefCell<SlotBuffer>>;
+
+/// Where a packed row's KV lives.
+#[derive(Clone)]
+pub struct Slot {
+    pub buffer: SlotHandle,
+    pub index: i32,
+}
+
+/// How a layer rotates queries and keys (the arguments of MLX's fast RoPE).
+#[derive(Debug, Clone, Copy)]
+pub struct RopeSpec {
+    pub dims: i32,
+    pub traditional: bool,
+    pub base: f32,
+}
+
+impl SlotBuffer {
+    fn capacity(&self) -> i32 {
+        self.keys.shape()[2]
+    }
+
+    fn width(&self) -> i32 {
+        self.keys.shape()[0]
+    }
+
+    /// Grow every slot to hold `needed` positions, in steps of KV_STEP.
+    fn reserve(&mut self, needed: i32) -> Result<()> {
+        let capacity = self.capacity();
+        if needed <= capacity {
+            return Ok(());
+        }
+        let grow = whole_steps(needed - capacity);
+        let widen = |a: &Array| -> Result<Array> {
+            let mut shape = a.shape().to_vec();
+            shape[2] = grow;
+            let zeros = mlx_rs::ops::zeros_dtype(&shape, a.dtype())?;
+            Ok(mlx_rs::ops::concatenate(&[a.clone(), zeros], 2)?)
+        };
+        self.keys = widen(&self.keys)?;
+        self.values = widen(&self.values)?;
+        Ok(())
+    }
+}
+
+/// The buffers' current arrays, to evaluate at a step boundary.
+pub fn buffers(handles: &[SlotHandle]) -> Vec<Array> {
+    handles
+        .iter()
+        .flat_map(|h| {
+            let b = h.borrow();
+            [b.keys.clone(), b.values.clone()]
+        })
+        .collect()
+}
+
+impl Slot {
+    pub fn capacity(&self) -> i32 {
+        self.buffer.borrow().capacity()
+    }
+
+    /// One row's write at `offset` ([1, kv_heads, T, head_dim]).
+    pub fn write(&self, offset: i32, k: &Array, v: &Array) -> Result<()> {
+        let mut buf = self.buffer.borrow_mut();
+        buf.reserve(offset + k.shape()[2])?;
+        buf.keys = slice_update(&buf.keys, k, &[self.index, 0, offset, 0])?;
+        buf.values = slice_update(&buf.values, v, &[self.index, 0, offset, 0])?;
+        Ok(())
+    }
+
+    /// This slot's first `len` positions, [1, kv_heads, len, head_dim] each.
+    pub fn view(&self, len: i32) -> Result<(Array, Array)> {
+        let buf = self.buffer.borrow();
+        let part = |a: &Array| {
+            let s = a.shape();
+            slice(a, &[self.index, 0, 0, 0], &[self.index + 1, s[1], len, s[3]])
+        };
+        Ok((part(&buf.keys)?, part(&buf.values)?))
+    }
+}
+
+/// Move every attention layer's KV (the MTP history included) of `rows` into shared buffers,
+/// row b in slot b. Returns the buffers for the caller to evaluate. A layer no row has written
+/// yet (the MTP history of an AR cohort) stays unpacked.
+pub fn pack(rows: &mut [RowCache]) -> Result<Vec<SlotHandle>> {
+    let Some(first) = rows.first() else { return Ok(Vec::new()) };
+    let (layers, width) = (first.layers.len(), rows.len());
+    let mut handles = Vec::new();
+    for li in 0..=layers {
+        let mut caches: Vec<&mut KvCache> = Vec::with_capacity(rows.len());
+        for r in rows.iter_mut() {
+            if li == layers {
+                caches.push(&mut r.mtp);
+            } else {
+                match r.layers.get_mut(li) {
+                    Some(LayerState::Attention(kv)) => caches.push(kv),
+                    Some(LayerState::Linear(_)) => break,
+                    None => bail!("rows of one cohort differ in layer count"),
+                }
+            }
+        }
+        if caches.len() != width {
+            continue; // a recurrent layer
+        }
+        if let Some(h) = pack_layer(&mut caches)? {
+            handles.push(h);
+        }
+    }
+    Ok(handles)
+}
+
+fn pack_layer(caches: &mut [&mut KvCache]) -> Result<Option<SlotHandle>> {
+    let committed: Vec<Option<(Array, Array)>> = caches.iter().map(|c| c.committed()).collect();
+    let Some((k0, v0)) = committed.iter().flatten().next() else { return Ok(None) };
+    let (kshape, vshape, dtype) = (k0.shape().to_vec(), v0.shape().to_vec(), k0.dtype());
+    let longest = caches.iter().map(|c| c.offset()).max().unwrap_or(0);
+    // Room for a verify block before the first growth.
+    let capacity = whole_steps(longest + 2);
+    let padded = |part: Option<&Array>, shape: &[i32]| -> Result<Array> {
+        let have = part.map(|p| p.shape()[2]).unwrap_or(0);
+        let mut zshape = shape.to_vec();
+        zshape[2] = capacity - have;
+        let zeros = mlx_rs::ops::zeros_dtype(&zshape, dtype)?;
+        Ok(match part {
+            Some(p) if have > 0 => mlx_rs::ops::concatenate(&[p.clone(), zeros], 2)?,
+            _ => zeros,
+        })
+    };
+    let mut keys = Vec::with_capacity(caches.len());
+    let mut values = Vec::with_capacity(caches.len());
+    for c in &committed {
+        keys.push(padded(c.as_ref().map(|c| &c.0), &kshape)?);
+        values.push(padded(c.as_ref().map(|c| &c.1), &vshape)?);
+    }
+    let buffer = Rc::new(RefCell::new(SlotBuffer {
+        keys: mlx_rs::ops::concatenate(&keys, 0)?,
+        values: mlx_rs::ops::concatenate(&values, 0)?,
+    }));
+    for (i, c) in caches.iter_mut().enumerate() {
+        c.move_to_slot(Slot { buffer: buffer.clone(), index: i as i32 });
+    }
+    Ok(Some(buffer))
+}
+
+/// Rotate, cache and attend `q` [B, heads, T, d], `k` and `v` [B, kv_heads, T, d] for the rows
+/// whose KV `caches` are, each at its own offset: one op of each kind for a whole packed cohort on
+/// the batched route, otherwise one chain per row.
+pub fn attend(
+    caches: &mut [&mut KvCache],
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    rope: RopeSpec,
+    scale: f32,
+) -> Result<Array> {
+    if let Some(buffer) = whole_cohort(caches) {
+        return attend_cohort(&buffer, caches, q, k, v, rope, scale);
+    }
+    // Every row writes before any row reads, so each write is the only reader of the buffer it
+    // updates (see KvCache::write).
+    let t = k.shape()[2];
+    let mut queries = Vec::with_capacity(caches.len());
+    for (i, cache) in caches.iter_mut().enumerate() {
+        let i = i as i32;
+        let offset = cache.offset();
+        let rotate = |a: &Array| mlx_rs::fast::rope(a, rope.dims, rope.traditional, rope.base, 1.0, offset, None);
+        queries.push(rotate(&row(q, i)?)?);
+        cache.write(&rotate(&row(k, i)?)?, &row(v, i)?)?;
+    }
+    let mut outs = Vec::with_capacity(caches.len());
+    for (cache, qr) in caches.iter().zip(&queries) {
+        let (kall, vall) = cache.view()?;
+        let mask = if t > 1 { Some(ScaledDotProductAttentionMask::Causal) } else { None };
+        outs.push(mlx_rs::fast::scaled_dot_product_attention(qr, &kall, &vall, scale, mask, None)?);
+    }
+    Ok(if outs.len() == 1 { outs.pop().unwrap() } else { mlx_rs::ops::concatenate(&outs, 0)? })
+}
+
+/// The whole-cohort step: rotate every row at its own offset, write every slot with one scatter
+/// for keys and one for values, and attend with one masked SDPA. Masked-out positions add exact
+/// zeros, so on MLX's CPU backend a row's output equals its own-length attention bit for bit
+/// (tests/kv_slots.rs).
+fn attend_cohort(
+    buffer: &SlotHandle,
+    caches: &mut [&mut KvCache],
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    rope: RopeSpec,
+    scale: f32,
+) -> Result<Array> {
+    let (w, t) = (caches.len() as i32, k.shape()[2]);
+    let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
+    let offset_arr = Array::from_slice(&offsets, &[w]);
+    let rotate =
+        |a: &Array| mlx_rs::fast::rope_dynamic(a, rope.dims, rope.traditional, rope.base, 1.0, &offset_arr, None);
+    let (qr, kr) = (rotate(q)?, rotate(k)?);
+    let len = offsets.iter().max().copied().unwrap_or(0) + t;
+    let positions: Vec<i32> = offsets.iter().flat_map(|&o| (0..t).map(move |i| o + i)).collect();
+    let index = Array::from_slice(&positions, &[w, 1, t, 1]);
+    let (keys, values) = {
+        let mut buf = buffer.borrow_mut();
+        buf.reserve(len)?;
+        let put = |dst: &Array, src: &Array| -> Result<Array> {
+            let idx = mlx_rs::ops::broadcast_to(&index, src.shape())?;
+            Ok(mlx_rs::ops::indexing::put_along_axis(dst, &idx, src, 2)?)
+        };
+        buf.keys = put(&buf.keys, &kr)?;
+        buf.values = put(&buf.values, v)?;
+        (slice_axis(&buf.keys, 2, 0, len)?, slice_axis(&buf.values, 2, 0, len)?)
+    };
+    // Row b's query i sees its own positions 0..=offset_b + i and nothing past them.
+    let visible: Vec<bool> =
+        offsets.iter().flat_map(|&o| (0..t).flat_map(move |i| (0..len).map(move |j| j <= o + i))).collect();
+    let mask = Array::from_slice(&visible, &[w, 1, t, len]);
+    let out = mlx_rs::fast::scaled_dot_product_attention(
+        &qr,
+        &keys,
+        &values,
+        scale,
+        ScaledDotProductAttentionMask::Array(&mask),
+        None,
+    )?;
+    for c in caches.iter_mut() {
+        c.advance(t);
+    }
+    Ok(out)
+}
+
+/// Off: packed cohorts take the per-row chain too (side-by-side benchmarks of the two;
+/// `COHORT_BATCHED_ATTENTION=0` starts a process with it off).
+static BATCHED_ATTENTION: std::sync::LazyLock<AtomicBool> = std::sync::LazyLock::new(|| {
+    AtomicBool::new(std::env::var("COHORT_BATCHED_ATTENTION").map(|v| v != "0").unwrap_or(true))
+});
+
+pub fn set_batched_attention(on: bool) {
+    BATCHED_ATTENTION.store(on, Ordering::Relaxed);
+}
+
+/// The shared buffer when `caches` are exactly its slots in order and the batched route is on.
+fn whole_cohort(caches: &[&mut KvCache]) -> Option<SlotHandle> {
+    if caches.len() < 2 || linear::route() != LinearRoute::Batched || !BATCHED_ATTENTION.load(Ordering::Relaxed) {
+        return None;
+    }
+    let first = caches[0].slot()?;
+    let whole = first.buffer.borrow().width() == caches.len() as i32
+        && caches
+            .iter()
+            .enumerate()
+            .all(|(i, c)| c.slot().is_some_and(|s| s.index == i as i32 && Rc::ptr_eq(&s.buffer, &first.buffer)));
+    whole.then(|| first.buffer.clone())
+}

@@ -1,0 +1,232 @@
+//! A packed cohort's attention (src/model/kv_slots.rs) against a float64 reference written here:
+//! rotate-half RoPE at each row's own positions and causal softmax attention over the row's own
+//! history, nothing else. Rows sit at different offsets, one crosses a KV growth step, some drop a
+//! rejected position, and a subset of slots takes the per-row path.
+
+mod common;
+
+use cohort::model::cache::{KvCache, LayerState, RowCache};
+use cohort::model::config::LayerKind;
+use cohort::model::kv_slots::{self, RopeSpec};
+use cohort::model::linear::{self, LinearRoute};
+use common::to_f32;
+use mlx_rs::Array;
+
+const HEADS: i32 = 4;
+const KV_HEADS: i32 = 2;
+const DIM: i32 = 16;
+const BASE: f32 = 10_000.0;
+const TOLERANCE: f64 = 1e-5;
+
+/// Deterministic pseudo-random values in [-1, 1).
+struct Lcg(u64);
+
+impl Lcg {
+    fn fill(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((self.0 >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
+            })
+            .collect()
+    }
+
+    fn array(&mut self, shape: &[i32]) -> (Array, Vec<f32>) {
+        let data = self.fill(shape.iter().product::<i32>() as usize);
+        (Array::from_slice(&data, shape), data)
+    }
+}
+
+/// Rotate one head vector at `pos`: pairs (j, j + dims/2) for j < dims/2; the rest unchanged.
+fn rope_ref(x: &[f32], pos: i32, dims: i32) -> Vec<f64> {
+    let mut out: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    let half = (dims / 2) as usize;
+    for j in 0..half {
+        let angle = pos as f64 * (BASE as f64).powf(-2.0 * j as f64 / dims as f64);
+        let (a, b) = (x[j] as f64, x[j + half] as f64);
+        out[j] = a * angle.cos() - b * angle.sin();
+        out[j + half] = b * angle.cos() + a * angle.sin();
+    }
+    out
+}
+
+/// One row's keys or values as the reference keeps them: [kv_head][position][dim].
+type History = Vec<Vec<Vec<f64>>>;
+
+/// One row of a step: append the rotated keys and values, then attend each query position.
+/// `q` is [heads, T, dim], `k` and `v` are [kv_heads, T, dim] (flattened).
+fn step_ref(
+    keys: &mut History,
+    values: &mut History,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    t: usize,
+    dims: i32,
+) -> Vec<f64> {
+    let d = DIM as usize;
+    let offset = keys[0].len() as i32;
+    for h in 0..KV_HEADS as usize {
+        for i in 0..t {
+            let at = (h * t + i) * d;
+            keys[h].push(rope_ref(&k[at..at + d], offset + i as i32, dims));
+            values[h].push(v[at..at + d].iter().map(|&x| x as f64).collect());
+        }
+    }
+    let scale = (DIM as f64).powf(-0.5);
+    let mut out = vec![0.0; HEADS as usize * t * d];
+    for h in 0..HEADS as usize {
+        let kv = h / (HEADS / KV_HEADS) as usize;
+        for i in 0..t {
+            let at = (h * t + i) * d;
+            let qr = rope_ref(&q[at..at + d], offset + i as i32, dims);
+            let visible = offset as usize + i + 1;
+            let scores: Vec<f64> =
+                (0..visible).map(|j| scale * qr.iter().zip(&keys[kv][j]).map(|(a, b)| a * b).sum::<f64>()).collect();
+            let top = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for (j, w) in weights.iter().enumerate() {
+                for c in 0..d {
+                    out[at + c] += w / total * values[kv][j][c];
+                }
+            }
+        }
+    }
+    out
+}
+
+fn kv_of(row: &mut RowCache) -> &mut KvCache {
+    match &mut row.layers[0] {
+        LayerState::Attention(kv) => kv,
+        LayerState::Linear(_) => unreachable!(),
+    }
+}
+
+/// Rows with `lengths` positions of random history each, written one row at a time, and the
+/// reference's copy of the same history (raw keys: a prefill's keys reach the cache already
+/// rotated, and attention reads them as they are stored).
+fn rows_with_history(lengths: &[i32], rng: &mut Lcg) -> (Vec<RowCache>, Vec<(History, History)>) {
+    let mut rows = Vec::new();
+    let mut reference = Vec::new();
+    for &n in lengths {
+        let mut row = RowCache::new(&[LayerKind::Full]);
+        let (k, kd) = rng.array(&[1, KV_HEADS, n, DIM]);
+        let (v, vd) = rng.array(&[1, KV_HEADS, n, DIM]);
+        kv_of(&mut row).write(&k, &v).unwrap();
+        let split = |data: &[f32]| -> History {
+            (0..KV_HEADS as usize)
+                .map(|h| {
+                    (0..n as usize)
+                        .map(|p| {
+                            let at = (h * n as usize + p) * DIM as usize;
+                            data[at..at + DIM as usize].iter().map(|&x| x as f64).collect()
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        reference.push((split(&kd), split(&vd)));
+        rows.push(row);
+    }
+    (rows, reference)
+}
+
+fn max_abs_diff(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).abs()).fold(0.0, f64::max)
+}
+
+/// One step of `t` positions for the rows at `slots`, checked row by row against the reference.
+/// Returns the output as computed.
+fn step_and_check(
+    rows: &mut [RowCache],
+    reference: &mut [(History, History)],
+    slots: &[usize],
+    t: i32,
+    rope: RopeSpec,
+    rng: &mut Lcg,
+) -> Vec<f32> {
+    let w = slots.len() as i32;
+    let (q, qd) = rng.array(&[w, HEADS, t, DIM]);
+    let (k, kd) = rng.array(&[w, KV_HEADS, t, DIM]);
+    let (v, vd) = rng.array(&[w, KV_HEADS, t, DIM]);
+    let out = {
+        let mut caches: Vec<&mut KvCache> =
+            rows.iter_mut().enumerate().filter(|(b, _)| slots.contains(b)).map(|(_, r)| kv_of(r)).collect();
+        kv_slots::attend(&mut caches, &q, &k, &v, rope, (DIM as f32).powf(-0.5)).unwrap()
+    };
+    assert_eq!(out.shape(), &[w, HEADS, t, DIM]);
+    let got = to_f32(&out);
+    let (qn, kn) = ((HEADS * t * DIM) as usize, (KV_HEADS * t * DIM) as usize);
+    for (i, &b) in slots.iter().enumerate() {
+        let (keys, values) = &mut reference[b];
+        let want = step_ref(
+            keys,
+            values,
+            &qd[i * qn..(i + 1) * qn],
+            &kd[i * kn..(i + 1) * kn],
+            &vd[i * kn..(i + 1) * kn],
+            t as usize,
+            rope.dims,
+        );
+        let err = max_abs_diff(&got[i * qn..(i + 1) * qn], &want);
+        assert!(err <= TOLERANCE, "slot {b}: max abs error {err:e}");
+        assert_eq!(kv_of(&mut rows[b]).offset(), keys[0].len() as i32, "slot {b}'s offset");
+    }
+    got
+}
+
+/// The route is process-wide; tests that set it take turns.
+static ROUTE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn cohort_steps(route: LinearRoute, rope: RopeSpec) -> Vec<Vec<f32>> {
+    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
+    linear::with_route(route, || {
+        let mut rng = Lcg(42);
+        // One row stands 2 short of the first growth step, so the verify block grows the buffer.
+        let (mut rows, mut reference) = rows_with_history(&[5, 1, 254, 17, 40, 3, 99, 8], &mut rng);
+        let buffers = kv_slots::pack(&mut rows).unwrap();
+        assert_eq!(buffers.len(), 1, "one attention layer, and no MTP history written yet");
+        let all: Vec<usize> = (0..rows.len()).collect();
+        let mut outs = vec![step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng)];
+        // Rejected drafts: rows 1 and 6 drop their second position before the next step.
+        for b in [1, 6] {
+            kv_of(&mut rows[b]).trim(1).unwrap();
+            let (keys, values) = &mut reference[b];
+            for h in keys.iter_mut().chain(values.iter_mut()) {
+                h.pop();
+            }
+        }
+        outs.push(step_and_check(&mut rows, &mut reference, &all, 1, rope, &mut rng));
+        // A subset of slots (accepted drafts owing their MTP history) goes row by row.
+        outs.push(step_and_check(&mut rows, &mut reference, &[2, 5, 6], 1, rope, &mut rng));
+        outs.push(step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng));
+        outs
+    })
+}
+
+#[test]
+fn a_packed_cohort_matches_the_reference_on_the_batched_route() {
+    cohort_steps(LinearRoute::Batched, RopeSpec { dims: DIM, traditional: false, base: BASE });
+}
+
+#[test]
+fn partial_rope_matches_the_reference_on_the_batched_route() {
+    cohort_steps(LinearRoute::Batched, RopeSpec { dims: DIM / 2, traditional: false, base: BASE });
+}
+
+#[test]
+fn the_per_row_route_matches_the_reference_on_packed_rows() {
+    cohort_steps(LinearRoute::RowByRow, RopeSpec { dims: DIM, traditional: false, base: BASE });
+}
+
+#[test]
+fn on_the_cpu_the_batched_step_equals_the_per_row_step_bit_for_bit() {
+    if cohort::engine::runtime::Backend::detect() != cohort::engine::runtime::Backend::Cpu {
+        eprintln!("skipped: the bit-for-bit claim is made for MLX's CPU backend");
+        return;
+    }
+    let rope = RopeSpec { dims: DIM, traditional: false, base: BASE };
+    assert_eq!(cohort_steps(LinearRoute::Batched, rope), cohort_steps(LinearRoute::RowByRow, rope));
+}
