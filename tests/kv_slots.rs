@@ -180,14 +180,29 @@ fn step_and_check(
 /// The route is process-wide; tests that set it take turns.
 static ROUTE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn cohort_steps(route: LinearRoute, rope: RopeSpec) -> Vec<Vec<f32>> {
+/// How a run stores and attends.
+#[derive(Clone, Copy)]
+struct Setup {
+    route: LinearRoute,
+    /// Move the rows' KV into one shared buffer first (as a cohort does).
+    pack: bool,
+    /// Short blocks attend over the whole capacity with a mask (the CUDA default).
+    padded: bool,
+}
+
+const COHORT: Setup = Setup { route: LinearRoute::Batched, pack: true, padded: false };
+
+fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
     let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
-    linear::with_route(route, || {
+    kv_slots::set_padded_blocks(setup.padded);
+    let outs = linear::with_route(setup.route, || {
         let mut rng = Lcg(42);
         // One row stands 2 short of the first growth step, so the verify block grows the buffer.
         let (mut rows, mut reference) = rows_with_history(&[5, 1, 254, 17, 40, 3, 99, 8], &mut rng);
-        let buffers = kv_slots::pack(&mut rows).unwrap();
-        assert_eq!(buffers.len(), 1, "one attention layer, and no MTP history written yet");
+        if setup.pack {
+            let buffers = kv_slots::pack(&mut rows).unwrap();
+            assert_eq!(buffers.len(), 1, "one attention layer, and no MTP history written yet");
+        }
         let all: Vec<usize> = (0..rows.len()).collect();
         let mut outs = vec![step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng)];
         // Rejected drafts: rows 1 and 6 drop their second position before the next step.
@@ -203,22 +218,38 @@ fn cohort_steps(route: LinearRoute, rope: RopeSpec) -> Vec<Vec<f32>> {
         outs.push(step_and_check(&mut rows, &mut reference, &[2, 5, 6], 1, rope, &mut rng));
         outs.push(step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng));
         outs
-    })
+    });
+    kv_slots::set_padded_blocks(false);
+    outs
 }
+
+const FULL_ROPE: RopeSpec = RopeSpec { dims: DIM, traditional: false, base: BASE };
 
 #[test]
 fn a_packed_cohort_matches_the_reference_on_the_batched_route() {
-    cohort_steps(LinearRoute::Batched, RopeSpec { dims: DIM, traditional: false, base: BASE });
+    cohort_steps(COHORT, FULL_ROPE);
 }
 
 #[test]
 fn partial_rope_matches_the_reference_on_the_batched_route() {
-    cohort_steps(LinearRoute::Batched, RopeSpec { dims: DIM / 2, traditional: false, base: BASE });
+    cohort_steps(COHORT, RopeSpec { dims: DIM / 2, traditional: false, base: BASE });
 }
 
 #[test]
 fn the_per_row_route_matches_the_reference_on_packed_rows() {
-    cohort_steps(LinearRoute::RowByRow, RopeSpec { dims: DIM, traditional: false, base: BASE });
+    cohort_steps(Setup { route: LinearRoute::RowByRow, ..COHORT }, FULL_ROPE);
+}
+
+#[test]
+fn unpacked_rows_match_the_reference() {
+    cohort_steps(Setup { pack: false, ..COHORT }, FULL_ROPE);
+}
+
+#[test]
+fn capacity_wide_short_blocks_match_the_reference_on_every_path() {
+    for (route, pack) in [(LinearRoute::Batched, true), (LinearRoute::RowByRow, true), (LinearRoute::Batched, false)] {
+        cohort_steps(Setup { route, pack, padded: true }, FULL_ROPE);
+    }
 }
 
 #[test]
@@ -227,6 +258,8 @@ fn on_the_cpu_the_batched_step_equals_the_per_row_step_bit_for_bit() {
         eprintln!("skipped: the bit-for-bit claim is made for MLX's CPU backend");
         return;
     }
-    let rope = RopeSpec { dims: DIM, traditional: false, base: BASE };
-    assert_eq!(cohort_steps(LinearRoute::Batched, rope), cohort_steps(LinearRoute::RowByRow, rope));
+    let per_row = Setup { route: LinearRoute::RowByRow, ..COHORT };
+    assert_eq!(cohort_steps(COHORT, FULL_ROPE), cohort_steps(per_row, FULL_ROPE));
+    let unpacked = Setup { pack: false, ..COHORT };
+    assert_eq!(cohort_steps(COHORT, FULL_ROPE), cohort_steps(unpacked, FULL_ROPE));
 }

@@ -5,4 +5,4 @@ set -u
 . scripts/gpu/env.sh
 M=/tmp/x/smol
 cp assets/smollm2-135m-instruct.mtp.safetensors $M/mtp.safetensors
-COHORT_MTP_ALLOW_INEXACT=1 timeout 560 python3 scripts/bench_vs_mlx_lm.py --model $M --keep-dtype --rounds 3 --batch 8 --binary $B 2>&1 | grep -v TMA | tail -24
+COHORT_MTP_ALLOW_INEXACT=1 timeout 560 python3 scripts/bench_vs_mlx_lm.py --model $M --keep-dtype --rounds 2 --batch 8 --binary $B 2>&1 | grep -v TMA | tail -24

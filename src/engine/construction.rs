@@ -10,6 +10,7 @@ use super::sampler::Rng;
 use super::scheduler::Numerics;
 use super::telemetry::ConstructionCheck;
 use crate::model::forward::{LanguageModel, Logits};
+use crate::model::kv_slots;
 use crate::model::linear;
 use crate::model::ops::{host_f32, slice_axis};
 
@@ -38,7 +39,9 @@ fn compare(model: &dyn LanguageModel) -> Result<(f32, f32)> {
         rows.push(row);
         verify.extend([(rng.next_u64() % vocab) as i32, (rng.next_u64() % vocab) as i32]);
     }
+    // Packed as a cohort packs its rows, so the check covers the cohort's batched attention too.
     let mut batch = rows.clone();
+    kv_slots::pack(&mut batch)?;
     let mut refs: Vec<_> = batch.iter_mut().collect();
     let b8 = model.forward(&Array::from_slice(&verify, &[FIXED_WIDTH as i32, 2]), &mut refs, Logits::All, true)?;
     let b8 = b8.logits.unwrap();

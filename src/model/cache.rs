@@ -100,11 +100,17 @@ impl KvCache {
 
     /// Keys and values of every position up to the offset, [1, kv_heads, offset, head_dim] each.
     pub fn view(&self) -> Result<(Array, Array)> {
+        self.view_first(self.offset)
+    }
+
+    /// The first `len` positions of the storage (up to its capacity; past the offset they are
+    /// stale and must be masked).
+    pub fn view_first(&self, len: i32) -> Result<(Array, Array)> {
         if let Some(slot) = &self.slot {
-            return slot.view(self.offset);
+            return slot.view(len);
         }
         match (&self.keys, &self.values) {
-            (Some(k), Some(v)) => Ok((slice_axis(k, 2, 0, self.offset)?, slice_axis(v, 2, 0, self.offset)?)),
+            (Some(k), Some(v)) => Ok((slice_axis(k, 2, 0, len)?, slice_axis(v, 2, 0, len)?)),
             _ => bail!("this KV cache holds nothing yet"),
         }
     }

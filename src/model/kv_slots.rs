@@ -194,9 +194,16 @@ pub fn attend(
     }
     let mut outs = Vec::with_capacity(caches.len());
     for (cache, qr) in caches.iter().zip(&queries) {
-        let (kall, vall) = cache.view()?;
-        let mask = if t > 1 { Some(ScaledDotProductAttentionMask::Causal) } else { None };
-        outs.push(mlx_rs::fast::scaled_dot_product_attention(qr, &kall, &vall, scale, mask, None)?);
+        outs.push(if padded_block(t) {
+            let len = cache.capacity();
+            let (kall, vall) = cache.view_first(len)?;
+            let mask = visibility(&[cache.offset() - t], t, len);
+            mlx_rs::fast::scaled_dot_product_attention(qr, &kall, &vall, scale, &mask, None)?
+        } else {
+            let (kall, vall) = cache.view()?;
+            let mask = if t > 1 { Some(ScaledDotProductAttentionMask::Causal) } else { None };
+            mlx_rs::fast::scaled_dot_product_attention(qr, &kall, &vall, scale, mask, None)?
+        });
     }
     Ok(if outs.len() == 1 { outs.pop().unwrap() } else { mlx_rs::ops::concatenate(&outs, 0)? })
 }
@@ -220,24 +227,22 @@ fn attend_cohort(
     let rotate =
         |a: &Array| mlx_rs::fast::rope_dynamic(a, rope.dims, rope.traditional, rope.base, 1.0, &offset_arr, None);
     let (qr, kr) = (rotate(q)?, rotate(k)?);
-    let len = offsets.iter().max().copied().unwrap_or(0) + t;
+    let longest = offsets.iter().max().copied().unwrap_or(0) + t;
     let positions: Vec<i32> = offsets.iter().flat_map(|&o| (0..t).map(move |i| o + i)).collect();
     let index = Array::from_slice(&positions, &[w, 1, t, 1]);
-    let (keys, values) = {
+    let (keys, values, len) = {
         let mut buf = buffer.borrow_mut();
-        buf.reserve(len)?;
+        buf.reserve(longest)?;
+        let len = if padded_block(t) { buf.capacity() } else { longest };
         let put = |dst: &Array, src: &Array| -> Result<Array> {
             let idx = mlx_rs::ops::broadcast_to(&index, src.shape())?;
             Ok(mlx_rs::ops::indexing::put_along_axis(dst, &idx, src, 2)?)
         };
         buf.keys = put(&buf.keys, &kr)?;
         buf.values = put(&buf.values, v)?;
-        (slice_axis(&buf.keys, 2, 0, len)?, slice_axis(&buf.values, 2, 0, len)?)
+        (slice_axis(&buf.keys, 2, 0, len)?, slice_axis(&buf.values, 2, 0, len)?, len)
     };
-    // Row b's query i sees its own positions 0..=offset_b + i and nothing past them.
-    let visible: Vec<bool> =
-        offsets.iter().flat_map(|&o| (0..t).flat_map(move |i| (0..len).map(move |j| j <= o + i))).collect();
-    let mask = Array::from_slice(&visible, &[w, 1, t, len]);
+    let mask = visibility(&offsets, t, len);
     let out = mlx_rs::fast::scaled_dot_product_attention(
         &qr,
         &keys,
@@ -260,6 +265,37 @@ static BATCHED_ATTENTION: std::sync::LazyLock<AtomicBool> = std::sync::LazyLock:
 
 pub fn set_batched_attention(on: bool) {
     BATCHED_ATTENTION.store(on, Ordering::Relaxed);
+}
+
+/// [rows, 1, T, len]: row b's query i sees its own positions 0..=offsets[b] + i and nothing past
+/// them.
+fn visibility(offsets: &[i32], t: i32, len: i32) -> Array {
+    let visible: Vec<bool> =
+        offsets.iter().flat_map(|&o| (0..t).flat_map(move |i| (0..len).map(move |j| j <= o + i))).collect();
+    Array::from_slice(&visible, &[offsets.len() as i32, 1, t, len])
+}
+
+/// Query blocks up to this long (verify and draft blocks, not prefill chunks) may attend over
+/// the whole buffer capacity.
+const SHORT_BLOCK: i32 = 16;
+
+/// MLX's CUDA backend plans a new attention graph for every key length it meets when more than
+/// one query position attends: ~40 ms per new length on the H200, against 0.06 ms when the
+/// length repeats (docs/benchmarks.md), and a verify block's key length grows every cycle. So on
+/// CUDA short blocks attend over the buffer's whole capacity with a mask: the shape, and the
+/// plan, change only when the buffer grows (every KV_STEP positions). Elsewhere the keys are
+/// cut to the longest row, which is less work.
+static PADDED_BLOCKS: std::sync::LazyLock<AtomicBool> = std::sync::LazyLock::new(|| {
+    AtomicBool::new(crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda)
+});
+
+/// Force the capacity-wide masked attention for short blocks on or off (tests run it on the CPU).
+pub fn set_padded_blocks(on: bool) {
+    PADDED_BLOCKS.store(on, Ordering::Relaxed);
+}
+
+fn padded_block(t: i32) -> bool {
+    t > 1 && t <= SHORT_BLOCK && PADDED_BLOCKS.load(Ordering::Relaxed)
 }
 
 /// The shared buffer when `caches` are exactly its slots in order and the batched route is on.
