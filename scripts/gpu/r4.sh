@@ -11,4 +11,4 @@ tar -xf $X/bundle.tar -C $X
 python3 -m pip install -q --no-index --no-deps --target /tmp/site $X/mlx_cuda_13-*.whl $X/mlx-0.32.2-*.whl $X/mlx_lm-*.whl 2>&1 | tail -2
 cp $X/cohort $B && chmod +x $B
 $B --version
-timeout 500 $B bench-step --synthetic qwen36-35b-a3b --prefill 1024 --iters 10 --gdn-routes kernel --attention batched,rows,rows,batched --json $OUT/step.json 2>&1 | grep -v TMA | tail -45
+timeout 500 $B bench-step --synthetic qwen36-35b-a3b --prefill 1024 --iters 10 --gdn-routes kernel --attention batched,rows,rows,batched --json $OUT/step.json 2>&1 | grep -v TMA | tail -80
