@@ -2,7 +2,7 @@
 //! row b in slot b. Rows still own their offsets (committed and physical); only the storage is
 //! shared, so a whole-cohort step can RoPE, write and attend every row with one op each instead
 //! of one chain per row. On MLX's CPU backend the per-row chain cost more than the projections
-//! (docs/benchmarks.md, "Batched attention").
+//! (docs/benchmarks.md, "Batched cohort attention").
 
 use std::cell::RefCell;
 use std::rc::Rc;
