@@ -78,3 +78,55 @@ fn the_memory_limit_is_not_enforced_on_the_cpu() {
     assert!(evaluated.is_ok(), "the CPU allocator now enforces its limit: {evaluated:?}; update docs/reliability.md");
     assert!(mlx_rs::memory::active_memory().unwrap() >= 1 << 24);
 }
+
+/// Every log line the binary wrote under `home`.
+fn logs(home: &std::path::Path) -> String {
+    let mut text = String::new();
+    let mut dirs = vec![home.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("cohort.log")) {
+                text.push_str(&std::fs::read_to_string(&p).unwrap_or_default());
+            }
+        }
+    }
+    text
+}
+
+#[test]
+fn a_cohort_whose_packed_kv_does_not_fit_keeps_per_row_kv_and_gives_the_same_answers() {
+    let model = cohort::model::load::load(&fixture("qwen35_moe_4bit"), Dtype::Float32).unwrap();
+    let per_position = model.kv_bytes_per_position() as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let mut f = std::fs::File::create(&input).unwrap();
+    for (i, p) in ["The boat", "A heron", "Rain on the", "In the morning"].iter().enumerate() {
+        writeln!(f, r#"{{"id":"r{i}","prompt":"{p}","max_tokens":24,"temperature":0}}"#).unwrap();
+    }
+    drop(f);
+    let run = |available: Option<u64>| {
+        let home = tempfile::tempdir().unwrap();
+        let mut cmd = cohort_command(home.path());
+        if let Some(a) = available {
+            cmd.env("COHORT_MEMORY_AVAILABLE", a.to_string());
+        }
+        let out = cmd.args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        (result_lines(&out.stdout), logs(home.path()))
+    };
+    // Each request needs 256 positions (one KV step); 8 packed slots need 2048: room for 1024.
+    let (tight, tight_log) = run(Some(1024 * per_position));
+    let (roomy, roomy_log) = run(None);
+    let refused = "the rows keep their own KV and attend one by one";
+    assert!(tight_log.contains(refused), "no packing refusal in the log:\n{tight_log}");
+    assert!(!roomy_log.contains(refused), "packing refused with room to spare:\n{roomy_log}");
+    assert_eq!(tight.len(), 4);
+    for (a, b) in tight.iter().zip(&roomy) {
+        assert_eq!(a["stats"]["real_width"], 4, "{a}");
+        assert_eq!(a["finish_reason"], b["finish_reason"]);
+        assert_eq!(a["token_ids"], b["token_ids"], "{} differs with and without packing", a["id"]);
+    }
+}

@@ -3,8 +3,9 @@
 //!
 //! Every row keeps its own state (`RowCache`: KV with committed offsets, GDN conv tail and
 //! recurrent state, MTP history) and its own `RowRun` (sampler, RNG, budget, stops, cancel).
-//! Batched layers gather the rows' state per step and hand each row its part back, so there is
-//! no merged cache to build or free. Padding, finished and cancelled rows ride along inert: after
+//! Batched layers gather the rows' recurrent state per step and hand each row its part back;
+//! attention KV is packed after prefill into one buffer per layer with a slot per row
+//! (`kv_slots`), the rows keeping their own offsets. Padding, finished and cancelled rows ride along inert: after
 //! every cycle they are put back exactly as they were (keep = 0), so their offsets and states
 //! never move.
 
@@ -14,12 +15,14 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 
+use super::memory_guard;
+use super::prepare::VERIFY_SLACK;
 use super::request::FinishReason;
 use super::row::{RowEvent, RowRun};
 use super::sampler::{Decision, Dist, SamplerConfig, decide, distributions};
 use super::solo::{GenerationMode, draft_inputs, prefill_row, restore_from_capture};
 use super::telemetry::{RowState, RowTelemetry, SharedTelemetry, push_recent};
-use crate::model::cache::RowCache;
+use crate::model::cache::{RowCache, whole_steps};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::kv_slots;
 use crate::model::ops::{host_u32, slice_axis};
@@ -110,8 +113,7 @@ pub fn run_cohort(
     for run in runs.iter_mut() {
         run.stats.real_width = real;
     }
-    // Every row's KV moves into one buffer per layer, so a cycle attends all rows at once.
-    let slots = kv_slots::pack(&mut rows)?;
+    let slots = pack_if_it_fits(model, runs, &mut rows)?;
     mlx_rs::transforms::eval(&kv_slots::buffers(&slots))?;
     let t0 = Instant::now();
     while runs.iter().any(|r| r.is_active()) {
@@ -147,6 +149,23 @@ pub fn run_cohort(
         run.stats.route = cfg.route_id.clone();
     }
     Ok(())
+}
+
+/// Move every row's KV into one buffer per layer, so a cycle attends all rows at once. Each slot
+/// is as long as the longest row may grow, so the buffers can need more than the rows did apart;
+/// when the memory available cannot hold them, the rows keep their own KV and attend one by one.
+fn pack_if_it_fits(
+    model: &dyn LanguageModel,
+    runs: &[RowRun],
+    rows: &mut [RowCache],
+) -> Result<Vec<kv_slots::SlotHandle>> {
+    let longest = runs.iter().map(|r| r.prompt_ids.len() + r.max_tokens).max().unwrap_or(0) + VERIFY_SLACK;
+    let needed = rows.len() * whole_steps(longest as i32) as usize * model.kv_bytes_per_position();
+    if let Err(e) = memory_guard::ensure_fits(needed as u64, "one KV buffer per layer for the cohort's rows") {
+        tracing::warn!("{e:#}; the rows keep their own KV and attend one by one");
+        return Ok(Vec::new());
+    }
+    kv_slots::pack(rows)
 }
 
 /// A cancelled row closes its stream at once; its peers keep decoding.
