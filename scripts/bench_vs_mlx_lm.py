@@ -61,6 +61,11 @@ def cohort_run(binary, model_dir, prompt, gen, mode):
     return s["prefill_tok_s"], s["decode_tok_s"], s.get("acceptance_rate", 0.0)
 
 
+def spread(xs, fmt):
+    """'median (min-max)' of `xs`."""
+    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
+
+
 def mlx_lm_batch(model, prompts, gen):
     """Aggregate decode tok/s of mlx-lm's BatchGenerator over `prompts` (no stop tokens)."""
     from mlx_lm.generate import BatchGenerator
@@ -138,11 +143,9 @@ def main():
     print("| --- | --- | --- | --- |")
     med = {}
     for name, runs in arms.items():
-        pf = [x[0] for x in runs]
-        dc = [x[1] for x in runs]
-        med[name] = (statistics.median(pf), statistics.median(dc))
-        acc = statistics.median([x[2] for x in runs])
-        print(f"| {name} | {med[name][0]:.0f} ({min(pf):.0f}-{max(pf):.0f}) | {med[name][1]:.1f} ({min(dc):.1f}-{max(dc):.1f}) | {acc:.2f} |")
+        med[name] = (statistics.median(x[0] for x in runs), statistics.median(x[1] for x in runs))
+        cells = [spread([x[0] for x in runs], ".0f"), spread([x[1] for x in runs], ".1f"), f"{statistics.median(x[2] for x in runs):.2f}"]
+        print(f"| {name} | {' | '.join(cells)} |")
     a, b = med["cohort B1 AR"], med["mlx-lm B1 AR"]
     print(f"cohort/mlx-lm: prefill {a[0] / b[0]:.2f}x, B1 AR decode {a[1] / b[1]:.2f}x")
     if has_mtp:
@@ -174,9 +177,8 @@ def batch_arms(args, model, vocab, has_mtp):
     print("| --- | --- | --- |")
     med = {}
     for name, runs in arms.items():
-        tps = [x[0] for x in runs]
-        med[name] = statistics.median(tps)
-        print(f"| {name} | {med[name]:.0f} ({min(tps):.0f}-{max(tps):.0f}) | {statistics.median([x[1] for x in runs]):.2f} |")
+        med[name] = statistics.median(x[0] for x in runs)
+        print(f"| {name} | {spread([x[0] for x in runs], '.0f')} | {statistics.median(x[1] for x in runs):.2f} |")
     base = med[f"mlx-lm B{args.batch} AR"]
     for name in arms:
         if name.startswith("cohort"):

@@ -7,7 +7,7 @@ mod common;
 
 use cohort::model::cache::{KvCache, LayerState, RowCache};
 use cohort::model::config::LayerKind;
-use cohort::model::kv_slots::{self, RopeSpec};
+use cohort::model::kv_slots::{self, Block, RopeSpec};
 use cohort::model::linear::{self, LinearRoute};
 use common::to_f32;
 use mlx_rs::Array;
@@ -154,7 +154,7 @@ fn step_and_check(
     let out = {
         let mut caches: Vec<&mut KvCache> =
             rows.iter_mut().enumerate().filter(|(b, _)| slots.contains(b)).map(|(_, r)| kv_of(r)).collect();
-        kv_slots::attend(&mut caches, &q, &k, &v, rope, (DIM as f32).powf(-0.5)).unwrap()
+        kv_slots::attend(&mut caches, &Block { q: &q, k: &k, v: &v, rope, scale: (DIM as f32).powf(-0.5) }).unwrap()
     };
     assert_eq!(out.shape(), &[w, HEADS, t, DIM]);
     let got = to_f32(&out);

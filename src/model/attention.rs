@@ -6,7 +6,7 @@ use mlx_rs::Array;
 
 use super::cache::KvCache;
 use super::config::{QuantSpec, Qwen35Config};
-use super::kv_slots::{self, RopeSpec};
+use super::kv_slots::{self, Block, RopeSpec};
 use super::linear::Linear;
 use super::norm::RmsNorm;
 use super::weights::Weights;
@@ -64,7 +64,8 @@ impl Attention {
         let values = self.v_proj.forward(x)?.reshape(&[b, t, nkv, hd])?.transpose_axes(&[0, 2, 1, 3])?;
         let scale = (hd as f32).powf(-0.5);
         let rope = RopeSpec { dims: self.rotary_dims, traditional: false, base: self.rope_theta };
-        let o = kv_slots::attend(caches, &queries, &keys, &values, rope, scale)?;
+        let block = Block { q: &queries, k: &keys, v: &values, rope, scale };
+        let o = kv_slots::attend(caches, &block)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
         self.o_proj.forward(&o.multiply(mlx_rs::ops::sigmoid(&gate)?)?)
     }

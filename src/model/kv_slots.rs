@@ -167,20 +167,24 @@ fn pack_layer(caches: &mut [&mut KvCache]) -> Result<Option<SlotHandle>> {
     Ok(Some(buffer))
 }
 
-/// Rotate, cache and attend `q` [B, heads, T, d], `k` and `v` [B, kv_heads, T, d] for the rows
-/// whose KV `caches` are, each at its own offset: one op of each kind for a whole packed cohort on
-/// the batched route, otherwise one chain per row.
-pub fn attend(
-    caches: &mut [&mut KvCache],
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    rope: RopeSpec,
-    scale: f32,
-) -> Result<Array> {
+/// One attention step's inputs: `q` [B, heads, T, d], `k` and `v` [B, kv_heads, T, d], before
+/// RoPE.
+pub struct Block<'a> {
+    pub q: &'a Array,
+    pub k: &'a Array,
+    pub v: &'a Array,
+    pub rope: RopeSpec,
+    pub scale: f32,
+}
+
+/// Rotate, cache and attend `block` for the rows whose KV `caches` are, each at its own offset:
+/// one op of each kind for a whole packed cohort on the batched route, otherwise one chain per
+/// row.
+pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     if let Some(buffer) = whole_cohort(caches) {
-        return attend_cohort(&buffer, caches, q, k, v, rope, scale);
+        return attend_cohort(&buffer, caches, block);
     }
+    let Block { q, k, v, rope, scale } = *block;
     // Every row writes before any row reads, so each write is the only reader of the buffer it
     // updates (see KvCache::write).
     let t = k.shape()[2];
@@ -212,15 +216,8 @@ pub fn attend(
 /// for keys and one for values, and attend with one masked SDPA. Masked-out positions add exact
 /// zeros, so on MLX's CPU backend a row's output equals its own-length attention bit for bit
 /// (tests/kv_slots.rs).
-fn attend_cohort(
-    buffer: &SlotHandle,
-    caches: &mut [&mut KvCache],
-    q: &Array,
-    k: &Array,
-    v: &Array,
-    rope: RopeSpec,
-    scale: f32,
-) -> Result<Array> {
+fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
+    let Block { q, k, v, rope, scale } = *block;
     let (w, t) = (caches.len() as i32, k.shape()[2]);
     let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
     let offset_arr = Array::from_slice(&offsets, &[w]);

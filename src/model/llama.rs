@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::cache::{KvCache, LayerState, RowCache};
 use super::config::{LayerKind, QuantSpec, Quantization, parse_quantization};
 pub use super::forward::{ForwardOutput, LanguageModel, Logits};
-use super::kv_slots::{self, RopeSpec};
+use super::kv_slots::{self, Block, RopeSpec};
 use super::linear::{Embedding, Linear};
 use super::mlp::Mlp;
 use super::norm::RmsNorm;
@@ -169,7 +169,8 @@ impl LlamaAttention {
         let values = split(self.v_proj.forward(x)?, nkv)?;
         let scale = (hd as f32).powf(-0.5);
         let rope = RopeSpec { dims: hd, traditional: self.rope_traditional, base: self.rope_theta };
-        let o = kv_slots::attend(caches, &queries, &keys, &values, rope, scale)?;
+        let block = Block { q: &queries, k: &keys, v: &values, rope, scale };
+        let o = kv_slots::attend(caches, &block)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
         self.o_proj.forward(&o)
     }
