@@ -13,6 +13,7 @@ use super::progress::Progress;
 use crate::engine::sampler::{PenaltyState, Rng, SamplerConfig, distributions};
 use crate::model::cache::RowCache;
 use crate::model::forward::{LanguageModel, Logits};
+use crate::model::kv_slots;
 use crate::model::ops::{host_u32, slice_axis};
 
 /// Every distilled sequence, concatenated along positions.
@@ -145,25 +146,24 @@ pub fn answer(
                 active.push(r);
             }
         }
+        // The whole chunk steps together with its KV packed, so attention is one op a layer;
+        // finished rows ride along on their last token and their outputs are dropped.
+        let buffers = kv_slots::pack(&mut rows)?;
+        let cfgs = vec![sampler; chunk.len()];
+        let penalties = vec![&pens; chunk.len()];
         while !active.is_empty() {
-            let toks: Vec<u32> = active.iter().map(|&r| last[r]).collect();
-            let mut refs: Vec<&mut RowCache> =
-                rows.iter_mut().enumerate().filter(|(r, _)| active.contains(r)).map(|(_, c)| c).collect();
-            let o = model.forward(&token_array(&toks), &mut refs, Logits::Last, false)?;
+            let mut refs: Vec<&mut RowCache> = rows.iter_mut().collect();
+            let o = model.forward(&token_array(&last), &mut refs, Logits::Last, false)?;
             let logits = o.logits.context("no logits")?;
             let v = *logits.shape().last().unwrap();
-            let logits = logits.reshape(&[active.len() as i32, v])?;
-            let cfgs = vec![sampler; active.len()];
-            let penalties = vec![&pens; active.len()];
-            let dists = distributions(&logits, &cfgs, &penalties)?;
-            let mut arrays: Vec<&Array> = Vec::new();
-            for r in refs.iter() {
-                arrays.extend(r.arrays());
-            }
+            let dists = distributions(&logits.reshape(&[chunk.len() as i32, v])?, &cfgs, &penalties)?;
+            let current = kv_slots::buffers(&buffers);
+            let mut arrays: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
+            arrays.extend(&current);
             mlx_rs::transforms::eval(arrays)?;
             let mut still = Vec::with_capacity(active.len());
-            for (i, &r) in active.iter().enumerate() {
-                let tok = if sampler.is_greedy() { dists[i].argmax() } else { dists[i].sample(&mut rngs[r]) };
+            for &r in &active {
+                let tok = if sampler.is_greedy() { dists[r].argmax() } else { dists[r].sample(&mut rngs[r]) };
                 last[r] = tok;
                 seqs[r].push(tok);
                 generated += 1;
