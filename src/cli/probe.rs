@@ -36,7 +36,8 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     Ok(())
 }
 
-/// `COHORT_MTP_ALLOW_INEXACT=1` keeps MTP even when the probe finds no exact route.
+/// `COHORT_MTP_ALLOW_INEXACT=1` keeps MTP on the fast batched route whatever the probe finds
+/// (it still runs and reports the difference).
 pub fn allow_inexact() -> bool {
     std::env::var("COHORT_MTP_ALLOW_INEXACT").is_ok_and(|v| v == "1")
 }
