@@ -185,7 +185,7 @@ fn measure(
     // As in an MTP cohort: every row has MTP history, and the cohort packs every row's KV.
     model.mtp_forward(&hidden, &x0, &mut rows.iter_mut().collect::<Vec<_>>())?;
     let slots = kv_slots::pack(&mut rows)?;
-    mlx_rs::transforms::eval(&kv_slots::buffers(&slots))?;
+    kv_slots::eval_with(&slots, [])?;
     let (mut draft, mut verify, mut commit, mut sample) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..args.iters + 2 {
         let before = rows.clone();
@@ -194,21 +194,12 @@ fn measure(
         let q = model.mtp_forward(&hidden, &x0, &mut refs)?;
         let d = mlx_rs::ops::indexing::argmax_axis(&q.reshape(&[FIXED_WIDTH as i32, -1])?, -1, true)?
             .as_dtype(Dtype::Int32)?;
-        let buffers = kv_slots::buffers(&slots);
-        let mut a: Vec<&Array> = refs.iter().map(|r| &r.mtp).flat_map(|m| m.arrays()).collect();
-        a.extend(&buffers);
-        a.push(&d);
-        mlx_rs::transforms::eval(a)?;
+        kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.mtp.arrays()).chain([&d]))?;
         let t_draft = ms(t);
         let t = Instant::now();
         let out = model.forward(&mlx_rs::ops::concatenate(&[x0.clone(), d], 1)?, &mut refs, Logits::All, true)?;
         let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
-        let buffers = kv_slots::buffers(&slots);
-        let mut a: Vec<&Array> = refs.iter().flat_map(|r| r.arrays()).collect();
-        a.extend(&buffers);
-        a.push(&am);
-        a.push(&out.hidden);
-        mlx_rs::transforms::eval(a)?;
+        kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]))?;
         let t_verify = ms(t);
         let t = Instant::now();
         let picked = host_u32(&am)?;

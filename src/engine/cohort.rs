@@ -5,9 +5,9 @@
 //! recurrent state, MTP history) and its own `RowRun` (sampler, RNG, budget, stops, cancel).
 //! Batched layers gather the rows' recurrent state per step and hand each row its part back;
 //! attention KV is packed after prefill into one buffer per layer with a slot per row
-//! (`kv_slots`), the rows keeping their own offsets. Padding, finished and cancelled rows ride along inert: after
-//! every cycle they are put back exactly as they were (keep = 0), so their offsets and states
-//! never move.
+//! (`kv_slots`), the rows keeping their own offsets. Padding, finished and cancelled rows ride
+//! along inert: after every cycle they are put back exactly as they were (keep = 0), so their
+//! offsets and states never move.
 
 use std::cell::Cell;
 use std::time::Instant;
@@ -114,7 +114,7 @@ pub fn run_cohort(
         run.stats.real_width = real;
     }
     let slots = pack_if_it_fits(model, runs, &mut rows)?;
-    mlx_rs::transforms::eval(&kv_slots::buffers(&slots))?;
+    kv_slots::eval_with(&slots, [])?;
     let t0 = Instant::now();
     while runs.iter().any(|r| r.is_active()) {
         for run in runs.iter_mut() {
@@ -129,11 +129,8 @@ pub fn run_cohort(
             GenerationMode::Ar => cycle_ar(model, tok, runs, &mut rows, &inert, events)?,
         }
         // One evaluation per cycle, so no row carries a pending graph into the next.
-        let buffers = kv_slots::buffers(&slots);
-        let mut arrays: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
-        arrays.extend(runs.iter().filter_map(|r| r.hidden_last.as_ref()));
-        arrays.extend(&buffers);
-        mlx_rs::transforms::eval(arrays)?;
+        let hidden = runs.iter().filter_map(|r| r.hidden_last.as_ref());
+        kv_slots::eval_with(&slots, rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
         update_telemetry(tel, runs, &rows);
         // Each row's decode time ends when the row does, not when its cohort does.
         for run in runs.iter_mut() {

@@ -68,15 +68,19 @@ impl SlotBuffer {
     }
 }
 
-/// The buffers' current arrays, to evaluate at a step boundary.
-pub fn buffers(handles: &[SlotHandle]) -> Vec<Array> {
-    handles
+/// Evaluate `arrays` together with the buffers' current arrays, at a step boundary, so no
+/// pending graph is carried into the next step.
+pub fn eval_with<'a>(handles: &[SlotHandle], arrays: impl IntoIterator<Item = &'a Array>) -> Result<()> {
+    let buffers: Vec<Array> = handles
         .iter()
         .flat_map(|h| {
             let b = h.borrow();
             [b.keys.clone(), b.values.clone()]
         })
-        .collect()
+        .collect();
+    let mut all: Vec<&Array> = arrays.into_iter().map(|a| a as &Array).collect();
+    all.extend(&buffers);
+    Ok(mlx_rs::transforms::eval(all)?)
 }
 
 impl Slot {

@@ -157,10 +157,7 @@ pub fn answer(
             let logits = o.logits.context("no logits")?;
             let v = *logits.shape().last().unwrap();
             let dists = distributions(&logits.reshape(&[chunk.len() as i32, v])?, &cfgs, &penalties)?;
-            let current = kv_slots::buffers(&buffers);
-            let mut arrays: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
-            arrays.extend(&current);
-            mlx_rs::transforms::eval(arrays)?;
+            kv_slots::eval_with(&buffers, rows.iter().flat_map(|r| r.arrays()))?;
             let mut still = Vec::with_capacity(active.len());
             for &r in &active {
                 let tok = if sampler.is_greedy() { dists[r].argmax() } else { dists[r].sample(&mut rngs[r]) };
