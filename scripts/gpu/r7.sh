@@ -1,15 +1,11 @@
 #!/bin/bash
-# Unpack the bundle (as r4.sh), then train-mtp's batched answering on the default model: this
+# Unpack the bundle (unpack.sh), then train-mtp's batched answering on the default model: this
 # binary (packed KV, every row of a chunk stepping together) against the older one in .gpu/bin
 # (active rows only, per-row attention), ABBA, 64 chat prompts x up to 64 tokens at B64.
 set -u
 . scripts/gpu/env.sh
-X=/tmp/x
-cat $X/bundle.part.* > $X/bundle.tar
-echo "$(cat $X/bundle.sha256)  $X/bundle.tar" | sha256sum -c || exit 3
-tar -xf $X/bundle.tar -C $X
-python3 -m pip install -q --no-index --no-deps --target /tmp/site $X/mlx_cuda_13-*.whl 2>&1 | tail -2
-cp $X/cohort $B && chmod +x $B && cp .gpu/bin/cohort /tmp/old && chmod +x /tmp/old
+. scripts/gpu/unpack.sh
+cp .gpu/bin/cohort /tmp/old && chmod +x /tmp/old
 export MLX_CUDA_GRAPH_CACHE_SIZE=8192
 for bin in $B /tmp/old /tmp/old $B; do
   rm -rf /tmp/t && mkdir -p /tmp/t
