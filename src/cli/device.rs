@@ -13,8 +13,9 @@ pub struct DeviceArgs {
     /// Timed repetitions per dtype (the median is reported).
     #[arg(long, default_value_t = 10)]
     iters: usize,
-    /// Time a float32 linear layer of K inputs and N outputs ("K,N") at several row counts: whole,
-    /// split into chunks of at most 8 rows, and with the weight as BLAS's left operand.
+    /// Time a linear layer of K inputs and N outputs ("K,N") at several row counts: float32 BLAS
+    /// whole, split into chunks of at most 8 rows, and with the weight as BLAS's left operand; and
+    /// cohort's CPU kernel on 4- and 8-bit codes of the same weight (blocks of up to 16 rows).
     #[arg(long, value_name = "K,N", value_delimiter = ',')]
     linear: Vec<i32>,
     /// Check the fused Gated DeltaNet kernel (CUDA only) and the plain-ops recurrence against a
@@ -32,13 +33,21 @@ pub fn run(args: DeviceArgs) -> Result<()> {
     }
     if let [k, n] = args.linear[..] {
         println!(
-            "float32 x[M, {k}] . w[{n}, {k}]^T, median of {} (ms): M | whole | chunks of 8 | (w . x^T)^T",
+            "x[M, {k}] . w[{n}, {k}]^T, median of {} (ms): M | float32 BLAS whole | chunks of 8 | (w . x^T)^T \
+             | CPU kernel 4-bit g32 | 8-bit g32",
             args.iters
         );
-        for (m, whole, split, flipped) in
-            runtime::time_linear(k, n, &[1, 2, 4, 8, 9, 12, 16, 24, 32, 64, 128], 8, args.iters)?
-        {
-            println!("{m:4} | {whole:8.3} | {split:8.3} | {flipped:8.3}");
+        let cell = |t: Option<f64>| t.map(|t| format!("{t:8.3}")).unwrap_or_else(|| format!("{:>8}", "-"));
+        for t in runtime::time_linear(k, n, &[1, 2, 4, 8, 9, 12, 16, 24, 32, 64, 128], 8, args.iters)? {
+            println!(
+                "{:4} | {:8.3} | {:8.3} | {:8.3} | {} | {}",
+                t.m,
+                t.whole,
+                t.split,
+                t.flipped,
+                cell(t.kernel4),
+                cell(t.kernel8)
+            );
         }
         return Ok(());
     }

@@ -17,8 +17,10 @@ pub struct ModelArgs {
     /// Activation dtype (default: float32 on the CPU, bfloat16 on GPUs).
     #[arg(long)]
     pub dtype: Option<String>,
-    /// Weights: auto (dequantize to float32 on the CPU when it fits in a quarter of memory),
-    /// quantized, or dequantize.
+    /// Weights: auto (on the CPU, when float32 fits in a quarter of memory: `kernel` where the
+    /// CPU has AVX2 and FMA, else `dequantize`), quantized, dequantize (float32 products only),
+    /// or kernel (cohort's CPU kernel on the quantized codes for decode-sized blocks, float32 for
+    /// prefill).
     #[arg(long)]
     pub weights: Option<String>,
 }

@@ -188,43 +188,66 @@ pub fn time_matmul(n: i32, dtype: Dtype, iters: usize) -> Result<MatmulFigure> {
 /// Time `x [m, k] · w [n, k]ᵀ` in float32 (a linear layer's shape: w as the model stores it) for
 /// each row count in `rows`, whole, as chunks of at most `chunk` rows, and as (w . xᵀ)ᵀ; medians
 /// in ms: how the CPU's BLAS behaves across the M a decode step (1-8) and a verify (16) present.
-pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Result<Vec<(i32, f64, f64, f64)>> {
+pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Result<Vec<LinearTiming>> {
     let key = mlx_rs::random::key(11)?;
     let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, Some(&key))?;
     w.eval()?;
     let wt = w.transpose()?;
+    let kernel = |bits| -> Result<Option<crate::model::linear::Linear>> {
+        let spec = crate::model::config::QuantSpec { bits, group_size: 32 };
+        if !crate::model::cpu_qmm::simd_available() || k % 32 != 0 {
+            return Ok(None);
+        }
+        Ok(Some(crate::model::linear::Linear::cpu_packed_from(&w, spec)?))
+    };
+    let (k4, k8) = (kernel(4)?, kernel(8)?);
     let mut out = Vec::new();
     for &m in rows {
         let x = mlx_rs::random::normal::<f32>(&[m, k], None, None, Some(&key))?;
         x.eval()?;
-        let time = |split: bool, flipped: bool| -> Result<f64> {
+        let time = |product: &dyn Fn() -> Result<Array>| -> Result<f64> {
             let mut times = Vec::new();
             for _ in 0..iters + 1 {
                 let t = Instant::now();
-                let y = if flipped {
-                    // (w . x^T)^T: the weight as BLAS's left operand.
-                    mlx_rs::ops::matmul(&w, x.t())?.t().contiguous()?
-                } else if split && m > chunk {
-                    let parts = (0..m)
-                        .step_by(chunk as usize)
-                        .map(|lo| {
-                            Ok(mlx_rs::ops::matmul(
-                                &crate::model::ops::slice_axis(&x, 0, lo, (lo + chunk).min(m))?,
-                                &wt,
-                            )?)
-                        })
-                        .collect::<Result<Vec<Array>>>()?;
-                    mlx_rs::ops::concatenate(&parts, 0)?
-                } else {
-                    mlx_rs::ops::matmul(&x, &wt)?
-                };
-                y.eval()?;
+                product()?.eval()?;
                 times.push(t.elapsed().as_secs_f64() * 1e3);
             }
             times.remove(0);
             Ok(median(times))
         };
-        out.push((m, time(false, false)?, time(true, false)?, time(false, true)?));
+        let whole = time(&|| Ok(mlx_rs::ops::matmul(&x, &wt)?))?;
+        let split = time(&|| {
+            if m <= chunk {
+                return Ok(mlx_rs::ops::matmul(&x, &wt)?);
+            }
+            let parts = (0..m)
+                .step_by(chunk as usize)
+                .map(|lo| {
+                    Ok(mlx_rs::ops::matmul(&crate::model::ops::slice_axis(&x, 0, lo, (lo + chunk).min(m))?, &wt)?)
+                })
+                .collect::<Result<Vec<Array>>>()?;
+            Ok(mlx_rs::ops::concatenate(&parts, 0)?)
+        })?;
+        // (w . x^T)^T: the weight as BLAS's left operand.
+        let flipped = time(&|| Ok(mlx_rs::ops::matmul(&w, x.t())?.t().contiguous()?))?;
+        let on_kernel = |lin: &Option<crate::model::linear::Linear>| -> Result<Option<f64>> {
+            match lin {
+                Some(l) if m <= crate::model::linear::CPU_KERNEL_MAX_ROWS => Ok(Some(time(&|| l.forward(&x))?)),
+                _ => Ok(None),
+            }
+        };
+        out.push(LinearTiming { m, whole, split, flipped, kernel4: on_kernel(&k4)?, kernel8: on_kernel(&k8)? });
     }
     Ok(out)
+}
+
+/// Milliseconds for one linear layer at M rows: float32 BLAS whole, in chunks, with the weight as
+/// the left operand, and cohort's CPU kernel on 4-bit and 8-bit codes of the same weight (group 32).
+pub struct LinearTiming {
+    pub m: i32,
+    pub whole: f64,
+    pub split: f64,
+    pub flipped: f64,
+    pub kernel4: Option<f64>,
+    pub kernel8: Option<f64>,
 }

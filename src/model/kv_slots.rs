@@ -196,7 +196,7 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     for (i, cache) in caches.iter_mut().enumerate() {
         let i = i as i32;
         let offset = cache.offset();
-        let rotate = |a: &Array| mlx_rs::fast::rope(a, rope.dims, rope.traditional, rope.base, 1.0, offset, None);
+        let rotate = |a: &Array| super::rope_cpu::rope(a, rope, &[offset]);
         queries.push(rotate(&row(q, i)?)?);
         cache.write(&rotate(&row(k, i)?)?, &row(v, i)?)?;
     }
@@ -224,9 +224,7 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
     let Block { q, k, v, rope, scale } = *block;
     let (w, t) = (caches.len() as i32, k.shape()[2]);
     let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-    let offset_arr = Array::from_slice(&offsets, &[w]);
-    let rotate =
-        |a: &Array| mlx_rs::fast::rope_dynamic(a, rope.dims, rope.traditional, rope.base, 1.0, &offset_arr, None);
+    let rotate = |a: &Array| super::rope_cpu::rope(a, rope, &offsets);
     let (qr, kr) = (rotate(q)?, rotate(k)?);
     let longest = offsets.iter().max().copied().unwrap_or(0) + t;
     let positions: Vec<i32> = offsets.iter().flat_map(|&o| (0..t).map(move |i| o + i)).collect();

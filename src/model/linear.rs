@@ -4,6 +4,7 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::config::QuantSpec;
+use super::cpu_qmm::PackedMatrix;
 use super::weights::Weights;
 
 /// How linear layers treat a block of several rows.
@@ -53,26 +54,33 @@ pub enum WeightPolicy {
     /// Dequantize once at load into float32, so every product is a BLAS sgemm: on the CPU MLX's
     /// quantized matmul neither uses BLAS nor amortises rows (see docs/benchmarks.md).
     Dequantize,
+    /// The float32 copy for blocks of many rows (prefill), and the codes kept for cohort's own
+    /// CPU kernel (`cpu_qmm`), which serves blocks of up to [`CPU_KERNEL_MAX_ROWS`] rows: decode
+    /// steps, drafts and verifies read a quarter of the bytes the float32 copy would.
+    Kernel,
 }
 
-static DEQUANTIZE_ON_LOAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Blocks of at most this many rows go through the CPU kernel: a B8 cohort's T=2 verify.
+pub const CPU_KERNEL_MAX_ROWS: i32 = 16;
+
+static WEIGHT_POLICY: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// Set by the loader before a model is built.
 pub fn set_weight_policy(policy: WeightPolicy) {
-    DEQUANTIZE_ON_LOAD.store(policy == WeightPolicy::Dequantize, std::sync::atomic::Ordering::SeqCst);
+    WEIGHT_POLICY.store(policy as u8, std::sync::atomic::Ordering::SeqCst);
 }
 
 pub fn weight_policy() -> WeightPolicy {
-    if DEQUANTIZE_ON_LOAD.load(std::sync::atomic::Ordering::SeqCst) {
-        WeightPolicy::Dequantize
-    } else {
-        WeightPolicy::Quantized
+    match WEIGHT_POLICY.load(std::sync::atomic::Ordering::SeqCst) {
+        1 => WeightPolicy::Dequantize,
+        2 => WeightPolicy::Kernel,
+        _ => WeightPolicy::Quantized,
     }
 }
 
 /// Dequantize a packed tensor (any leading dims) to float32 when the policy asks for it.
 pub fn maybe_dequantize(weight: &Array, scales: &Array, biases: &Array, spec: QuantSpec) -> Result<Option<Array>> {
-    if weight_policy() != WeightPolicy::Dequantize {
+    if weight_policy() == WeightPolicy::Quantized {
         return Ok(None);
     }
     let dense =
@@ -87,6 +95,9 @@ pub enum Linear {
     Dense { weight: Array },
     /// Packed uint32 weight [out, in*bits/32] with per-group scales and biases [out, in/group].
     Quantized { weight: Array, scales: Array, biases: Array, spec: QuantSpec },
+    /// The CPU kernel's codes for small blocks and the float32 copy [out, in] for large ones
+    /// ([`WeightPolicy::Kernel`]).
+    CpuPacked { dense: Array, packed: Box<PackedMatrix>, spec: QuantSpec },
 }
 
 impl Linear {
@@ -104,6 +115,11 @@ impl Linear {
             let scales = w.take_shaped(&format!("{prefix}.scales"), &[output, groups])?;
             let biases = w.take_shaped(&format!("{prefix}.biases"), &[output, groups])?;
             if let Some(dense) = maybe_dequantize(&weight, &scales, &biases, spec)? {
+                if weight_policy() == WeightPolicy::Kernel && PackedMatrix::supports(spec) {
+                    let packed = PackedMatrix::from_mlx(&weight, &scales, &biases, spec)
+                        .with_context(|| format!("packing {wname} for the CPU kernel"))?;
+                    return Ok(Linear::CpuPacked { dense, packed: Box::new(packed), spec });
+                }
                 return Ok(Linear::Dense { weight: dense });
             }
             Ok(Linear::Quantized { weight, scales, biases, spec })
@@ -113,9 +129,25 @@ impl Linear {
         }
     }
 
+    /// A float32 weight [out, in] quantized by MLX and packed for the CPU kernel (benchmarks).
+    pub fn cpu_packed_from(weight: &Array, spec: QuantSpec) -> Result<Self> {
+        let (codes, scales, biases) = mlx_rs::ops::quantize(weight, spec.group_size, spec.bits)?;
+        let packed = PackedMatrix::from_mlx(&codes, &scales, &biases, spec)?;
+        let dense = mlx_rs::ops::dequantize(&codes, &scales, &biases, spec.group_size, spec.bits)?;
+        dense.eval()?;
+        Ok(Linear::CpuPacked { dense, packed: Box::new(packed), spec })
+    }
+
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let shape = x.shape();
         let rows: i32 = shape[..shape.len() - 1].iter().product();
+        if let Linear::CpuPacked { packed, .. } = self
+            && rows <= CPU_KERNEL_MAX_ROWS
+            && x.dtype() == Dtype::Float32
+        {
+            // Row-independent by construction, so both routes take it as it is.
+            return cpu_kernel_product(packed, x, rows);
+        }
         if rows > 1 && route() == LinearRoute::RowByRow {
             let flat = x.reshape(&[rows, shape[shape.len() - 1]])?;
             let outs = (0..rows)
@@ -131,7 +163,7 @@ impl Linear {
 
     fn forward_batched(&self, x: &Array) -> Result<Array> {
         Ok(match self {
-            Linear::Dense { weight } => mlx_rs::ops::matmul(x, weight.t())?,
+            Linear::Dense { weight } | Linear::CpuPacked { dense: weight, .. } => mlx_rs::ops::matmul(x, weight.t())?,
             Linear::Quantized { weight, scales, biases, spec } => {
                 mlx_rs::ops::quantized_matmul(x, weight, scales, biases, true, spec.group_size, spec.bits)?
             }
@@ -141,7 +173,7 @@ impl Linear {
     /// The full-precision weight [out, in] (dequantized when stored quantized).
     pub fn dense_weight(&self) -> Result<Array> {
         Ok(match self {
-            Linear::Dense { weight } => weight.clone(),
+            Linear::Dense { weight } | Linear::CpuPacked { dense: weight, .. } => weight.clone(),
             Linear::Quantized { weight, scales, biases, spec } => {
                 mlx_rs::ops::dequantize(weight, scales, biases, spec.group_size, spec.bits)?
             }
@@ -153,15 +185,31 @@ impl Linear {
         match self {
             Linear::Dense { weight } => weight.nbytes(),
             Linear::Quantized { weight, scales, biases, .. } => weight.nbytes() + scales.nbytes() + biases.nbytes(),
+            Linear::CpuPacked { dense, packed, .. } => dense.nbytes() + packed.nbytes(),
         }
     }
 
     pub fn quant(&self) -> Option<QuantSpec> {
         match self {
             Linear::Dense { .. } => None,
-            Linear::Quantized { spec, .. } => Some(*spec),
+            Linear::Quantized { spec, .. } | Linear::CpuPacked { spec, .. } => Some(*spec),
         }
     }
+}
+
+/// `x W^T` through the CPU kernel: the block is evaluated, read in place, and the product comes
+/// back as a new array of x's leading shape.
+fn cpu_kernel_product(packed: &PackedMatrix, x: &Array, rows: i32) -> Result<Array> {
+    let shape = x.shape();
+    let x = match x.try_as_slice::<f32>() {
+        Ok(_) => x.clone(),
+        Err(_) => x.contiguous()?,
+    };
+    let data = x.try_as_slice::<f32>().context("reading a block for the CPU kernel")?;
+    let y = packed.matmul(data, rows as usize);
+    let mut out_shape = shape[..shape.len() - 1].to_vec();
+    out_shape.push(packed.out_features() as i32);
+    Ok(Array::from_slice(&y, &out_shape))
 }
 
 /// Token embeddings; the same storage serves a tied LM head.
@@ -178,7 +226,7 @@ impl Embedding {
     pub fn forward(&self, ids: &Array, dtype: Dtype) -> Result<Array> {
         let flat = ids.flatten(None, None)?;
         let rows = match &self.table {
-            Linear::Dense { weight } => weight.take_axis(&flat, 0)?,
+            Linear::Dense { weight } | Linear::CpuPacked { dense: weight, .. } => weight.take_axis(&flat, 0)?,
             Linear::Quantized { weight, scales, biases, spec } => {
                 let b = biases.take_axis(&flat, 0)?;
                 mlx_rs::ops::dequantize(

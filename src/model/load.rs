@@ -116,15 +116,22 @@ pub fn parse_dtype(name: &str) -> Result<Dtype> {
     })
 }
 
-/// The automatic CPU weight policy: dequantize when the float32 weights take at most a quarter
-/// of physical memory; GPUs keep quantized weights.
+/// The automatic CPU weight policy: when the float32 weights take at most a quarter of physical
+/// memory, a float32 copy for prefill plus the codes for cohort's CPU kernel (AVX2 + FMA) or,
+/// without those instructions, the float32 copy alone; GPUs keep quantized weights.
 pub fn auto_weight_policy(dir: &Path) -> WeightPolicy {
     if crate::engine::runtime::Backend::detect() != crate::engine::runtime::Backend::Cpu {
         return WeightPolicy::Quantized;
     }
     let params = estimate_parameters(dir).unwrap_or(u64::MAX / 8);
     let total = crate::engine::memory_guard::meminfo_bytes("MemTotal").unwrap_or(0);
-    if params.saturating_mul(4) <= total / 4 { WeightPolicy::Dequantize } else { WeightPolicy::Quantized }
+    if params.saturating_mul(4) > total / 4 {
+        WeightPolicy::Quantized
+    } else if super::cpu_qmm::simd_available() {
+        WeightPolicy::Kernel
+    } else {
+        WeightPolicy::Dequantize
+    }
 }
 
 /// Logical parameter count from the safetensors headers (packed words count 32/bits weights).
@@ -151,7 +158,8 @@ pub fn parse_weight_policy(name: &str) -> Result<Option<WeightPolicy>> {
         "auto" => None,
         "quantized" => Some(WeightPolicy::Quantized),
         "dequantize" | "f32" => Some(WeightPolicy::Dequantize),
-        other => bail!("unknown weight policy \"{other}\" (auto, quantized, dequantize)"),
+        "kernel" => Some(WeightPolicy::Kernel),
+        other => bail!("unknown weight policy \"{other}\" (auto, quantized, dequantize, kernel)"),
     })
 }
 

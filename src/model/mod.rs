@@ -3,6 +3,8 @@
 pub mod attention;
 pub mod cache;
 pub mod config;
+pub mod cpu_pool;
+pub mod cpu_qmm;
 pub mod forward;
 pub mod gated_delta;
 pub mod gdn_check;
@@ -19,6 +21,7 @@ pub mod moe;
 pub mod norm;
 pub mod ops;
 pub mod qwen3_5;
+pub mod rope_cpu;
 pub mod sanitize;
 pub mod synth;
 pub mod tokenizer;

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The CPU weight routes side by side in one run (ABBA): cohort's CPU kernel on the quantized
+codes against the float32 copy on OpenBLAS, B1 and one B8 cohort, plain decoding and MTP.
+
+usage: scripts/bench_cpu_kernel.py [--model DIR] [--rounds R] [--gen N] ARM [ARM ...]
+  ARM = ROUTE:SCHED:MODE
+    ROUTE  kernel (--weights kernel, what `auto` picks on an AVX2 CPU) | f32 (--weights dequantize)
+           | f32-mlx-rope (--weights dequantize, COHORT_HOST_ROPE=0: the route before the kernel)
+    SCHED  b1 (6 chat questions one after another) | b8 (8 chat questions as one cohort)
+    MODE   ar | mtp
+Prints per arm and round: decode tok/s (B1: median of the rows; B8: tokens after each row's first
+/ the longest row's decode time), B1 prefill tok/s, acceptance, the route; then medians. Every
+arm of one mode must start each answer the same way (checked).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUESTIONS = [
+    "Explain how photosynthesis works.", "Write a short poem about the sea.",
+    "What are the benefits of exercise?", "Describe the water cycle.", "How do vaccines work?",
+    "Give three tips for learning a language.", "What is machine learning?",
+    "Summarize the plot of Romeo and Juliet.",
+]
+
+
+def requests(sched, gen):
+    n = 6 if sched == "b1" else 8
+    warm = [{"id": f"w{i}", "prompt": "Hi", "chat": True, "max_tokens": 4, "temperature": 0}
+            for i in range(1 if sched == "b1" else 8)]
+    asks = [{"id": f"q{i}", "prompt": q, "chat": True, "max_tokens": gen, "temperature": 0, "ignore_eos": True}
+            for i, q in enumerate(QUESTIONS[:n])]
+    return warm + asks
+
+
+def run_arm(args, files, arm):
+    route, sched, mode = arm.split(":")
+    weights = "kernel" if route == "kernel" else "dequantize"
+    env = dict(os.environ)
+    if route == "f32-mlx-rope":
+        env["COHORT_HOST_ROPE"] = "0"
+    cmd = [args.binary, "generate", "-i", files[sched], "--weights", weights, "--generation-mode", mode,
+           "--scheduler", "serial" if sched == "b1" else "cohort"]
+    if args.model:
+        cmd += ["-m", args.model]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    rows = [r for r in (json.loads(x) for x in out.splitlines() if x.startswith("{")) if r["id"].startswith("q")]
+    stats = [r["stats"] for r in rows]
+    if sched == "b8":
+        if {s["real_width"] for s in stats} != {8} or any("serial" in s["route"] for s in stats):
+            sys.exit(f"{arm} did not run as one cohort of 8 ({ {s['route'] for s in stats} })")
+        decode = sum(len(r["token_ids"]) - 1 for r in rows) / max(s["decode_s"] for s in stats)
+    else:
+        decode = statistics.median(s["decode_tok_s"] for s in stats)
+    prefill = statistics.median(s["prefill_tok_s"] for s in stats)
+    acc = sum(s["accepted_drafts"] for s in stats)
+    rej = sum(s["rejected_drafts"] for s in stats)
+    return {"decode": decode, "prefill": prefill, "acceptance": acc / (acc + rej) if acc + rej else 0.0,
+            "route": stats[0]["route"], "starts": [r["token_ids"][:16] for r in rows]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", help="model directory (default: cohort's default model)")
+    ap.add_argument("--gen", type=int, default=96)
+    ap.add_argument("--rounds", type=int, default=1, help="ABBA rounds (each runs every arm twice)")
+    ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/cohort"))
+    ap.add_argument("arms", nargs="+")
+    args = ap.parse_args()
+    files = {}
+    for sched in ("b1", "b8"):
+        with tempfile.NamedTemporaryFile("w", suffix=f"-{sched}.jsonl", delete=False) as f:
+            f.write("".join(json.dumps(r) + "\n" for r in requests(sched, args.gen)))
+            files[sched] = f.name
+    results = {a: [] for a in args.arms}
+    starts = {}
+    for rnd in range(args.rounds):
+        for arm in args.arms + args.arms[::-1]:
+            r = run_arm(args, files, arm)
+            results[arm].append(r)
+            key = tuple(arm.split(":")[1:])
+            starts.setdefault(key, (arm, r["starts"]))
+            if r["starts"] != starts[key][1]:
+                print(f"note: {arm} starts its answers differently from {starts[key][0]}")
+            print(f"round {rnd + 1} {arm:24} decode {r['decode']:7.2f} tok/s  prefill {r['prefill']:7.1f} tok/s  "
+                  f"acceptance {r['acceptance']:.3f}  {r['route']}", flush=True)
+    print("\narm | decode tok/s (each run) | median | B1 prefill tok/s (median) | acceptance")
+    for arm, rs in results.items():
+        d = [x["decode"] for x in rs]
+        print(f"{arm} | {', '.join(f'{x:.1f}' for x in d)} | {statistics.median(d):.1f} | "
+              f"{statistics.median(x['prefill'] for x in rs):.0f} | {rs[0]['acceptance']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
