@@ -4,8 +4,11 @@ codes against the float32 copy on OpenBLAS, B1 and one B8 cohort, plain decoding
 
 usage: scripts/bench_cpu_kernel.py [--model DIR] [--rounds R] [--gen N] ARM [ARM ...]
   ARM = ROUTE:SCHED:MODE
-    ROUTE  kernel (--weights kernel, what `auto` picks on an AVX2 CPU) | f32 (--weights dequantize)
-           | f32-mlx-rope (--weights dequantize, COHORT_HOST_ROPE=0: the route before the kernel)
+    ROUTE  kernel (--weights kernel, what `auto` picks on an AVX2 CPU)
+           | kernel-mlx-sdpa (the same with COHORT_HOST_ATTENTION=0: MLX's SDPA for short blocks)
+           | f32 (--weights dequantize)
+           | f32-mlx-rope (--weights dequantize, COHORT_HOST_ROPE=0 COHORT_HOST_ATTENTION=0: the
+             CPU route before the kernel)
     SCHED  b1 (6 chat questions one after another) | b8 (8 chat questions as one cohort)
     MODE   ar | mtp
 Prints per arm and round: decode tok/s (B1: median of the rows; B8: tokens after each row's first
@@ -28,6 +31,13 @@ QUESTIONS = [
     "Summarize the plot of Romeo and Juliet.",
 ]
 
+ROUTES = {
+    "kernel": ("kernel", {}),
+    "kernel-mlx-sdpa": ("kernel", {"COHORT_HOST_ATTENTION": "0"}),
+    "f32": ("dequantize", {}),
+    "f32-mlx-rope": ("dequantize", {"COHORT_HOST_ROPE": "0", "COHORT_HOST_ATTENTION": "0"}),
+}
+
 
 def requests(sched, gen):
     n = 6 if sched == "b1" else 8
@@ -40,10 +50,10 @@ def requests(sched, gen):
 
 def run_arm(args, files, arm):
     route, sched, mode = arm.split(":")
-    weights = "kernel" if route == "kernel" else "dequantize"
-    env = dict(os.environ)
-    if route == "f32-mlx-rope":
-        env["COHORT_HOST_ROPE"] = "0"
+    if route not in ROUTES:
+        sys.exit(f"unknown route {route!r} (one of {', '.join(ROUTES)})")
+    weights, switches = ROUTES[route]
+    env = dict(os.environ, **switches)
     cmd = [args.binary, "generate", "-i", files[sched], "--weights", weights, "--generation-mode", mode,
            "--scheduler", "serial" if sched == "b1" else "cohort"]
     if args.model:

@@ -5,6 +5,7 @@
 
 mod common;
 
+use cohort::model::attention_cpu;
 use cohort::model::cache::{KvCache, LayerState, RowCache};
 use cohort::model::config::LayerKind;
 use cohort::model::kv_slots::{self, Block, RopeSpec};
@@ -188,13 +189,17 @@ struct Setup {
     pack: bool,
     /// Short blocks attend over the whole capacity with a mask (the CUDA default).
     padded: bool,
+    /// Short blocks attend on the host (the CPU default); off, MLX's SDPA serves them.
+    host: bool,
 }
 
-const COHORT: Setup = Setup { route: LinearRoute::Batched, pack: true, padded: false };
+const COHORT: Setup = Setup { route: LinearRoute::Batched, pack: true, padded: false, host: true };
 
 fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
     let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
     kv_slots::set_padded_blocks(setup.padded);
+    let host_before = attention_cpu::enabled();
+    attention_cpu::set_enabled(setup.host && host_before);
     let outs = linear::with_route(setup.route, || {
         let mut rng = Lcg(42);
         // One row stands 2 short of the first growth step, so the verify block grows the buffer.
@@ -220,6 +225,7 @@ fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
         outs
     });
     kv_slots::set_padded_blocks(false);
+    attention_cpu::set_enabled(host_before);
     outs
 }
 
@@ -248,7 +254,15 @@ fn unpacked_rows_match_the_reference() {
 #[test]
 fn capacity_wide_short_blocks_match_the_reference_on_every_path() {
     for (route, pack) in [(LinearRoute::Batched, true), (LinearRoute::RowByRow, true), (LinearRoute::Batched, false)] {
-        cohort_steps(Setup { route, pack, padded: true }, FULL_ROPE);
+        cohort_steps(Setup { route, pack, padded: true, host: false }, FULL_ROPE);
+    }
+}
+
+#[test]
+fn mlx_sdpa_matches_the_reference_on_every_path() {
+    // Where host attention serves short blocks (the CPU), MLX's own SDPA is checked as well.
+    for (route, pack) in [(LinearRoute::Batched, true), (LinearRoute::RowByRow, true), (LinearRoute::Batched, false)] {
+        cohort_steps(Setup { route, pack, padded: false, host: false }, FULL_ROPE);
     }
 }
 

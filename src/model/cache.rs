@@ -125,6 +125,21 @@ impl KvCache {
         Ok(())
     }
 
+    /// The storage a block of `t` positions was just written to, for host attention.
+    pub fn host_kv(&self, t: i32) -> Result<super::attention_cpu::RowKv> {
+        let offset = self.offset - t;
+        if let Some(slot) = &self.slot {
+            let (keys, values) = slot.storage();
+            return Ok(super::attention_cpu::RowKv { keys, values, slot: slot.index, offset });
+        }
+        match (&self.keys, &self.values) {
+            (Some(k), Some(v)) => {
+                Ok(super::attention_cpu::RowKv { keys: k.clone(), values: v.clone(), slot: 0, offset })
+            }
+            _ => bail!("this KV cache holds nothing yet"),
+        }
+    }
+
     /// Arrays to evaluate so the cache holds no pending graph (a slot's buffer is the cohort's
     /// to evaluate).
     pub fn arrays(&self) -> Vec<&Array> {

@@ -136,3 +136,16 @@ fn helper_loop(slot: &Slot, index: usize) {
         slot.done.store(posted, Ordering::Release);
     }
 }
+
+/// An output buffer the parts of one [`Pool::run`] write into, each its own disjoint elements.
+pub struct Disjoint(pub *mut f32);
+
+// SAFETY: parts only write disjoint elements, and the buffer outlives the `run` that uses it.
+unsafe impl Sync for Disjoint {}
+
+/// Whether a host route serves: on MLX's CPU backend, unless the environment variable `switch`
+/// is "0".
+pub fn host_route_on(switch: &str) -> bool {
+    crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cpu
+        && std::env::var(switch).map(|v| v != "0").unwrap_or(true)
+}

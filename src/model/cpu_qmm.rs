@@ -138,7 +138,7 @@ impl PackedMatrix {
         // Parts of whole 8-output strips, at most one per thread.
         let parts = pool.threads().min(self.out.div_ceil(8)).max(1);
         let per = self.out.div_ceil(parts);
-        let dst = SendPtr(y.as_mut_ptr());
+        let dst = super::cpu_pool::Disjoint(y.as_mut_ptr());
         let dst = &dst;
         pool.run(parts, &|t| {
             let (lo, hi) = (t * per, ((t + 1) * per).min(self.out));
@@ -175,10 +175,6 @@ impl PackedMatrix {
         (&self.scales[o * g..(o + 1) * g], &self.biases[o * g..(o + 1) * g])
     }
 }
-
-struct SendPtr(*mut f32);
-// SAFETY: the pointer is only used for disjoint writes inside one `Pool::run` (see `product`).
-unsafe impl Sync for SendPtr {}
 
 /// True when this CPU runs the SIMD kernel (x86_64 with AVX2 and FMA).
 pub fn simd_available() -> bool {

@@ -15,6 +15,7 @@ use mlx_rs::fast::ScaledDotProductAttentionMask;
 use super::cache::{KvCache, LayerState, RowCache, row, whole_steps};
 use super::linear::{self, LinearRoute};
 use super::ops::{slice, slice_axis, slice_update};
+use super::{attention_cpu, rope_cpu};
 
 /// One layer's keys and values for every slot.
 pub struct SlotBuffer {
@@ -95,6 +96,12 @@ impl Slot {
         buf.keys = slice_update(&buf.keys, k, &[self.index, 0, offset, 0])?;
         buf.values = slice_update(&buf.values, v, &[self.index, 0, offset, 0])?;
         Ok(())
+    }
+
+    /// The whole shared buffer (keys, values), every slot.
+    pub fn storage(&self) -> (Array, Array) {
+        let buf = self.buffer.borrow();
+        (buf.keys.clone(), buf.values.clone())
     }
 
     /// This slot's first `len` positions, [1, kv_heads, len, head_dim] each.
@@ -192,11 +199,20 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     // Every row writes before any row reads, so each write is the only reader of the buffer it
     // updates (see KvCache::write).
     let t = k.shape()[2];
+    if attention_cpu::applies(q, t) {
+        let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
+        let (qr, kr) = (rope_cpu::rope(q, rope, &offsets)?, rope_cpu::rope(k, rope, &offsets)?);
+        for (i, cache) in caches.iter_mut().enumerate() {
+            cache.write(&row(&kr, i as i32)?, &row(v, i as i32)?)?;
+        }
+        let rows = caches.iter().map(|c| c.host_kv(t)).collect::<Result<Vec<_>>>()?;
+        return attention_cpu::attend(&qr, &rows, scale);
+    }
     let mut queries = Vec::with_capacity(caches.len());
     for (i, cache) in caches.iter_mut().enumerate() {
         let i = i as i32;
         let offset = cache.offset();
-        let rotate = |a: &Array| super::rope_cpu::rope(a, rope, &[offset]);
+        let rotate = |a: &Array| rope_cpu::rope(a, rope, &[offset]);
         queries.push(rotate(&row(q, i)?)?);
         cache.write(&rotate(&row(k, i)?)?, &row(v, i)?)?;
     }
@@ -224,21 +240,42 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
     let Block { q, k, v, rope, scale } = *block;
     let (w, t) = (caches.len() as i32, k.shape()[2]);
     let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-    let rotate = |a: &Array| super::rope_cpu::rope(a, rope, &offsets);
+    let rotate = |a: &Array| rope_cpu::rope(a, rope, &offsets);
     let (qr, kr) = (rotate(q)?, rotate(k)?);
     let longest = offsets.iter().max().copied().unwrap_or(0) + t;
     let positions: Vec<i32> = offsets.iter().flat_map(|&o| (0..t).map(move |i| o + i)).collect();
     let index = Array::from_slice(&positions, &[w, 1, t, 1]);
-    let (keys, values, len) = {
+    {
         let mut buf = buffer.borrow_mut();
         buf.reserve(longest)?;
-        let len = if padded_block(t) { buf.capacity() } else { longest };
         let put = |dst: &Array, src: &Array| -> Result<Array> {
             let idx = mlx_rs::ops::broadcast_to(&index, src.shape())?;
             Ok(mlx_rs::ops::indexing::put_along_axis(dst, &idx, src, 2)?)
         };
         buf.keys = put(&buf.keys, &kr)?;
         buf.values = put(&buf.values, v)?;
+    }
+    if attention_cpu::applies(q, t) {
+        let rows: Vec<attention_cpu::RowKv> = {
+            let buf = buffer.borrow();
+            (0..w)
+                .map(|b| attention_cpu::RowKv {
+                    keys: buf.keys.clone(),
+                    values: buf.values.clone(),
+                    slot: b,
+                    offset: offsets[b as usize],
+                })
+                .collect()
+        };
+        let out = attention_cpu::attend(&qr, &rows, scale)?;
+        for c in caches.iter_mut() {
+            c.advance(t);
+        }
+        return Ok(out);
+    }
+    let (keys, values, len) = {
+        let buf = buffer.borrow();
+        let len = if padded_block(t) { buf.capacity() } else { longest };
         (slice_axis(&buf.keys, 2, 0, len)?, slice_axis(&buf.values, 2, 0, len)?, len)
     };
     let mask = visibility(&offsets, t, len);

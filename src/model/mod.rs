@@ -1,6 +1,7 @@
 //! Model loading and layers: one file per family or layer kind.
 
 pub mod attention;
+pub mod attention_cpu;
 pub mod cache;
 pub mod config;
 pub mod cpu_pool;

@@ -71,10 +71,7 @@ pub fn rope(a: &Array, spec: RopeSpec, offsets: &[i32]) -> Result<Array> {
 
 /// The host route serves float32 blocks on MLX's CPU backend (`COHORT_HOST_ROPE=0` turns it off).
 fn applies(a: &Array) -> bool {
-    static ON: LazyLock<bool> = LazyLock::new(|| {
-        crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cpu
-            && std::env::var("COHORT_HOST_ROPE").map(|v| v != "0").unwrap_or(true)
-    });
+    static ON: LazyLock<bool> = LazyLock::new(|| super::cpu_pool::host_route_on("COHORT_HOST_ROPE"));
     *ON && a.dtype() == Dtype::Float32
 }
 

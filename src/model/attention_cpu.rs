@@ -1,0 +1,193 @@
+//! Attention for short query blocks (decode steps, drafts, verifies) on the host, for MLX's CPU
+//! backend.
+//!
+//! MLX's CPU SDPA is a graph of small ops (and a mask for every block of more than one query):
+//! ~170 us for one 9-head query over 200 positions on this machine, more than the layer's
+//! projections on the CPU kernel. Here every (row, head, query position) attends over exactly the
+//! positions it may see, reading the evaluated KV buffer in place; the arithmetic of one query
+//! never depends on the others in its block, so a T=2 verify equals two single steps and a cohort
+//! row equals its solo run bit for bit.
+
+use anyhow::{Result, bail};
+use mlx_rs::{Array, Dtype};
+
+use super::cpu_pool::Pool;
+
+/// Query blocks up to this long are attended here (prefill chunks keep MLX's SDPA).
+pub const MAX_QUERIES: i32 = 16;
+
+/// One row's KV storage: `keys`/`values` [slots, kv_heads, capacity, head_dim] (this row's slot
+/// is `slot`), and how many positions precede the block.
+pub struct RowKv {
+    pub keys: Array,
+    pub values: Array,
+    pub slot: i32,
+    pub offset: i32,
+}
+
+static ON: std::sync::LazyLock<std::sync::atomic::AtomicBool> = std::sync::LazyLock::new(|| {
+    std::sync::atomic::AtomicBool::new(super::cpu_pool::host_route_on("COHORT_HOST_ATTENTION"))
+});
+
+/// On by default on MLX's CPU backend (`COHORT_HOST_ATTENTION=0` starts a process with it off).
+pub fn enabled() -> bool {
+    ON.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Turn host attention on or off (tests check MLX's SDPA route on the CPU too).
+pub fn set_enabled(on: bool) {
+    ON.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a block of `t` queries in `q`'s dtype runs here.
+pub fn applies(q: &Array, t: i32) -> bool {
+    enabled() && q.dtype() == Dtype::Float32 && t <= MAX_QUERIES
+}
+
+/// Raw view of an evaluated float32 array.
+struct View {
+    ptr: *const f32,
+    strides: Vec<usize>,
+    shape: Vec<i32>,
+}
+
+// SAFETY: a View only reads an evaluated array that the caller keeps alive and unchanged while
+// the pool's parts run.
+unsafe impl Sync for View {}
+
+impl View {
+    fn of(a: &Array) -> Result<Self> {
+        if a.dtype() != Dtype::Float32 {
+            bail!("host attention takes float32, not {:?}", a.dtype());
+        }
+        // SAFETY: the array was evaluated by the caller; the pointer includes its offset.
+        let ptr = unsafe { mlx_sys::mlx_array_data_float32(a.as_ptr()) };
+        if ptr.is_null() {
+            bail!("host attention: an input has no data");
+        }
+        Ok(Self { ptr, strides: a.strides().to_vec(), shape: a.shape().to_vec() })
+    }
+
+    /// Element (i0, i1, i2, i3).
+    fn at(&self, i: [usize; 4]) -> *const f32 {
+        let off: usize = i.iter().zip(&self.strides).map(|(a, s)| a * s).sum();
+        // SAFETY: callers pass indices inside the shape.
+        unsafe { self.ptr.add(off) }
+    }
+
+    fn row(&self, i: [usize; 3], len: usize) -> impl Iterator<Item = f32> + '_ {
+        let start = self.at([i[0], i[1], i[2], 0]);
+        let step = self.strides[3];
+        // SAFETY: the last axis holds `len` elements at stride `step`.
+        (0..len).map(move |j| unsafe { *start.add(j * step) })
+    }
+}
+
+/// `softmax(scale * q K^T) V` for `q` [B, heads, T, head_dim] (rotated), row b over the first
+/// `rows[b].offset + i + 1` positions of its KV for query i. The KV must already hold the block.
+pub fn attend(q: &Array, rows: &[RowKv], scale: f32) -> Result<Array> {
+    let shape = q.shape().to_vec();
+    if shape.len() != 4 || shape[0] as usize != rows.len() {
+        bail!("host attention: queries {shape:?} for {} rows", rows.len());
+    }
+    let (b, heads, t, d) = (shape[0] as usize, shape[1] as usize, shape[2] as usize, shape[3] as usize);
+    let mut arrays: Vec<&Array> = vec![q];
+    for r in rows {
+        arrays.push(&r.keys);
+        arrays.push(&r.values);
+    }
+    mlx_rs::transforms::eval(arrays)?;
+    let qv = View::of(q)?;
+    let kv: Vec<(View, View)> =
+        rows.iter().map(|r| Ok((View::of(&r.keys)?, View::of(&r.values)?))).collect::<Result<_>>()?;
+    for (r, (k, v)) in rows.iter().zip(&kv) {
+        let kv_heads = k.shape[1] as usize;
+        if k.shape != v.shape || k.shape[3] as usize != d || kv_heads == 0 || heads % kv_heads != 0 {
+            bail!("host attention: keys {:?} / values {:?} do not fit queries {shape:?}", k.shape, v.shape);
+        }
+        if r.slot < 0 || r.slot >= k.shape[0] || r.offset < 0 || r.offset as usize + t > k.shape[2] as usize {
+            bail!("host attention: slot {} offset {} + {t} outside keys {:?}", r.slot, r.offset, k.shape);
+        }
+    }
+    let places: Vec<(usize, usize)> = rows.iter().map(|r| (r.slot as usize, r.offset as usize)).collect();
+    let mut out = vec![0f32; b * heads * t * d];
+    let items = b * heads * t;
+    let pool = Pool::global();
+    let parts = pool.threads().min(items).max(1);
+    let per = items.div_ceil(parts);
+    let dst = super::cpu_pool::Disjoint(out.as_mut_ptr());
+    let dst = &dst;
+    pool.run(parts, &|p| {
+        let mut scores = Vec::new();
+        let mut query = vec![0f32; d];
+        for item in p * per..((p + 1) * per).min(items) {
+            let (bi, hi, ti) = (item / (heads * t), item / t % heads, item % t);
+            let (keys, values) = &kv[bi];
+            let group = hi / (heads / keys.shape[1] as usize);
+            let (slot, offset) = places[bi];
+            let visible = offset + ti + 1;
+            for (x, v) in query.iter_mut().zip(qv.row([bi, hi, ti], d)) {
+                *x = v;
+            }
+            scores.clear();
+            let mut top = f32::NEG_INFINITY;
+            for j in 0..visible {
+                let s = scale * dot(&query, keys.at([slot, group, j, 0]), keys.strides[3], d);
+                top = top.max(s);
+                scores.push(s);
+            }
+            let mut total = 0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - top).exp();
+                total += *s;
+            }
+            // SAFETY: each item owns its d outputs; `out` outlives `run`.
+            let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(item * d), d) };
+            for (j, w) in scores.iter().enumerate() {
+                axpy(o, w / total, values.at([slot, group, j, 0]), values.strides[3]);
+            }
+        }
+    });
+    Ok(Array::from_slice(&out, &shape))
+}
+
+/// `q . k` with k read at `stride`; eight partial sums, so the compiler vectorizes it.
+fn dot(q: &[f32], k: *const f32, stride: usize, d: usize) -> f32 {
+    let mut acc = [0f32; 8];
+    if stride == 1 {
+        // SAFETY: the key row holds d contiguous elements.
+        let k = unsafe { std::slice::from_raw_parts(k, d) };
+        let mut qc = q.chunks_exact(8);
+        let mut kc = k.chunks_exact(8);
+        for (a, b) in qc.by_ref().zip(kc.by_ref()) {
+            for l in 0..8 {
+                acc[l] += a[l] * b[l];
+            }
+        }
+        for (l, (a, b)) in qc.remainder().iter().zip(kc.remainder()).enumerate() {
+            acc[l] += a * b;
+        }
+    } else {
+        for (j, a) in q.iter().enumerate() {
+            // SAFETY: j < d elements at `stride`.
+            acc[j % 8] += a * unsafe { *k.add(j * stride) };
+        }
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
+/// `o += w * v`, v read at `stride`.
+fn axpy(o: &mut [f32], w: f32, v: *const f32, stride: usize) {
+    if stride == 1 {
+        // SAFETY: the value row holds o.len() contiguous elements.
+        let v = unsafe { std::slice::from_raw_parts(v, o.len()) };
+        for (x, y) in o.iter_mut().zip(v) {
+            *x += w * y;
+        }
+    } else {
+        for (j, x) in o.iter_mut().enumerate() {
+            // SAFETY: j < o.len() elements at `stride`.
+            *x += w * unsafe { *v.add(j * stride) };
+        }
+    }
+}
