@@ -9,7 +9,7 @@
 //!
 //! Every row of a block is computed with exactly the operations a single-row product would use
 //! (same dequantized values, same accumulators, same summation order), so a T=2 verify block
-//! equals two single steps bit for bit and a cohort row equals its solo run: the exactness
+//! equals two single steps bit for bit and an AR cohort row equals its solo run: the exactness
 //! probe's row-by-row route costs nothing here.
 
 use anyhow::{Result, bail};

@@ -60,8 +60,10 @@ pub enum WeightPolicy {
     Kernel,
 }
 
-/// Blocks of at most this many rows go through the CPU kernel: a B8 cohort's T=2 verify.
-pub const CPU_KERNEL_MAX_ROWS: i32 = 16;
+/// Blocks of at most this many rows go through the CPU kernel: B1 steps and verifies, drafts and
+/// an AR cohort's steps. A B8 verify (16 rows) runs faster on the float32 copy through OpenBLAS:
+/// B8 MTP cohorts 82-85 against 69-79 tok/s on the default model (docs/benchmarks.md).
+pub const CPU_KERNEL_MAX_ROWS: i32 = 8;
 
 static WEIGHT_POLICY: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
