@@ -85,3 +85,17 @@ fn a_tokenizer_that_does_not_fit_the_model_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tokenizer") && stderr.contains("vocabulary"), "{stderr}");
 }
+
+#[test]
+fn inspect_reports_the_weight_policy_auto_picks_here() {
+    let out = cohort().args(["inspect", "--json", "-m"]).arg(fixture("qwen35_moe_4bit")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cpu = cohort::engine::runtime::Backend::detect() == cohort::engine::runtime::Backend::Cpu;
+    let want = match (cpu, cohort::model::cpu_qmm::simd_available()) {
+        (false, _) => "quantized",
+        (true, true) => "kernel",
+        (true, false) => "dequantize",
+    };
+    assert_eq!(json["weights_auto"], want, "a small quantized model");
+}

@@ -71,7 +71,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
             "full_attention_layers": full, "moe": cfg.is_moe(), "experts": cfg.num_experts, "experts_per_token": cfg.num_experts_per_tok,
             "hidden_size": cfg.hidden_size, "vocab_size": cfg.vocab_size, "quantization": quant, "quantization_overrides": overrides,
             "quantized_tensors": quantized, "parameters": params, "bytes_on_disk": bytes, "mtp_weights": mtp_tensors > 0,
-            "mtp_tensors": mtp_tensors, "context_window": cfg.max_position_embeddings,
+            "mtp_tensors": mtp_tensors, "context_window": cfg.max_position_embeddings, "weights_auto": auto_weights(&dir),
         });
         println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
@@ -102,7 +102,26 @@ pub fn run(args: InspectArgs) -> Result<()> {
         if mtp_tensors > 0 { format!("present ({mtp_tensors} tensors)") } else { "absent".into() }
     );
     println!("context      {} positions", cfg.max_position_embeddings);
+    println!("weights      {}", describe_weights(&dir));
     Ok(())
+}
+
+/// The weight policy `--weights auto` picks for this model on this machine.
+fn auto_weights(dir: &std::path::Path) -> crate::model::linear::WeightPolicy {
+    crate::model::load::auto_weight_policy(dir)
+}
+
+fn describe_weights(dir: &std::path::Path) -> String {
+    use crate::model::linear::WeightPolicy;
+    let policy = auto_weights(dir);
+    let what = match policy {
+        WeightPolicy::Kernel => {
+            "float32 copy for prefill + the codes for cohort's CPU kernel (decode, drafts, verifies)"
+        }
+        WeightPolicy::Dequantize => "dequantized once to float32 (products on BLAS)",
+        WeightPolicy::Quantized => "kept as stored",
+    };
+    format!("{} here with --weights auto: {what}", format!("{policy:?}").to_lowercase())
 }
 
 fn inspect_llama(dir: &std::path::Path, json: bool) -> Result<()> {
@@ -118,7 +137,8 @@ fn inspect_llama(dir: &std::path::Path, json: bool) -> Result<()> {
     if json {
         let out = serde_json::json!({"dir": dir, "model_type": "llama", "layers": get("num_hidden_layers"), "hidden_size": get("hidden_size"),
             "heads": get("num_attention_heads"), "kv_heads": get("num_key_value_heads"), "vocab_size": get("vocab_size"),
-            "quantization": get("quantization"), "bytes_on_disk": bytes, "mtp_weights": mtp, "context_window": get("max_position_embeddings")});
+            "quantization": get("quantization"), "bytes_on_disk": bytes, "mtp_weights": mtp, "context_window": get("max_position_embeddings"),
+            "weights_auto": auto_weights(dir)});
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
@@ -136,5 +156,6 @@ fn inspect_llama(dir: &std::path::Path, json: bool) -> Result<()> {
     println!("on disk      {} in {} files", human_bytes(bytes as usize), files.len());
     println!("MTP          {}", if mtp { "present (mtp.safetensors)" } else { "absent" });
     println!("context      {} positions", get("max_position_embeddings"));
+    println!("weights      {}", describe_weights(dir));
     Ok(())
 }
