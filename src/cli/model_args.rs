@@ -77,6 +77,7 @@ impl ModelArgs {
                     tokenizer: loaded.tokenizer,
                     family,
                     dir: loaded.dir,
+                    weights: loaded.policy,
                 })
             },
             setup,

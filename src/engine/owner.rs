@@ -29,6 +29,8 @@ pub struct Loaded {
     /// Short family name for route ids (e.g. "qwen35").
     pub family: String,
     pub dir: PathBuf,
+    /// What loading did with quantized weights.
+    pub weights: crate::model::linear::WeightPolicy,
 }
 
 #[derive(Debug, Clone)]
@@ -52,6 +54,7 @@ pub struct EngineInfo {
     pub construction: Option<super::telemetry::ConstructionCheck>,
     pub vocab_size: i32,
     pub max_context: i32,
+    pub weights: crate::model::linear::WeightPolicy,
 }
 
 pub enum OwnerCommand {
@@ -124,6 +127,7 @@ pub fn run_owner(
             construction,
             vocab_size: model.vocab_size(),
             max_context: model.max_context(),
+            weights: loaded.weights,
         };
         Ok((loaded, info))
     })();

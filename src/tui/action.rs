@@ -92,6 +92,8 @@ pub struct EngineSummary {
     pub model: String,
     pub mode: String,
     pub numerics: String,
+    /// The weight policy in force (`kernel`, `dequantize`, `quantized`).
+    pub weights: String,
     pub probe: Option<String>,
     pub max_context: i32,
     pub load_s: f64,
@@ -104,6 +106,7 @@ impl EngineSummary {
             model,
             mode: format!("{:?}", info.mode).to_lowercase(),
             numerics: crate::tui::app::numerics_name(info.numerics).to_owned(),
+            weights: format!("{:?}", info.weights).to_lowercase(),
             probe: info.probe.clone(),
             max_context: info.max_context,
             load_s,

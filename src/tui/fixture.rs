@@ -42,6 +42,7 @@ pub fn app(panes: usize, theme: &str) -> App {
         model: "qwen35_moe_4bit".into(),
         mode: "mtp".into(),
         numerics: "throughput".into(),
+        weights: "kernel".into(),
         probe: Some("MTP exactness probe: Equal on the batched route".into()),
         max_context: 4096,
         load_s: 1.5,

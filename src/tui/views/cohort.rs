@@ -1,6 +1,7 @@
 //! The cohort panel: how wide the sealed cohorts really were (histogram), cycles per physical
 //! width, verify cycles, drafts accepted and rejected, the last route, the last error, where the
-//! owner last finalised, the exactness probe's verdict and the construction check.
+//! owner last finalised, the weight policy in force, the exactness probe's verdict and the
+//! construction check.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -43,6 +44,10 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         None => ("none".to_owned(), s.base),
     };
     let probe = t.probe_verdict.clone().unwrap_or_else(|| "not run".into());
+    let weights = match &app.engine {
+        crate::tui::app::EngineStatus::Ready(info) => info.weights.clone(),
+        _ => "-".to_owned(),
+    };
     let width = inner.width as usize;
     let mut lines = Vec::new();
     let full_height = 9 + t.real_width_histogram.len().max(1) + usize::from(t.construction_check.is_some());
@@ -64,6 +69,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             pair("cohorts", t.cohorts.to_string(), s.base),
             pair("solo", t.solo_runs.to_string(), s.base),
             pair("last width", t.last_real_width.to_string(), s.base),
+            pair("weights", weights, s.base),
         ]));
         lines.push(Line::from(Span::styled(" real width per sealed group", s.muted)));
         if t.real_width_histogram.is_empty() {
