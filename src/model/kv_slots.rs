@@ -256,22 +256,11 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
         buf.values = put(&buf.values, v)?;
     }
     if attention_cpu::applies(q, t) {
-        let rows: Vec<attention_cpu::RowKv> = {
-            let buf = buffer.borrow();
-            (0..w)
-                .map(|b| attention_cpu::RowKv {
-                    keys: buf.keys.clone(),
-                    values: buf.values.clone(),
-                    slot: b,
-                    offset: offsets[b as usize],
-                })
-                .collect()
-        };
-        let out = attention_cpu::attend(&qr, &rows, scale)?;
         for c in caches.iter_mut() {
             c.advance(t);
         }
-        return Ok(out);
+        let rows = caches.iter().map(|c| c.host_kv(t)).collect::<Result<Vec<_>>>()?;
+        return attention_cpu::attend(&qr, &rows, scale);
     }
     let (keys, values, len) = {
         let buf = buffer.borrow();
