@@ -362,30 +362,26 @@ mod avx2 {
                 }
             }
             let mut r = 0;
-            while r + 2 <= rows {
+            while r < rows {
+                let pair = r + 1 < rows;
                 let (mut a0, mut a1) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
-                let (x0, x1) = (x[r * m.inp..].as_ptr(), x[(r + 1) * m.inp..].as_ptr());
+                let x0 = x[r * m.inp..].as_ptr();
+                let x1 = if pair { x[(r + 1) * m.inp..].as_ptr() } else { x0 };
                 for (sb, w) in scratch.chunks_exact(4).enumerate() {
                     let w: &[__m256; 4] = w.try_into().expect("four vectors");
-                    // SAFETY: sb < inp / SUB inside rows r and r+1 of x.
+                    // SAFETY: sb < inp / SUB inside rows r (and r+1 when paired) of x.
                     unsafe {
                         accumulate(&mut a0, w, x0.add(sb * SUB));
-                        accumulate(&mut a1, w, x1.add(sb * SUB));
+                        if pair {
+                            accumulate(&mut a1, w, x1.add(sb * SUB));
+                        }
                     }
                 }
                 y[r * m.out + o] = finish(a0);
-                y[(r + 1) * m.out + o] = finish(a1);
-                r += 2;
-            }
-            if r < rows {
-                let mut a0 = [_mm256_setzero_ps(); 4];
-                let x0 = x[r * m.inp..].as_ptr();
-                for (sb, w) in scratch.chunks_exact(4).enumerate() {
-                    let w: &[__m256; 4] = w.try_into().expect("four vectors");
-                    // SAFETY: as above, for row r.
-                    unsafe { accumulate(&mut a0, w, x0.add(sb * SUB)) };
+                if pair {
+                    y[(r + 1) * m.out + o] = finish(a1);
                 }
-                y[r * m.out + o] = finish(a0);
+                r += 2;
             }
         }
     }
