@@ -5,6 +5,7 @@ use clap::Args;
 
 use crate::engine::runtime::human_bytes;
 use crate::model::config::{LayerKind, Qwen35Config};
+use crate::model::load::auto_weight_policy;
 use crate::model::weights::{shard_files, validate_safetensors};
 
 #[derive(Args)]
@@ -71,7 +72,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
             "full_attention_layers": full, "moe": cfg.is_moe(), "experts": cfg.num_experts, "experts_per_token": cfg.num_experts_per_tok,
             "hidden_size": cfg.hidden_size, "vocab_size": cfg.vocab_size, "quantization": quant, "quantization_overrides": overrides,
             "quantized_tensors": quantized, "parameters": params, "bytes_on_disk": bytes, "mtp_weights": mtp_tensors > 0,
-            "mtp_tensors": mtp_tensors, "context_window": cfg.max_position_embeddings, "weights_auto": auto_weights(&dir),
+            "mtp_tensors": mtp_tensors, "context_window": cfg.max_position_embeddings, "weights_auto": auto_weight_policy(&dir),
         });
         println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
@@ -106,14 +107,10 @@ pub fn run(args: InspectArgs) -> Result<()> {
     Ok(())
 }
 
-/// The weight policy `--weights auto` picks for this model on this machine.
-fn auto_weights(dir: &std::path::Path) -> crate::model::linear::WeightPolicy {
-    crate::model::load::auto_weight_policy(dir)
-}
-
+/// The weight policy `--weights auto` picks for this model on this machine, and what it means.
 fn describe_weights(dir: &std::path::Path) -> String {
     use crate::model::linear::WeightPolicy;
-    let policy = auto_weights(dir);
+    let policy = auto_weight_policy(dir);
     let what = match policy {
         WeightPolicy::Kernel => {
             "float32 copy for prefill + the codes for cohort's CPU kernel (decode, drafts, verifies)"
@@ -121,7 +118,7 @@ fn describe_weights(dir: &std::path::Path) -> String {
         WeightPolicy::Dequantize => "dequantized once to float32 (products on BLAS)",
         WeightPolicy::Quantized => "kept as stored",
     };
-    format!("{} here with --weights auto: {what}", format!("{policy:?}").to_lowercase())
+    format!("{} here with --weights auto: {what}", policy.name())
 }
 
 fn inspect_llama(dir: &std::path::Path, json: bool) -> Result<()> {
@@ -138,7 +135,7 @@ fn inspect_llama(dir: &std::path::Path, json: bool) -> Result<()> {
         let out = serde_json::json!({"dir": dir, "model_type": "llama", "layers": get("num_hidden_layers"), "hidden_size": get("hidden_size"),
             "heads": get("num_attention_heads"), "kv_heads": get("num_key_value_heads"), "vocab_size": get("vocab_size"),
             "quantization": get("quantization"), "bytes_on_disk": bytes, "mtp_weights": mtp, "context_window": get("max_position_embeddings"),
-            "weights_auto": auto_weights(dir)});
+            "weights_auto": auto_weight_policy(dir)});
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }

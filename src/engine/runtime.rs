@@ -185,9 +185,10 @@ pub fn time_matmul(n: i32, dtype: Dtype, iters: usize) -> Result<MatmulFigure> {
     })
 }
 
-/// Time `x [m, k] · w [n, k]ᵀ` in float32 (a linear layer's shape: w as the model stores it) for
-/// each row count in `rows`, whole, as chunks of at most `chunk` rows, and as (w . xᵀ)ᵀ; medians
-/// in ms: how the CPU's BLAS behaves across the M a decode step (1-8) and a verify (16) present.
+/// Time `x [m, k] · w [n, k]ᵀ` (a linear layer's shape: w as the model stores it) for each row
+/// count in `rows`: in float32 whole, as chunks of at most `chunk` rows and as (w . xᵀ)ᵀ, and on
+/// the CPU kernel for the row counts it serves; medians in ms: how each behaves across the M a
+/// decode step (1-8) and a verify (16) present.
 pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Result<Vec<LinearTiming>> {
     let key = mlx_rs::random::key(11)?;
     let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, Some(&key))?;

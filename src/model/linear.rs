@@ -60,6 +60,17 @@ pub enum WeightPolicy {
     Kernel,
 }
 
+impl WeightPolicy {
+    /// The name `--weights` and profiles use.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightPolicy::Quantized => "quantized",
+            WeightPolicy::Dequantize => "dequantize",
+            WeightPolicy::Kernel => "kernel",
+        }
+    }
+}
+
 /// Blocks of at most this many rows go through the CPU kernel: B1 steps and verifies, drafts and
 /// an AR cohort's steps. A B8 verify (16 rows) runs faster on the float32 copy through OpenBLAS:
 /// B8 MTP cohorts 82-85 against 69-79 tok/s on the default model (docs/benchmarks.md).

@@ -106,7 +106,7 @@ impl EngineSummary {
             model,
             mode: format!("{:?}", info.mode).to_lowercase(),
             numerics: crate::tui::app::numerics_name(info.numerics).to_owned(),
-            weights: format!("{:?}", info.weights).to_lowercase(),
+            weights: info.weights.name().to_owned(),
             probe: info.probe.clone(),
             max_context: info.max_context,
             load_s,
