@@ -5,6 +5,9 @@ codes against the float32 copy on OpenBLAS, B1 and one B8 cohort, plain decoding
 usage: scripts/bench_cpu_kernel.py [--model DIR] [--rounds R] [--gen N] ARM [ARM ...]
   ARM = ROUTE:SCHED:MODE
     ROUTE  kernel (--weights kernel, what `auto` picks on an AVX2 CPU)
+           | kernel-mlx-layers (the same with COHORT_HOST_LAYERS=0: each layer's norms, residual
+             adds and KV writes as MLX ops between the host pieces, the route before the host
+             decode path)
            | kernel-mlx-sdpa (the same with COHORT_HOST_ATTENTION=0: MLX's SDPA for short blocks)
            | f32 (--weights dequantize)
            | f32-mlx-rope (--weights dequantize, COHORT_HOST_ROPE=0 COHORT_HOST_ATTENTION=0: the
@@ -33,6 +36,7 @@ QUESTIONS = [
 
 ROUTES = {
     "kernel": ("kernel", {}),
+    "kernel-mlx-layers": ("kernel", {"COHORT_HOST_LAYERS": "0"}),
     "kernel-mlx-sdpa": ("kernel", {"COHORT_HOST_ATTENTION": "0"}),
     "f32": ("dequantize", {}),
     "f32-mlx-rope": ("dequantize", {"COHORT_HOST_ROPE": "0", "COHORT_HOST_ATTENTION": "0"}),

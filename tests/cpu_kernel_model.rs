@@ -1,7 +1,9 @@
 //! Whole models on the CPU kernel's weight policy (`--weights kernel`, what `auto` picks on an
 //! AVX2 CPU): outputs against mlx-lm's references, and the exactness probe, which the kernel's
-//! row-independent products let pass on the batched route. Its own test binary: the weight
-//! policy a load uses is process-wide.
+//! row-independent products let pass on the batched route. On MLX's CPU backend the Llama
+//! family's decode-sized blocks take the host decode path (`model::llama`'s `host.rs`); each test
+//! says which route it checks. Its own test binary: the weight policy a load uses and the host
+//! path switch are process-wide, so tests take turns.
 
 mod common;
 
@@ -11,16 +13,27 @@ use cohort::engine::ar;
 use cohort::engine::probe::{self, Verdict};
 use cohort::model::forward::LanguageModel;
 use cohort::model::linear::{LinearRoute, WeightPolicy};
+use cohort::model::llama::{host_blocks_served, host_layers_enabled, set_host_layers};
 use common::*;
 use mlx_rs::Dtype;
 use serde_json::Value;
 
-/// Loads take turns: each sets the process-wide policy for its duration.
-static LOADS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Tests take turns: a load sets the process-wide policy, and the host path switch and its
+/// served counter are process-wide too.
+static TURNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURNS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn load(dir: &Path, policy: WeightPolicy) -> Box<dyn LanguageModel> {
-    let _turn = LOADS.lock().unwrap_or_else(|e| e.into_inner());
     cohort::model::load::load_with_policy(dir, Dtype::Float32, policy).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// Whether this machine's backend gives the Llama family the host decode path at all.
+fn host_path_here() -> bool {
+    cohort::engine::runtime::Backend::detect() == cohort::engine::runtime::Backend::Cpu
+        && std::env::var("COHORT_HOST_LAYERS").map(|v| v != "0").unwrap_or(true)
 }
 
 fn llama(name: &str) -> PathBuf {
@@ -32,10 +45,29 @@ fn refs(file: &str) -> Value {
 }
 
 #[test]
-fn the_kernel_policy_matches_mlx_lm_on_its_own_checkpoint() {
+fn the_kernel_policy_matches_mlx_lm_on_its_own_checkpoint_on_both_decode_routes() {
+    let _turn = turn();
     if !cohort::model::cpu_qmm::simd_available() {
         eprintln!("note: no AVX2/FMA here, the kernel runs its portable route");
     }
+    // The host decode path, then MLX ops between the kernel's products (the route Qwen models
+    // and `COHORT_HOST_LAYERS=0` take).
+    for host in [true, false] {
+        let was = host_layers_enabled();
+        set_host_layers(host && was);
+        let before = host_blocks_served();
+        matches_mlx_lm_on_tiny();
+        set_host_layers(was);
+        let served = host_blocks_served() - before;
+        if host && host_path_here() {
+            assert!(served > 0, "the host decode path served no block");
+        } else {
+            assert_eq!(served, 0, "the host decode path served {served} blocks while off");
+        }
+    }
+}
+
+fn matches_mlx_lm_on_tiny() {
     let model = load(&llama("tiny_llama_mlx"), WeightPolicy::Kernel);
     let r = refs("tiny_llama.json");
     for (name, p) in r["mlx_prompts"].as_object().unwrap() {
@@ -57,6 +89,7 @@ fn the_kernel_policy_matches_mlx_lm_on_its_own_checkpoint() {
 
 #[test]
 fn with_the_kernel_the_probe_finds_the_batched_verify_exact() {
+    let _turn = turn();
     // Every model with MTP weights among the fixtures: a T=2 verify block equals the two-step
     // chain byte for byte without the row-by-row route.
     let dir = tempfile::tempdir().unwrap();
@@ -74,6 +107,7 @@ fn with_the_kernel_the_probe_finds_the_batched_verify_exact() {
 
 #[test]
 fn smollm2_on_the_kernel_matches_mlx_lm_and_verifies_exactly_on_the_batched_route() {
+    let _turn = turn();
     let test = "smollm2_on_the_kernel_matches_mlx_lm_and_verifies_exactly_on_the_batched_route";
     let Some(dir) = smollm2_imported(test) else { return };
     let head = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
@@ -101,4 +135,62 @@ fn smollm2_on_the_kernel_matches_mlx_lm_and_verifies_exactly_on_the_batched_rout
     cohort::model::linear::set_route(LinearRoute::Batched);
     assert_eq!(decision.reports[0].verdict, Verdict::Equal, "{}", decision.summary);
     assert_eq!(decision.route, LinearRoute::Batched, "{}", decision.summary);
+}
+
+#[test]
+fn on_the_host_path_every_cohort_row_equals_its_solo_run() {
+    use cohort::engine::cohort::{CohortConfig, run_cohort};
+    use cohort::engine::prepare::prepare;
+    use cohort::engine::request::{Prompt, Request};
+    use cohort::engine::row::CancelFlag;
+    use cohort::engine::sampler::SamplerConfig;
+    use cohort::engine::solo::{GenerationMode, run_solo};
+    use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
+
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = fixture_copy("llama/tiny_llama_mlx", dir.path());
+    std::fs::copy(llama("tiny_mtp.safetensors"), tiny.join("mtp.safetensors")).unwrap();
+    let model = load(&tiny, WeightPolicy::Kernel);
+    let tok = cohort::model::tokenizer::TextTokenizer::load(&tiny).unwrap();
+    let r = refs("tiny_llama.json");
+    let p = |k: &str| ids(&r["mlx_prompts"][k]["prompt_ids"]);
+    // Rows of different lengths; a long one whose prefill runs in MLX chunks before decoding on
+    // the host, and a one-token prompt whose MTP history starts empty.
+    let prompts = [p("one_token"), p("short"), p("chat"), p("long"), p("short")[4..].to_vec(), vec![7]];
+    let before = host_blocks_served();
+    for mode in [GenerationMode::Mtp, GenerationMode::Ar] {
+        for sampler in [SamplerConfig::greedy(), SamplerConfig::default()] {
+            let reqs: Vec<Request> = prompts
+                .iter()
+                .enumerate()
+                .map(|(i, ids)| Request {
+                    id: format!("r{i}"),
+                    prompt: Prompt::Ids(ids.clone()),
+                    max_tokens: 12 + 3 * i,
+                    sampler,
+                    seed: 77 + i as u64,
+                    stop: vec![],
+                    ignore_eos: true,
+                })
+                .collect();
+            let mut runs: Vec<_> =
+                reqs.iter().map(|q| prepare(&*model, &tok, q, CancelFlag::default()).unwrap()).collect();
+            let tel: SharedTelemetry = std::sync::Arc::new(std::sync::Mutex::new(Telemetry::default()));
+            let cfg = CohortConfig { chunk: 32, route_id: "test".into(), mode };
+            run_cohort(&*model, &tok, &mut runs, &cfg, &tel, &mut |_| {}).unwrap();
+            for (i, (q, run)) in reqs.iter().zip(&runs).enumerate() {
+                let mut alone = prepare(&*model, &tok, q, CancelFlag::default()).unwrap();
+                run_solo(&*model, &tok, &mut alone, mode, 32, &mut |_| {}).unwrap();
+                assert_eq!(
+                    run.tokens, alone.tokens,
+                    "row {i} ({mode:?}, {sampler:?}): cohort differs from its solo run"
+                );
+                assert_eq!(run.tokens.len(), q.max_tokens, "row {i} ({mode:?})");
+            }
+        }
+    }
+    if host_path_here() {
+        assert!(host_blocks_served() > before, "the host decode path served no block");
+    }
 }

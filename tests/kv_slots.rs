@@ -10,6 +10,7 @@ use cohort::model::cache::{KvCache, LayerState, RowCache};
 use cohort::model::config::LayerKind;
 use cohort::model::kv_slots::{self, Block, RopeSpec};
 use cohort::model::linear::{self, LinearRoute};
+use cohort::model::rope_cpu;
 use common::to_f32;
 use mlx_rs::Array;
 
@@ -147,6 +148,7 @@ fn step_and_check(
     t: i32,
     rope: RopeSpec,
     rng: &mut Lcg,
+    host_block: bool,
 ) -> Vec<f32> {
     let w = slots.len() as i32;
     let (q, qd) = rng.array(&[w, HEADS, t, DIM]);
@@ -155,7 +157,11 @@ fn step_and_check(
     let out = {
         let mut caches: Vec<&mut KvCache> =
             rows.iter_mut().enumerate().filter(|(b, _)| slots.contains(b)).map(|(_, r)| kv_of(r)).collect();
-        kv_slots::attend(&mut caches, &Block { q: &q, k: &k, v: &v, rope, scale: (DIM as f32).powf(-0.5) }).unwrap()
+        if host_block {
+            host_block_step(&mut caches, [&qd, &kd, &vd], t as usize, rope)
+        } else {
+            kv_slots::attend(&mut caches, &Block { q: &q, k: &k, v: &v, rope, scale: (DIM as f32).powf(-0.5) }).unwrap()
+        }
     };
     assert_eq!(out.shape(), &[w, HEADS, t, DIM]);
     let got = to_f32(&out);
@@ -178,6 +184,44 @@ fn step_and_check(
     got
 }
 
+/// [w, a, b, d] to [w, b, a, d] (row-major both).
+fn swap_middle(x: &[f32], w: usize, a: usize, b: usize) -> Vec<f32> {
+    let d = DIM as usize;
+    let mut out = vec![0f32; x.len()];
+    for r in 0..w {
+        for i in 0..a {
+            for j in 0..b {
+                let (from, to) = (((r * a + i) * b + j) * d, ((r * b + j) * a + i) * d);
+                out[to..to + d].copy_from_slice(&x[from..from + d]);
+            }
+        }
+    }
+    out
+}
+
+/// The host decode path's attention for one layer (as `model::llama`'s host path runs it): RoPE
+/// on host buffers, attention over the storage as it stood plus the block from the host, then
+/// the write. Takes and returns the test's [w, heads, T, d] layout.
+fn host_block_step(caches: &mut [&mut KvCache], [q, k, v]: [&[f32]; 3], t: usize, rope: RopeSpec) -> Array {
+    let (w, heads, kv_heads, d) = (caches.len(), HEADS as usize, KV_HEADS as usize, DIM as usize);
+    let mut q = swap_middle(q, w, heads, t);
+    let mut k = swap_middle(k, w, kv_heads, t);
+    let v = swap_middle(v, w, kv_heads, t);
+    let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
+    rope_cpu::rope_host(&mut q, t, heads, d, rope, &offsets).unwrap();
+    rope_cpu::rope_host(&mut k, t, kv_heads, d, rope, &offsets).unwrap();
+    let stored = kv_slots::stored_before(caches);
+    let arrays: Vec<&Array> = stored.iter().flatten().flat_map(|r| [&r.keys, &r.values]).collect();
+    mlx_rs::transforms::eval(arrays).unwrap();
+    let block = attention_cpu::HostBlock { q: &q, k: &k, v: &v, rows: w, t, heads, kv_heads, head_dim: d };
+    let out = attention_cpu::attend_host_block(&block, &stored, (DIM as f32).powf(-0.5)).unwrap();
+    drop(stored);
+    let shape = [w as i32, t as i32, KV_HEADS, DIM];
+    let cache_layout = |x: &[f32]| Array::from_slice(x, &shape).transpose_axes(&[0, 2, 1, 3]).unwrap();
+    kv_slots::write_block(caches, &cache_layout(&k), &cache_layout(&v)).unwrap();
+    Array::from_slice(&swap_middle(&out, w, t, heads), &[w as i32, HEADS, t as i32, DIM])
+}
+
 /// The route is process-wide; tests that set it take turns.
 static ROUTE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -191,9 +235,11 @@ struct Setup {
     padded: bool,
     /// Short blocks attend on the host (the CPU default); off, MLX's SDPA serves them.
     host: bool,
+    /// The host decode path: the block stays on the host and the write follows the attention.
+    host_block: bool,
 }
 
-const COHORT: Setup = Setup { route: LinearRoute::Batched, pack: true, padded: false, host: true };
+const COHORT: Setup = Setup { route: LinearRoute::Batched, pack: true, padded: false, host: true, host_block: false };
 
 fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
     let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
@@ -209,7 +255,7 @@ fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
             assert_eq!(buffers.len(), 1, "one attention layer, and no MTP history written yet");
         }
         let all: Vec<usize> = (0..rows.len()).collect();
-        let mut outs = vec![step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng)];
+        let mut outs = vec![step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng, setup.host_block)];
         // Rejected drafts: rows 1 and 6 drop their second position before the next step.
         for b in [1, 6] {
             kv_of(&mut rows[b]).trim(1).unwrap();
@@ -218,10 +264,10 @@ fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
                 h.pop();
             }
         }
-        outs.push(step_and_check(&mut rows, &mut reference, &all, 1, rope, &mut rng));
+        outs.push(step_and_check(&mut rows, &mut reference, &all, 1, rope, &mut rng, setup.host_block));
         // A subset of slots (accepted drafts owing their MTP history) goes row by row.
-        outs.push(step_and_check(&mut rows, &mut reference, &[2, 5, 6], 1, rope, &mut rng));
-        outs.push(step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng));
+        outs.push(step_and_check(&mut rows, &mut reference, &[2, 5, 6], 1, rope, &mut rng, setup.host_block));
+        outs.push(step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng, setup.host_block));
         outs
     });
     kv_slots::set_padded_blocks(false);
@@ -254,7 +300,7 @@ fn unpacked_rows_match_the_reference() {
 #[test]
 fn capacity_wide_short_blocks_match_the_reference_on_every_path() {
     for (route, pack) in [(LinearRoute::Batched, true), (LinearRoute::RowByRow, true), (LinearRoute::Batched, false)] {
-        cohort_steps(Setup { route, pack, padded: true, host: false }, FULL_ROPE);
+        cohort_steps(Setup { route, pack, padded: true, host: false, host_block: false }, FULL_ROPE);
     }
 }
 
@@ -262,7 +308,7 @@ fn capacity_wide_short_blocks_match_the_reference_on_every_path() {
 fn mlx_sdpa_matches_the_reference_on_every_path() {
     // Where host attention serves short blocks (the CPU), MLX's own SDPA is checked as well.
     for (route, pack) in [(LinearRoute::Batched, true), (LinearRoute::RowByRow, true), (LinearRoute::Batched, false)] {
-        cohort_steps(Setup { route, pack, padded: false, host: false }, FULL_ROPE);
+        cohort_steps(Setup { route, pack, padded: false, host: false, host_block: false }, FULL_ROPE);
     }
 }
 
@@ -276,4 +322,26 @@ fn on_the_cpu_the_batched_step_equals_the_per_row_step_bit_for_bit() {
     assert_eq!(cohort_steps(COHORT, FULL_ROPE), cohort_steps(per_row, FULL_ROPE));
     let unpacked = Setup { pack: false, ..COHORT };
     assert_eq!(cohort_steps(COHORT, FULL_ROPE), cohort_steps(unpacked, FULL_ROPE));
+}
+
+#[test]
+fn host_blocks_match_the_reference_on_packed_and_unpacked_rows_and_both_routes() {
+    for (route, pack) in [(LinearRoute::Batched, true), (LinearRoute::Batched, false), (LinearRoute::RowByRow, true)] {
+        for rope in [FULL_ROPE, RopeSpec { dims: DIM / 2, ..FULL_ROPE }] {
+            cohort_steps(Setup { route, pack, host_block: true, ..COHORT }, rope);
+        }
+    }
+}
+
+#[test]
+fn host_blocks_start_fresh_rows_from_nothing() {
+    // A first block on rows with no storage yet (an MTP history's first draft), then one more.
+    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rng = Lcg(7);
+    let mut rows: Vec<RowCache> = (0..3).map(|_| RowCache::new(&[LayerKind::Full])).collect();
+    let mut reference: Vec<(History, History)> =
+        (0..3).map(|_| (vec![Vec::new(); KV_HEADS as usize], vec![Vec::new(); KV_HEADS as usize])).collect();
+    for t in [3, 1, 2] {
+        step_and_check(&mut rows, &mut reference, &[0, 1, 2], t, FULL_ROPE, &mut rng, true);
+    }
 }

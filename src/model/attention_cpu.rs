@@ -98,19 +98,131 @@ pub fn attend(q: &Array, rows: &[RowKv], scale: f32) -> Result<Array> {
     }
     mlx_rs::transforms::eval(arrays)?;
     let qv = View::of(q)?;
-    let kv: Vec<(View, View)> =
-        rows.iter().map(|r| Ok((View::of(&r.keys)?, View::of(&r.values)?))).collect::<Result<_>>()?;
-    for (r, (k, v)) in rows.iter().zip(&kv) {
-        let kv_heads = k.shape[1] as usize;
-        if k.shape != v.shape || k.shape[3] as usize != d || kv_heads == 0 || heads % kv_heads != 0 {
-            bail!("host attention: keys {:?} / values {:?} do not fit queries {shape:?}", k.shape, v.shape);
-        }
-        if r.slot < 0 || r.slot >= k.shape[0] || r.offset < 0 || r.offset as usize + t > k.shape[2] as usize {
-            bail!("host attention: slot {} offset {} + {t} outside keys {:?}", r.slot, r.offset, k.shape);
-        }
-    }
-    let places: Vec<(usize, usize)> = rows.iter().map(|r| (r.slot as usize, r.offset as usize)).collect();
+    let sources = rows
+        .iter()
+        .map(|r| {
+            let stored = Stored::of(r, t, d, heads)?;
+            Ok(Source {
+                stored: Some(stored),
+                stored_len: r.offset as usize + t,
+                block: None,
+                offset: r.offset as usize,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut out = vec![0f32; b * heads * t * d];
+    // Output [B, heads, T, d], as the queries are laid out.
+    run(&qv, &sources, [heads * t * d, t * d, d], &mut out, scale);
+    Ok(Array::from_slice(&out, &shape))
+}
+
+/// A block whose keys and values are still on the host: `q` [B, T, heads, d] and `k`, `v`
+/// [B, T, kv_heads, d] (rotated, row-major), each row b attending over the first
+/// `stored[b].offset` positions of its storage (evaluated, as it stood before the block) and
+/// then over the block's own positions up to the query's. Returns [B, T, heads, d].
+pub struct HostBlock<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub rows: usize,
+    pub t: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+pub fn attend_host_block(block: &HostBlock, stored: &[Option<RowKv>], scale: f32) -> Result<Vec<f32>> {
+    let HostBlock { q, k, v, rows, t, heads, kv_heads, head_dim: d } = *block;
+    if stored.len() != rows
+        || q.len() != rows * t * heads * d
+        || k.len() != rows * t * kv_heads * d
+        || v.len() != k.len()
+    {
+        bail!(
+            "host attention: a block of {rows} rows x {t} does not match its {} stored rows or its buffers",
+            stored.len()
+        );
+    }
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        bail!("host attention: {heads} query heads over {kv_heads} KV heads");
+    }
+    let host = |p: &[f32], h: usize| View {
+        ptr: p.as_ptr(),
+        strides: vec![t * h * d, d, h * d, 1],
+        shape: [rows, h, t, d].iter().map(|&x| x as i32).collect(),
+    };
+    let (qv, kv, vv) = (host(q, heads), host(k, kv_heads), host(v, kv_heads));
+    let sources = stored
+        .iter()
+        .enumerate()
+        .map(|(bi, r)| {
+            Ok(match r {
+                Some(r) => Source {
+                    stored: Some(Stored::of(r, 0, d, heads)?),
+                    stored_len: r.offset as usize,
+                    block: Some((&kv, &vv, bi)),
+                    offset: r.offset as usize,
+                },
+                None => Source { stored: None, stored_len: 0, block: Some((&kv, &vv, bi)), offset: 0 },
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut out = vec![0f32; rows * t * heads * d];
+    run(&qv, &sources, [t * heads * d, d, heads * d], &mut out, scale);
+    Ok(out)
+}
+
+/// A row's evaluated KV storage and its slot in it.
+struct Stored {
+    keys: View,
+    values: View,
+    slot: usize,
+}
+
+impl Stored {
+    /// Checked to hold `offset + t` positions of `d`-wide heads that `heads` query heads share.
+    fn of(r: &RowKv, t: usize, d: usize, heads: usize) -> Result<Self> {
+        let (keys, values) = (View::of(&r.keys)?, View::of(&r.values)?);
+        let kv_heads = keys.shape[1] as usize;
+        if keys.shape != values.shape || keys.shape[3] as usize != d || kv_heads == 0 || !heads.is_multiple_of(kv_heads)
+        {
+            bail!("host attention: keys {:?} / values {:?} do not fit {heads} heads of {d}", keys.shape, values.shape);
+        }
+        if r.slot < 0 || r.slot >= keys.shape[0] || r.offset < 0 || r.offset as usize + t > keys.shape[2] as usize {
+            bail!("host attention: slot {} offset {} + {t} outside keys {:?}", r.slot, r.offset, keys.shape);
+        }
+        Ok(Self { keys, values, slot: r.slot as usize })
+    }
+}
+
+/// Where one row's keys come from: its first `stored_len` positions from storage, the rest from
+/// row `block.2` of a host block whose position 0 is position `offset`.
+struct Source<'a> {
+    stored: Option<Stored>,
+    stored_len: usize,
+    block: Option<(&'a View, &'a View, usize)>,
+    offset: usize,
+}
+
+impl Source<'_> {
+    /// Key or value row j of KV head `group` and its element stride.
+    fn at(&self, j: usize, group: usize, value: bool) -> (*const f32, usize) {
+        if j < self.stored_len
+            && let Some(s) = &self.stored
+        {
+            let a = if value { &s.values } else { &s.keys };
+            return (a.at([s.slot, group, j, 0]), a.strides[3]);
+        }
+        let (k, v, row) = self.block.expect("positions past the storage come from the block");
+        let a = if value { v } else { k };
+        (a.at([row, group, j - self.offset, 0]), a.strides[3])
+    }
+}
+
+/// Every (row, head, query position) of `q` (logical [B, heads, T, d]) over its sources; output
+/// element (b, h, t, :) at `b * out_strides[0] + h * out_strides[1] + t * out_strides[2]`.
+fn run(qv: &View, sources: &[Source], out_strides: [usize; 3], out: &mut [f32], scale: f32) {
+    let (b, heads, t, d) = (qv.shape[0] as usize, qv.shape[1] as usize, qv.shape[2] as usize, qv.shape[3] as usize);
     let items = b * heads * t;
     let pool = Pool::global();
     let parts = pool.threads().min(items).max(1);
@@ -122,17 +234,22 @@ pub fn attend(q: &Array, rows: &[RowKv], scale: f32) -> Result<Array> {
         let mut query = vec![0f32; d];
         for item in p * per..((p + 1) * per).min(items) {
             let (bi, hi, ti) = (item / (heads * t), item / t % heads, item % t);
-            let (keys, values) = &kv[bi];
-            let group = hi / (heads / keys.shape[1] as usize);
-            let (slot, offset) = places[bi];
-            let visible = offset + ti + 1;
+            let source = &sources[bi];
+            let kv_heads = match (&source.stored, source.block) {
+                (Some(s), _) => s.keys.shape[1] as usize,
+                (None, Some((k, _, _))) => k.shape[1] as usize,
+                (None, None) => unreachable!("a source has storage or a block"),
+            };
+            let group = hi / (heads / kv_heads);
+            let visible = source.offset + ti + 1;
             for (x, v) in query.iter_mut().zip(qv.row([bi, hi, ti], d)) {
                 *x = v;
             }
             scores.clear();
             let mut top = f32::NEG_INFINITY;
             for j in 0..visible {
-                let s = scale * dot(&query, keys.at([slot, group, j, 0]), keys.strides[3], d);
+                let (k, stride) = source.at(j, group, false);
+                let s = scale * dot(&query, k, stride, d);
                 top = top.max(s);
                 scores.push(s);
             }
@@ -141,14 +258,15 @@ pub fn attend(q: &Array, rows: &[RowKv], scale: f32) -> Result<Array> {
                 *s = (*s - top).exp();
                 total += *s;
             }
+            let at = bi * out_strides[0] + hi * out_strides[1] + ti * out_strides[2];
             // SAFETY: each item owns its d outputs; `out` outlives `run`.
-            let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(item * d), d) };
+            let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(at), d) };
             for (j, w) in scores.iter().enumerate() {
-                axpy(o, w / total, values.at([slot, group, j, 0]), values.strides[3]);
+                let (v, stride) = source.at(j, group, true);
+                axpy(o, w / total, v, stride);
             }
         }
     });
-    Ok(Array::from_slice(&out, &shape))
 }
 
 /// `q . k` with k read at `stride`; eight partial sums, so the compiler vectorizes it.

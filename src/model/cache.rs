@@ -140,6 +140,25 @@ impl KvCache {
         }
     }
 
+    /// The storage as it stands, with the offset as the count of positions it holds (None when
+    /// nothing was written yet).
+    pub fn stored_kv(&self) -> Option<super::attention_cpu::RowKv> {
+        if self.offset == 0 {
+            return None;
+        }
+        let offset = self.offset;
+        if let Some(slot) = &self.slot {
+            let (keys, values) = slot.storage();
+            return Some(super::attention_cpu::RowKv { keys, values, slot: slot.index, offset });
+        }
+        match (&self.keys, &self.values) {
+            (Some(k), Some(v)) => {
+                Some(super::attention_cpu::RowKv { keys: k.clone(), values: v.clone(), slot: 0, offset })
+            }
+            _ => None,
+        }
+    }
+
     /// Arrays to evaluate so the cache holds no pending graph (a slot's buffer is the cohort's
     /// to evaluate).
     pub fn arrays(&self) -> Vec<&Array> {

@@ -238,23 +238,12 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
 /// (tests/kv_slots.rs).
 fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     let Block { q, k, v, rope, scale } = *block;
-    let (w, t) = (caches.len() as i32, k.shape()[2]);
+    let t = k.shape()[2];
     let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
     let rotate = |a: &Array| rope_cpu::rope(a, rope, &offsets);
     let (qr, kr) = (rotate(q)?, rotate(k)?);
     let longest = offsets.iter().max().copied().unwrap_or(0) + t;
-    let positions: Vec<i32> = offsets.iter().flat_map(|&o| (0..t).map(move |i| o + i)).collect();
-    let index = Array::from_slice(&positions, &[w, 1, t, 1]);
-    {
-        let mut buf = buffer.borrow_mut();
-        buf.reserve(longest)?;
-        let put = |dst: &Array, src: &Array| -> Result<Array> {
-            let idx = mlx_rs::ops::broadcast_to(&index, src.shape())?;
-            Ok(mlx_rs::ops::indexing::put_along_axis(dst, &idx, src, 2)?)
-        };
-        buf.keys = put(&buf.keys, &kr)?;
-        buf.values = put(&buf.values, v)?;
-    }
+    put_block(buffer, &offsets, &kr, v)?;
     if attention_cpu::applies(q, t) {
         for c in caches.iter_mut() {
             c.advance(t);
@@ -280,6 +269,50 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
         c.advance(t);
     }
     Ok(out)
+}
+
+/// Write `k`, `v` [W, kv_heads, T, d] into every slot of `buffer`, row b at `offsets[b]`: one
+/// scatter for keys and one for values.
+fn put_block(buffer: &SlotHandle, offsets: &[i32], k: &Array, v: &Array) -> Result<()> {
+    let t = k.shape()[2];
+    let longest = offsets.iter().max().copied().unwrap_or(0) + t;
+    let positions: Vec<i32> = offsets.iter().flat_map(|&o| (0..t).map(move |i| o + i)).collect();
+    let index = Array::from_slice(&positions, &[offsets.len() as i32, 1, t, 1]);
+    let mut buf = buffer.borrow_mut();
+    buf.reserve(longest)?;
+    let put = |dst: &Array, src: &Array| -> Result<Array> {
+        let idx = mlx_rs::ops::broadcast_to(&index, src.shape())?;
+        Ok(mlx_rs::ops::indexing::put_along_axis(dst, &idx, src, 2)?)
+    };
+    buf.keys = put(&buf.keys, k)?;
+    buf.values = put(&buf.values, v)?;
+    Ok(())
+}
+
+/// Each row's KV storage as it stands before a block is written (None for a row that holds
+/// nothing yet), for host attention that takes the block itself from the host. Evaluate the
+/// arrays before reading them, and drop them before the block is written: a buffer still
+/// referenced when the write is evaluated is copied whole instead of updated in place.
+pub fn stored_before(caches: &[&mut KvCache]) -> Vec<Option<attention_cpu::RowKv>> {
+    caches.iter().map(|c| c.stored_kv()).collect()
+}
+
+/// Write a block `k`, `v` [B, kv_heads, T, d] at every row's offset (one scatter each for a
+/// whole packed cohort on the batched route, else one write per row); offsets move past it.
+pub fn write_block(caches: &mut [&mut KvCache], k: &Array, v: &Array) -> Result<()> {
+    let t = k.shape()[2];
+    if let Some(buffer) = whole_cohort(caches) {
+        let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
+        put_block(&buffer, &offsets, k, v)?;
+        for c in caches.iter_mut() {
+            c.advance(t);
+        }
+        return Ok(());
+    }
+    for (i, cache) in caches.iter_mut().enumerate() {
+        cache.write(&row(k, i as i32)?, &row(v, i as i32)?)?;
+    }
+    Ok(())
 }
 
 /// Off: packed cohorts take the per-row chain too (side-by-side benchmarks of the two;

@@ -18,6 +18,11 @@ use super::mlp::Mlp;
 use super::norm::RmsNorm;
 use super::weights::Weights;
 
+mod host;
+pub use host::{
+    HOST_MAX_ROWS, blocks_served as host_blocks_served, enabled as host_layers_enabled, set_enabled as set_host_layers,
+};
+
 /// `config.json` of a llama checkpoint, read with mlx-lm's `llama.ModelArgs` defaults.
 #[derive(Debug, Clone)]
 pub struct LlamaConfig {
@@ -228,6 +233,9 @@ pub struct LlamaModel {
     mtp: Option<MtpModule>,
     /// Activation dtype (float32 on the CPU).
     pub dtype: Dtype,
+    /// Whether the body and the MTP head can take the host decode path (`host.rs`).
+    host_body: bool,
+    host_mtp: bool,
 }
 
 impl LlamaModel {
@@ -302,7 +310,11 @@ impl LlamaModel {
         } else {
             None
         };
-        Ok(Self { cfg, embed, layers, norm, lm_head, mtp, dtype })
+        let mut model = Self { cfg, embed, layers, norm, lm_head, mtp, dtype, host_body: false, host_mtp: false };
+        if host::enabled() {
+            (model.host_body, model.host_mtp) = model.host_support();
+        }
+        Ok(model)
     }
 
     pub fn layer_kinds(&self) -> Vec<LayerKind> {
@@ -375,6 +387,9 @@ impl LanguageModel for LlamaModel {
             bail!("forward: {} rows of state for a batch of {b}", rows.len());
         }
         let t = tokens.shape()[1];
+        if self.host_serves((b * t) as usize, false) {
+            return self.host_forward(tokens, rows, logits);
+        }
         let mut x = self.embed.forward(tokens, self.dtype)?;
         for (li, layer) in self.layers.iter().enumerate() {
             let mut kvs: Vec<&mut KvCache> = rows
@@ -402,6 +417,9 @@ impl LanguageModel for LlamaModel {
     /// [B, T]; appends to each row's MTP KV and returns logits [B, T, V].
     fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
         let mtp = self.mtp.as_ref().context("this model has no MTP weights (no mtp.safetensors)")?;
+        if self.host_serves(tokens.size(), true) {
+            return self.host_mtp_forward(mtp, hidden, tokens, rows);
+        }
         let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
         let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
         let x = mtp.fc.forward(&mlx_rs::ops::concatenate(&[e, h], -1)?)?;

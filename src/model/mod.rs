@@ -13,6 +13,7 @@ pub mod gdn_kernel;
 pub mod gguf;
 pub mod gguf_import;
 pub mod gguf_tokenizer;
+pub mod host_ops;
 pub mod kv_slots;
 pub mod linear;
 pub mod llama;

@@ -56,17 +56,54 @@ pub fn rope(a: &Array, spec: RopeSpec, offsets: &[i32]) -> Result<Array> {
                     // SAFETY: (row, head, ti, j) is inside the shape, so `at + j * stride` is an element.
                     *x = unsafe { *src.add(at + j * strides[3]) };
                 }
-                let (cos, sin) = table.at(offset + ti);
-                for i in 0..half {
-                    let (p, q) = if spec.traditional { (2 * i, 2 * i + 1) } else { (i, i + half) };
-                    let (x1, x2) = (v[p], v[q]);
-                    v[p] = x1 * cos[i] - x2 * sin[i];
-                    v[q] = x1 * sin[i] + x2 * cos[i];
-                }
+                rotate(v, table.at(offset + ti), half, spec.traditional);
             }
         }
     }
     Ok(Array::from_slice(&out, &shape))
+}
+
+/// Rotate, in place, a host block `x` laid out [B, T, heads, head_dim] (row-major): position of
+/// (b, t) is `offsets[b] + t`. The same arithmetic as [`rope`], for the host decode path.
+pub fn rope_host(
+    x: &mut [f32],
+    t: usize,
+    heads: usize,
+    head_dim: usize,
+    spec: RopeSpec,
+    offsets: &[i32],
+) -> Result<()> {
+    let (d, dims) = (head_dim, spec.dims as usize);
+    if dims == 0 || !dims.is_multiple_of(2) || dims > d {
+        bail!("RoPE over {dims} of {d} dimensions");
+    }
+    if t == 0 || x.len() != offsets.len() * t * heads * d {
+        bail!("RoPE: {} values are not {} rows of [{t}, {heads}, {d}]", x.len(), offsets.len());
+    }
+    if offsets.iter().any(|&o| o < 0) {
+        bail!("negative RoPE offset in {offsets:?}");
+    }
+    let longest = offsets.iter().max().copied().unwrap_or(0) as usize + t;
+    let table = angles(spec, longest);
+    for (row, block) in x.chunks_exact_mut(t * heads * d).enumerate() {
+        for (ti, position) in block.chunks_exact_mut(heads * d).enumerate() {
+            let angle = table.at(offsets[row] as usize + ti);
+            for v in position.chunks_exact_mut(d) {
+                rotate(v, angle, dims / 2, spec.traditional);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One head vector rotated by one position's angles.
+fn rotate(v: &mut [f32], (cos, sin): (&[f32], &[f32]), half: usize, traditional: bool) {
+    for i in 0..half {
+        let (p, q) = if traditional { (2 * i, 2 * i + 1) } else { (i, i + half) };
+        let (x1, x2) = (v[p], v[q]);
+        v[p] = x1 * cos[i] - x2 * sin[i];
+        v[q] = x1 * sin[i] + x2 * cos[i];
+    }
 }
 
 /// The host route serves float32 blocks on MLX's CPU backend (`COHORT_HOST_ROPE=0` turns it off).
