@@ -2,8 +2,8 @@
 """The CPU weight routes side by side in one run (ABBA): cohort's CPU kernel on the quantized
 codes against the float32 copy on OpenBLAS, B1 and one B8 cohort, plain decoding and MTP.
 
-usage: scripts/bench_cpu_kernel.py [--model DIR] [--rounds R] [--gen N] ARM [ARM ...]
-  ARM = ROUTE:SCHED:MODE
+usage: scripts/bench_cpu_kernel.py [--model DIR] [--rounds R] [--gen N] [--alt-binary PATH] ARM [ARM ...]
+  ARM = [alt/]ROUTE:SCHED:MODE (alt/: run --alt-binary, e.g. a build of another commit)
     ROUTE  kernel (--weights kernel, what `auto` picks on an AVX2 CPU)
            | kernel-mlx-layers (the same with COHORT_HOST_LAYERS=0: each layer's norms, residual
              adds and KV writes as MLX ops between the host pieces, the route before the host
@@ -53,12 +53,17 @@ def requests(sched, gen):
 
 
 def run_arm(args, files, arm):
-    route, sched, mode = arm.split(":")
+    binary = args.binary
+    if arm.startswith("alt/"):
+        if not args.alt_binary:
+            sys.exit(f"{arm} needs --alt-binary")
+        binary = args.alt_binary
+    route, sched, mode = arm.removeprefix("alt/").split(":")
     if route not in ROUTES:
         sys.exit(f"unknown route {route!r} (one of {', '.join(ROUTES)})")
     weights, switches = ROUTES[route]
     env = dict(os.environ, **switches)
-    cmd = [args.binary, "generate", "-i", files[sched], "--weights", weights, "--generation-mode", mode,
+    cmd = [binary, "generate", "-i", files[sched], "--weights", weights, "--generation-mode", mode,
            "--scheduler", "serial" if sched == "b1" else "cohort"]
     if args.model:
         cmd += ["-m", args.model]
@@ -84,6 +89,7 @@ def main():
     ap.add_argument("--gen", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=1, help="ABBA rounds (each runs every arm twice)")
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/cohort"))
+    ap.add_argument("--alt-binary", help="the binary arms prefixed alt/ run")
     ap.add_argument("arms", nargs="+")
     args = ap.parse_args()
     files = {}

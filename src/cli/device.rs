@@ -15,8 +15,8 @@ pub struct DeviceArgs {
     iters: usize,
     /// Time a linear layer of K inputs and N outputs ("K,N") at several row counts: float32 BLAS
     /// whole, split into chunks of at most 8 rows, and with the weight as BLAS's left operand; and
-    /// cohort's CPU kernel on 4- and 8-bit codes of the same weight (blocks of up to 8 rows, the
-    /// blocks it serves).
+    /// cohort's CPU kernel on 4- and 8-bit codes of the same weight, on host buffers (blocks of up
+    /// to 16 rows, the blocks the host decode path gives it).
     #[arg(long, value_name = "K,N", value_delimiter = ',')]
     linear: Vec<i32>,
     /// Check the fused Gated DeltaNet kernel (CUDA only) and the plain-ops recurrence against a

@@ -187,7 +187,7 @@ pub fn time_matmul(n: i32, dtype: Dtype, iters: usize) -> Result<MatmulFigure> {
 
 /// Time `x [m, k] · w [n, k]ᵀ` (a linear layer's shape: w as the model stores it) for each row
 /// count in `rows`: in float32 whole, as chunks of at most `chunk` rows and as (w . xᵀ)ᵀ, and on
-/// the CPU kernel for the row counts it serves; medians in ms: how each behaves across the M a
+/// the CPU kernel (on host buffers) for the row counts the host decode path gives it; medians in ms: how each behaves across the M a
 /// decode step (1-8) and a verify (16) present.
 pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Result<Vec<LinearTiming>> {
     let key = mlx_rs::random::key(11)?;
@@ -231,9 +231,15 @@ pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Re
         })?;
         // (w . x^T)^T: the weight as BLAS's left operand.
         let flipped = time(&|| Ok(mlx_rs::ops::matmul(&w, x.t())?.t().contiguous()?))?;
+        let xs = x.try_as_slice::<f32>()?;
+        // The product on host buffers, as the host decode path calls it, for the blocks it serves.
         let on_kernel = |lin: &Option<crate::model::linear::Linear>| -> Result<Option<f64>> {
             match lin {
-                Some(l) if m <= crate::model::linear::CPU_KERNEL_MAX_ROWS => Ok(Some(time(&|| l.forward(&x))?)),
+                Some(crate::model::linear::Linear::CpuPacked { packed, .. })
+                    if m as usize <= crate::model::llama::HOST_MAX_ROWS =>
+                {
+                    Ok(Some(time(&|| Ok(Array::from_slice(&packed.matmul(xs, m as usize), &[m, n])))?))
+                }
                 _ => Ok(None),
             }
         };

@@ -35,9 +35,11 @@ impl Preset {
             Preset::Agent => (4, 4, 50, 2048),
             Preset::Throughput => (8, 8, 20, 2048),
         };
-        // On the CPU, prompt attention over a long chunk costs more than the chunks save: a
-        // 1,917-token prompt prefills at 154 tok/s in chunks of 256 and 97 tok/s in one chunk of
-        // 2048 (docs/benchmarks.md); GPUs keep long chunks (fewer launches).
+        // On the CPU, chunks of up to 512 attend on the host (model::attention_cpu), where a
+        // query costs only the positions it sees: a ~300-token prompt prefills fastest in one
+        // chunk, and longer ones gain nothing from longer chunks (docs/benchmarks.md). MLX's
+        // masked SDPA serves anything longer, and a 1,917-token prompt prefilled at 97 tok/s in
+        // one chunk of 2048 against 154 in chunks of 256. GPUs keep long chunks (fewer launches).
         let prefill_chunk = if super::runtime::Backend::detect() == super::runtime::Backend::Cpu {
             CPU_PREFILL_CHUNK
         } else {
@@ -47,8 +49,9 @@ impl Preset {
     }
 }
 
-/// Prompt tokens per prefill chunk on the CPU backend, whatever the preset.
-pub const CPU_PREFILL_CHUNK: usize = 256;
+/// Prompt tokens per prefill chunk on the CPU backend, whatever the preset (at most
+/// [`crate::model::attention_cpu::MAX_QUERIES`], so every chunk attends on the host).
+pub const CPU_PREFILL_CHUNK: usize = 512;
 
 impl SchedulerConfig {
     pub fn batch_wait(&self) -> Duration {

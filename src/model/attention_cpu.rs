@@ -1,9 +1,11 @@
-//! Attention for short query blocks (decode steps, drafts, verifies) on the host, for MLX's CPU
-//! backend.
+//! Attention on the host for MLX's CPU backend: decode steps, drafts, verifies and prefill chunks
+//! of up to [`MAX_QUERIES`] positions.
 //!
 //! MLX's CPU SDPA is a graph of small ops (and a mask for every block of more than one query):
 //! ~170 us for one 9-head query over 200 positions on this machine, more than the layer's
-//! projections on the CPU kernel. Here every (row, head, query position) attends over exactly the
+//! projections on the CPU kernel. For prefill chunks its softmax runs MLX's exp at width one
+//! (the wheel is built for baseline x86-64), and masked positions cost as much as visible ones.
+//! Here every (row, head, query position) attends over exactly the
 //! positions it may see, reading the evaluated KV buffer in place; the arithmetic of one query
 //! never depends on the others in its block, so a T=2 verify equals two single steps and a cohort
 //! row equals its solo run bit for bit.
@@ -13,8 +15,8 @@ use mlx_rs::{Array, Dtype};
 
 use super::cpu_pool::Pool;
 
-/// Query blocks up to this long are attended here (prefill chunks keep MLX's SDPA).
-pub const MAX_QUERIES: i32 = 16;
+/// Query blocks up to this long are attended here (longer prefill chunks take MLX's SDPA).
+pub const MAX_QUERIES: i32 = 512;
 
 /// One row's KV storage: `keys`/`values` [slots, kv_heads, capacity, head_dim] (this row's slot
 /// is `slot`), and how many positions precede the block.
@@ -269,8 +271,35 @@ fn run(qv: &View, sources: &[Source], out_strides: [usize; 3], out: &mut [f32], 
     });
 }
 
-/// `q . k` with k read at `stride`; eight partial sums, so the compiler vectorizes it.
+/// `q . k` with k read at `stride`: eight-lane AVX2 where the CPU has it (the same operations
+/// in the same order, so the same result).
 fn dot(q: &[f32], k: *const f32, stride: usize, d: usize) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if *AVX2 {
+        // SAFETY: the CPU has AVX2; the caller's pointer contract is forwarded.
+        return unsafe { dot_avx2(q, k, stride, d) };
+    }
+    dot_plain(q, k, stride, d)
+}
+
+#[cfg(target_arch = "x86_64")]
+static AVX2: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::arch::is_x86_feature_detected!("avx2"));
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_avx2(q: &[f32], k: *const f32, stride: usize, d: usize) -> f32 {
+    dot_plain(q, k, stride, d)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn axpy_avx2(o: &mut [f32], w: f32, v: *const f32, stride: usize) {
+    axpy_plain(o, w, v, stride)
+}
+
+/// `q . k` with k read at `stride`; eight partial sums, so the compiler vectorizes it.
+#[inline(always)]
+fn dot_plain(q: &[f32], k: *const f32, stride: usize, d: usize) -> f32 {
     let mut acc = [0f32; 8];
     if stride == 1 {
         // SAFETY: the key row holds d contiguous elements.
@@ -296,6 +325,16 @@ fn dot(q: &[f32], k: *const f32, stride: usize, d: usize) -> f32 {
 
 /// `o += w * v`, v read at `stride`.
 fn axpy(o: &mut [f32], w: f32, v: *const f32, stride: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if *AVX2 {
+        // SAFETY: the CPU has AVX2; the caller's pointer contract is forwarded.
+        return unsafe { axpy_avx2(o, w, v, stride) };
+    }
+    axpy_plain(o, w, v, stride)
+}
+
+#[inline(always)]
+fn axpy_plain(o: &mut [f32], w: f32, v: *const f32, stride: usize) {
     if stride == 1 {
         // SAFETY: the value row holds o.len() contiguous elements.
         let v = unsafe { std::slice::from_raw_parts(v, o.len()) };

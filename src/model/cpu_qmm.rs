@@ -20,9 +20,10 @@ use super::config::QuantSpec;
 /// Codes are dequantized in sub-blocks of this many values (one group holds one or more).
 const SUB: usize = 32;
 
-/// Blocks of up to this many rows dequantize each sub-block in registers for every pair of rows;
-/// larger ones dequantize an output row once into a scratch buffer that every row then reads.
-const DIRECT_ROWS: usize = 4;
+/// Blocks of up to this many rows dequantize each sub-block in registers for every row;
+/// larger ones dequantize a few output rows once into a scratch buffer that every row then
+/// reads.
+const DIRECT_ROWS: usize = 2;
 
 /// A weight matrix `[out, in]` kept as affine codes: `w[o][i] = scale[o][g] * code + bias[o][g]`
 /// with `g = i / group`.
@@ -198,8 +199,9 @@ fn repack_nibbles(words: &[u32]) -> Vec<u8> {
     out
 }
 
-/// The portable route. It keeps the SIMD route's shape (four accumulators of eight lanes, the
-/// same reduction tree) so both give the same kind of rounding; row independence holds in both.
+/// The portable route: the SIMD route's arithmetic element for element (the same dequantized
+/// values, one eight-lane accumulator per row and output fed in input order, the same final
+/// sum), so both routes agree bit for bit.
 mod scalar {
     use super::{PackedMatrix, SUB};
 
@@ -221,19 +223,13 @@ mod scalar {
     }
 
     fn dot(w: &[f32], x: &[f32]) -> f32 {
-        let mut acc = [[0f32; 8]; 4];
-        for (wb, xb) in w.chunks_exact(SUB).zip(x.chunks_exact(SUB)) {
-            for (k, a) in acc.iter_mut().enumerate() {
-                for l in 0..8 {
-                    a[l] = wb[8 * k + l].mul_add(xb[8 * k + l], a[l]);
-                }
+        let mut acc = [0f32; 8];
+        for (wb, xb) in w.chunks_exact(8).zip(x.chunks_exact(8)) {
+            for l in 0..8 {
+                acc[l] = wb[l].mul_add(xb[l], acc[l]);
             }
         }
-        let mut v = [0f32; 8];
-        for l in 0..8 {
-            v[l] = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
-        }
-        super::hsum8(v)
+        super::hsum8(acc)
     }
 
     pub fn columns(m: &PackedMatrix, x: &[f32], rows: usize, lo: usize, hi: usize, y: &mut [f32]) {
@@ -259,6 +255,9 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{DIRECT_ROWS, PackedMatrix, SUB};
+
+    /// Outputs dequantized together: the direct path's tile, and the scratch path's block.
+    const OUTS: usize = 4;
 
     /// Eight f32 lanes from the low 8 bytes of `v`.
     #[inline]
@@ -291,97 +290,186 @@ mod avx2 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn finish(acc: [__m256; 4]) -> f32 {
-        let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    fn finish(acc: __m256) -> f32 {
         let mut lanes = [0f32; 8];
         // SAFETY: `lanes` holds 8 floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
         super::hsum8(lanes)
-    }
-
-    /// One row against dequantized sub-blocks: acc[k] += w[k] * x[8k..8k+8].
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn accumulate(acc: &mut [__m256; 4], w: &[__m256; 4], x: *const f32) {
-        for k in 0..4 {
-            // SAFETY: the caller passes a pointer to 32 floats.
-            acc[k] = _mm256_fmadd_ps(w[k], unsafe { _mm256_loadu_ps(x.add(8 * k)) }, acc[k]);
-        }
     }
 
     /// # Safety
     /// AVX2 and FMA must be present; `x` is `[rows, m.inp]`, `y` is `[rows, m.out]`.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn columns(m: &PackedMatrix, x: &[f32], rows: usize, lo: usize, hi: usize, y: &mut [f32]) {
+        let mut o = lo;
+        if rows == 1 {
+            // SAFETY (all calls): o + tile <= hi <= m.out, and x holds `rows` rows.
+            while o + OUTS <= hi {
+                unsafe { direct::<OUTS, 1>(m, x, 0, o, y) };
+                o += OUTS;
+            }
+            while o < hi {
+                unsafe { direct::<1, 1>(m, x, 0, o, y) };
+                o += 1;
+            }
+            return;
+        }
+        if rows <= DIRECT_ROWS {
+            // Two outputs for a pair of rows: four accumulators leave registers for the weights.
+            while o + 2 <= hi {
+                unsafe { direct_rows::<2>(m, x, rows, o, y) };
+                o += 2;
+            }
+            while o < hi {
+                unsafe { direct_rows::<1>(m, x, rows, o, y) };
+                o += 1;
+            }
+            return;
+        }
+        let mut scratch = vec![_mm256_setzero_ps(); OUTS * m.inp / 8];
+        while o < hi {
+            let n = OUTS.min(hi - o);
+            // SAFETY: as above; scratch holds OUTS rows of inp / 8 vectors.
+            unsafe { scratch_block(m, x, rows, o, n, &mut scratch, y) };
+            o += n;
+        }
+    }
+
+    /// Outputs o..o+N for every row straight from the codes: nothing is stored between
+    /// dequantizing and using, and N independent accumulators per row hide the FMA latency.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn direct_rows<const N: usize>(m: &PackedMatrix, x: &[f32], rows: usize, o: usize, y: &mut [f32]) {
+        let mut r = 0;
+        // SAFETY: forwarded from the caller.
+        while r + 2 <= rows {
+            unsafe { direct::<N, 2>(m, x, r, o, y) };
+            r += 2;
+        }
+        if r < rows {
+            unsafe { direct::<N, 1>(m, x, r, o, y) };
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn direct<const N: usize, const R: usize>(m: &PackedMatrix, x: &[f32], r0: usize, o: usize, y: &mut [f32]) {
         let sub_bytes = SUB * m.bits as usize / 8;
         let subs_per_group = m.group / SUB;
-        let mut scratch = vec![_mm256_setzero_ps(); if rows > DIRECT_ROWS { m.inp / 8 } else { 0 }];
-        for o in lo..hi {
-            let codes = m.row_codes(o).as_ptr();
-            let (scales, biases) = m.group_params(o);
-            if rows <= DIRECT_ROWS {
-                // Straight from the codes, one or two rows at a time: nothing is stored between
-                // dequantizing and using (a verify's two rows cost about one row's dequantizing).
-                let mut r = 0;
-                while r < rows {
-                    let pair = r + 1 < rows;
-                    let (mut a0, mut a1) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
-                    let x0 = x[r * m.inp..].as_ptr();
-                    let x1 = if pair { x[(r + 1) * m.inp..].as_ptr() } else { x0 };
-                    for (g, (&s, &b)) in scales.iter().zip(biases).enumerate() {
-                        let (s, b) = (_mm256_set1_ps(s), _mm256_set1_ps(b));
-                        for j in 0..subs_per_group {
-                            let sb = g * subs_per_group + j;
-                            // SAFETY: sb < inp / SUB, so the codes and rows r, r+1 of x hold it.
-                            unsafe {
-                                let w = sub_block(m.bits, codes.add(sb * sub_bytes), s, b);
-                                accumulate(&mut a0, &w, x0.add(sb * SUB));
-                                if pair {
-                                    accumulate(&mut a1, &w, x1.add(sb * SUB));
-                                }
+        let groups = m.inp / m.group;
+        let codes: [*const u8; N] = std::array::from_fn(|i| m.row_codes(o + i).as_ptr());
+        let params: [(&[f32], &[f32]); N] = std::array::from_fn(|i| m.group_params(o + i));
+        let xs: [*const f32; R] = std::array::from_fn(|r| x[(r0 + r) * m.inp..].as_ptr());
+        let mut acc = [[_mm256_setzero_ps(); R]; N];
+        for g in 0..groups {
+            for j in 0..subs_per_group {
+                let sb = g * subs_per_group + j;
+                for i in 0..N {
+                    let (s, b) = (_mm256_set1_ps(params[i].0[g]), _mm256_set1_ps(params[i].1[g]));
+                    // SAFETY: sb < inp / SUB, so the codes and every row of x hold it.
+                    unsafe {
+                        let w = sub_block(m.bits, codes[i].add(sb * sub_bytes), s, b);
+                        for r in 0..R {
+                            let xp = xs[r].add(sb * SUB);
+                            for (k, wk) in w.iter().enumerate() {
+                                acc[i][r] = _mm256_fmadd_ps(*wk, _mm256_loadu_ps(xp.add(8 * k)), acc[i][r]);
                             }
                         }
                     }
-                    y[r * m.out + o] = finish(a0);
-                    if pair {
-                        y[(r + 1) * m.out + o] = finish(a1);
-                    }
-                    r += 2;
                 }
-                continue;
             }
-            // Several rows: dequantize the output row once, then run every row over it with the
-            // single-row arithmetic (same values, same accumulators, same order).
+        }
+        for i in 0..N {
+            for r in 0..R {
+                y[(r0 + r) * m.out + o + i] = finish(acc[i][r]);
+            }
+        }
+    }
+
+    /// Outputs o..o+n (n <= OUTS) for many rows: each output row is dequantized once into
+    /// `scratch`, then tiles of two outputs x four rows run over it with the direct path's
+    /// arithmetic (same values, same accumulator, same order).
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn scratch_block(
+        m: &PackedMatrix,
+        x: &[f32],
+        rows: usize,
+        o: usize,
+        n: usize,
+        scratch: &mut [__m256],
+        y: &mut [f32],
+    ) {
+        let sub_bytes = SUB * m.bits as usize / 8;
+        let subs_per_group = m.group / SUB;
+        let vecs = m.inp / 8;
+        for i in 0..n {
+            let codes = m.row_codes(o + i).as_ptr();
+            let (scales, biases) = m.group_params(o + i);
             for (g, (&s, &b)) in scales.iter().zip(biases).enumerate() {
                 let (s, b) = (_mm256_set1_ps(s), _mm256_set1_ps(b));
                 for j in 0..subs_per_group {
                     let sb = g * subs_per_group + j;
-                    // SAFETY: as above; scratch holds inp / 8 vectors.
+                    // SAFETY: sb < inp / SUB inside this output's codes.
                     let w = unsafe { sub_block(m.bits, codes.add(sb * sub_bytes), s, b) };
-                    scratch[4 * sb..4 * sb + 4].copy_from_slice(&w);
+                    scratch[i * vecs + 4 * sb..i * vecs + 4 * sb + 4].copy_from_slice(&w);
                 }
             }
-            let mut r = 0;
-            while r < rows {
-                let pair = r + 1 < rows;
-                let (mut a0, mut a1) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
-                let x0 = x[r * m.inp..].as_ptr();
-                let x1 = if pair { x[(r + 1) * m.inp..].as_ptr() } else { x0 };
-                for (sb, w) in scratch.chunks_exact(4).enumerate() {
-                    let w: &[__m256; 4] = w.try_into().expect("four vectors");
-                    // SAFETY: sb < inp / SUB inside rows r (and r+1 when paired) of x.
-                    unsafe {
-                        accumulate(&mut a0, w, x0.add(sb * SUB));
-                        if pair {
-                            accumulate(&mut a1, w, x1.add(sb * SUB));
-                        }
+        }
+        let mut r = 0;
+        while r < rows {
+            let left = rows - r;
+            let mut i = 0;
+            while i < n {
+                let pair = i + 1 < n;
+                // SAFETY: rows r.. and outputs o+i.. are inside x, y and scratch.
+                unsafe {
+                    match (left, pair) {
+                        (4.., true) => tile::<2, 4>(m, x, scratch, r, o, i, y),
+                        (4.., false) => tile::<1, 4>(m, x, scratch, r, o, i, y),
+                        (3, true) => tile::<2, 3>(m, x, scratch, r, o, i, y),
+                        (3, false) => tile::<1, 3>(m, x, scratch, r, o, i, y),
+                        (2, true) => tile::<2, 2>(m, x, scratch, r, o, i, y),
+                        (2, false) => tile::<1, 2>(m, x, scratch, r, o, i, y),
+                        (_, true) => tile::<2, 1>(m, x, scratch, r, o, i, y),
+                        (_, false) => tile::<1, 1>(m, x, scratch, r, o, i, y),
                     }
                 }
-                y[r * m.out + o] = finish(a0);
-                if pair {
-                    y[(r + 1) * m.out + o] = finish(a1);
+                i += if pair { 2 } else { 1 };
+            }
+            r += left.min(4);
+        }
+    }
+
+    // `v` indexes every output's scratch row and every row of x in lockstep.
+    #[allow(clippy::needless_range_loop)]
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile<const N: usize, const R: usize>(
+        m: &PackedMatrix,
+        x: &[f32],
+        scratch: &[__m256],
+        r0: usize,
+        o: usize,
+        i0: usize,
+        y: &mut [f32],
+    ) {
+        let vecs = m.inp / 8;
+        let ws: [&[__m256]; N] = std::array::from_fn(|i| &scratch[(i0 + i) * vecs..(i0 + i + 1) * vecs]);
+        let xs: [*const f32; R] = std::array::from_fn(|r| x[(r0 + r) * m.inp..].as_ptr());
+        let mut acc = [[_mm256_setzero_ps(); R]; N];
+        for v in 0..vecs {
+            // SAFETY: v < inp / 8 inside every row of x.
+            let xv: [__m256; R] = std::array::from_fn(|r| unsafe { _mm256_loadu_ps(xs[r].add(8 * v)) });
+            for i in 0..N {
+                let w = ws[i][v];
+                for r in 0..R {
+                    acc[i][r] = _mm256_fmadd_ps(w, xv[r], acc[i][r]);
                 }
-                r += 2;
+            }
+        }
+        for i in 0..N {
+            for r in 0..R {
+                y[(r0 + r) * m.out + o + i0 + i] = finish(acc[i][r]);
             }
         }
     }

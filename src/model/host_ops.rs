@@ -13,7 +13,7 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
         let mut chunks = row.chunks_exact(8);
         for c in chunks.by_ref() {
             for l in 0..8 {
-                acc[l] = c[l].mul_add(c[l], acc[l]);
+                acc[l] += c[l] * c[l];
             }
         }
         let tail: f32 = chunks.remainder().iter().map(|v| v * v).sum();

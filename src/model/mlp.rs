@@ -32,11 +32,28 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let h = mlx_rs::nn::silu(self.gate_proj.forward(x)?)?.multiply(self.up_proj.forward(x)?)?;
+        let (gate, up) = (self.gate_proj.forward(x)?, self.up_proj.forward(x)?);
+        let h = if host_gate(&gate) {
+            // MLX's CPU build computes exp at width one, each step a libm fmaf call: its fused
+            // silu kernel was ~6% of a prefill (docs/benchmarks.md); glibc's expf is cheaper.
+            mlx_rs::transforms::eval([&gate, &up])?;
+            let (mut g, u) = (super::host_ops::to_host(&gate)?, super::host_ops::to_host(&up)?);
+            super::host_ops::silu_mul(&mut g, &u);
+            Array::from_slice(&g, gate.shape())
+        } else {
+            mlx_rs::nn::silu(gate)?.multiply(up)?
+        };
         self.down_proj.forward(&h)
     }
 
     pub fn nbytes(&self) -> usize {
         self.gate_proj.nbytes() + self.up_proj.nbytes() + self.down_proj.nbytes()
     }
+}
+
+/// SwiGLU's gate on the host: float32 blocks on MLX's CPU backend (`COHORT_HOST_GATE=0` off).
+fn host_gate(gate: &Array) -> bool {
+    static ON: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| super::cpu_pool::host_route_on("COHORT_HOST_GATE"));
+    *ON && gate.dtype() == mlx_rs::Dtype::Float32
 }
