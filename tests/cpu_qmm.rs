@@ -83,7 +83,7 @@ fn packed(c: &Case) -> PackedMatrix {
 fn products_match_a_float64_reference_for_4_and_8_bit_codes() {
     eprintln!("SIMD route available: {}", simd_available());
     for (bits, group) in [(4, 32), (4, 64), (8, 32), (8, 128)] {
-        let c = case(72, 256, bits, group, 7 + bits as u64 + group as u64);
+        let c = case(70, 256, bits, group, 7 + bits as u64 + group as u64);
         let m = packed(&c);
         for rows in [1, 2, 3, 8, 16] {
             let x = activations(rows, c.inp, 99 + rows as u64);
@@ -100,7 +100,7 @@ fn products_match_a_float64_reference_for_4_and_8_bit_codes() {
 fn every_row_of_a_block_equals_its_single_row_product_bit_for_bit() {
     // What makes a T=2 verify equal two single steps, and a cohort row equal its solo run.
     for (bits, group) in [(4, 32), (8, 64)] {
-        let c = case(40, 192, bits, group, 31);
+        let c = case(42, 192, bits, group, 31);
         let m = packed(&c);
         for rows in [2, 5, 16] {
             let x = activations(rows, c.inp, 5 + rows as u64);

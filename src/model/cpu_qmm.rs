@@ -25,6 +25,12 @@ const SUB: usize = 32;
 /// reads.
 const DIRECT_ROWS: usize = 2;
 
+/// Output rows are stored interleaved in tiles of this many: sub-block j of a tile's rows side
+/// by side, then sub-block j+1, and likewise their scales and biases, so the kernel reads a tile
+/// it computes together as one stream (four streams of the 49152-row LM head ran at half the
+/// speed of one).
+const TILE: usize = 4;
+
 /// A weight matrix `[out, in]` kept as affine codes: `w[o][i] = scale[o][g] * code + bias[o][g]`
 /// with `g = i / group`.
 pub struct PackedMatrix {
@@ -32,8 +38,9 @@ pub struct PackedMatrix {
     inp: usize,
     bits: u32,
     group: usize,
-    /// Per output row `inp * bits / 8` bytes. 4-bit sub-blocks hold value k in the low nibble
-    /// of byte k and value k+16 in its high nibble; 8-bit codes are stored in order.
+    /// `inp * bits / 8` bytes per output row, tiled ([`TILE`]; the last tile padded with zeros).
+    /// 4-bit sub-blocks hold value k in the low nibble of byte k and value k+16 in its high
+    /// nibble; 8-bit codes are stored in order.
     codes: Vec<u8>,
     scales: Vec<f32>,
     biases: Vec<f32>,
@@ -78,7 +85,7 @@ impl PackedMatrix {
             4 => repack_nibbles(words),
             _ => words.iter().flat_map(|w| w.to_le_bytes()).collect(),
         };
-        Ok(Self { out, inp, bits, group, codes, scales: to_f32(scales)?, biases: to_f32(biases)? })
+        Ok(Self::tiled(out, inp, bits, group, &codes, &to_f32(scales)?, &to_f32(biases)?))
     }
 
     /// Build from plain values (tests): codes `[out, in]` in `0..2^bits`, scales and biases
@@ -105,7 +112,34 @@ impl PackedMatrix {
             4 => codes.chunks(SUB).flat_map(|sb| (0..SUB / 2).map(move |k| sb[k] | (sb[k + SUB / 2] << 4))).collect(),
             _ => codes.to_vec(),
         };
-        Ok(Self { out, inp, bits, group, codes: packed, scales: scales.to_vec(), biases: biases.to_vec() })
+        Ok(Self::tiled(out, inp, bits, group, &packed, scales, biases))
+    }
+
+    /// Lay row-major codes (in sub-block order) and parameters out in tiles.
+    fn tiled(out: usize, inp: usize, bits: u32, group: usize, codes: &[u8], scales: &[f32], biases: &[f32]) -> Self {
+        let padded = out.div_ceil(TILE) * TILE;
+        let mut m = Self {
+            out,
+            inp,
+            bits,
+            group,
+            codes: vec![0; padded * inp * bits as usize / 8],
+            scales: vec![0.0; padded * (inp / group)],
+            biases: vec![0.0; padded * (inp / group)],
+        };
+        let (sub_bytes, subs, groups) = (m.sub_bytes(), inp / SUB, inp / group);
+        for o in 0..out {
+            for sb in 0..subs {
+                let (from, to) = ((o * subs + sb) * sub_bytes, m.code_at(o, sb));
+                m.codes[to..to + sub_bytes].copy_from_slice(&codes[from..from + sub_bytes]);
+            }
+            for g in 0..groups {
+                let to = m.param_at(o, g);
+                m.scales[to] = scales[o * groups + g];
+                m.biases[to] = biases[o * groups + g];
+            }
+        }
+        m
     }
 
     pub fn out_features(&self) -> usize {
@@ -136,9 +170,9 @@ impl PackedMatrix {
         assert_eq!(x.len(), rows * self.inp, "x is not [{rows}, {}]", self.inp);
         let mut y = vec![0f32; rows * self.out];
         let pool = super::cpu_pool::Pool::global();
-        // Parts of whole 8-output strips, at most one per thread.
+        // Parts of whole 8-output strips (two tiles), at most one per thread.
         let parts = pool.threads().min(self.out.div_ceil(8)).max(1);
-        let per = self.out.div_ceil(parts);
+        let per = self.out.div_ceil(parts).div_ceil(TILE) * TILE;
         let dst = super::cpu_pool::Disjoint(y.as_mut_ptr());
         let dst = &dst;
         pool.run(parts, &|t| {
@@ -166,14 +200,18 @@ impl PackedMatrix {
         scalar::columns(self, x, rows, lo, hi, y);
     }
 
-    fn row_codes(&self, o: usize) -> &[u8] {
-        let n = self.inp * self.bits as usize / 8;
-        &self.codes[o * n..(o + 1) * n]
+    fn sub_bytes(&self) -> usize {
+        SUB * self.bits as usize / 8
     }
 
-    fn group_params(&self, o: usize) -> (&[f32], &[f32]) {
-        let g = self.inp / self.group;
-        (&self.scales[o * g..(o + 1) * g], &self.biases[o * g..(o + 1) * g])
+    /// Where output o's sub-block sb starts in `codes`; sub-block sb+1 is `TILE * sub_bytes` on.
+    fn code_at(&self, o: usize, sb: usize) -> usize {
+        ((o / TILE * (self.inp / SUB) + sb) * TILE + o % TILE) * self.sub_bytes()
+    }
+
+    /// Where output o's group g sits in `scales`/`biases`; group g+1 is `TILE` on.
+    fn param_at(&self, o: usize, g: usize) -> usize {
+        (o / TILE * (self.inp / self.group) + g) * TILE + o % TILE
     }
 }
 
@@ -206,19 +244,18 @@ mod scalar {
     use super::{PackedMatrix, SUB};
 
     fn dequantize(m: &PackedMatrix, o: usize, w: &mut [f32]) {
-        let codes = m.row_codes(o);
-        let (scales, biases) = m.group_params(o);
         for (i, wi) in w.iter_mut().enumerate() {
+            let (sb, k) = (i / SUB, i % SUB);
+            let codes = &m.codes[m.code_at(o, sb)..];
             let code = match m.bits {
                 4 => {
-                    let (sb, k) = (i / SUB, i % SUB);
-                    let byte = codes[sb * SUB / 2 + k % (SUB / 2)];
+                    let byte = codes[k % (SUB / 2)];
                     if k < SUB / 2 { byte & 0xf } else { byte >> 4 }
                 }
-                _ => codes[i],
+                _ => codes[k],
             };
-            let g = i / m.group;
-            *wi = f32::from(code).mul_add(scales[g], biases[g]);
+            let p = m.param_at(o, i / m.group);
+            *wi = f32::from(code).mul_add(m.scales[p], m.biases[p]);
         }
     }
 
@@ -254,10 +291,10 @@ fn hsum8(v: [f32; 8]) -> f32 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{DIRECT_ROWS, PackedMatrix, SUB};
+    use super::{DIRECT_ROWS, PackedMatrix, SUB, TILE};
 
     /// Outputs dequantized together: the direct path's tile, and the scratch path's block.
-    const OUTS: usize = 4;
+    const OUTS: usize = TILE;
 
     /// Eight f32 lanes from the low 8 bytes of `v`.
     #[inline]
@@ -354,21 +391,24 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn direct<const N: usize, const R: usize>(m: &PackedMatrix, x: &[f32], r0: usize, o: usize, y: &mut [f32]) {
-        let sub_bytes = SUB * m.bits as usize / 8;
+        let step = TILE * m.sub_bytes();
         let subs_per_group = m.group / SUB;
         let groups = m.inp / m.group;
-        let codes: [*const u8; N] = std::array::from_fn(|i| m.row_codes(o + i).as_ptr());
-        let params: [(&[f32], &[f32]); N] = std::array::from_fn(|i| m.group_params(o + i));
+        // SAFETY (pointers): code_at/param_at address output o+i's first sub-block and group;
+        // later ones are whole tiles on, inside the padded storage.
+        let codes: [*const u8; N] = std::array::from_fn(|i| unsafe { m.codes.as_ptr().add(m.code_at(o + i, 0)) });
+        let params: [usize; N] = std::array::from_fn(|i| m.param_at(o + i, 0));
         let xs: [*const f32; R] = std::array::from_fn(|r| x[(r0 + r) * m.inp..].as_ptr());
         let mut acc = [[_mm256_setzero_ps(); R]; N];
         for g in 0..groups {
             for j in 0..subs_per_group {
                 let sb = g * subs_per_group + j;
                 for i in 0..N {
-                    let (s, b) = (_mm256_set1_ps(params[i].0[g]), _mm256_set1_ps(params[i].1[g]));
+                    let p = params[i] + g * TILE;
+                    let (s, b) = (_mm256_set1_ps(m.scales[p]), _mm256_set1_ps(m.biases[p]));
                     // SAFETY: sb < inp / SUB, so the codes and every row of x hold it.
                     unsafe {
-                        let w = sub_block(m.bits, codes[i].add(sb * sub_bytes), s, b);
+                        let w = sub_block(m.bits, codes[i].add(sb * step), s, b);
                         for r in 0..R {
                             let xp = xs[r].add(sb * SUB);
                             for (k, wk) in w.iter().enumerate() {
@@ -399,18 +439,16 @@ mod avx2 {
         scratch: &mut [__m256],
         y: &mut [f32],
     ) {
-        let sub_bytes = SUB * m.bits as usize / 8;
         let subs_per_group = m.group / SUB;
         let vecs = m.inp / 8;
         for i in 0..n {
-            let codes = m.row_codes(o + i).as_ptr();
-            let (scales, biases) = m.group_params(o + i);
-            for (g, (&s, &b)) in scales.iter().zip(biases).enumerate() {
-                let (s, b) = (_mm256_set1_ps(s), _mm256_set1_ps(b));
+            for g in 0..m.inp / m.group {
+                let p = m.param_at(o + i, g);
+                let (s, b) = (_mm256_set1_ps(m.scales[p]), _mm256_set1_ps(m.biases[p]));
                 for j in 0..subs_per_group {
                     let sb = g * subs_per_group + j;
-                    // SAFETY: sb < inp / SUB inside this output's codes.
-                    let w = unsafe { sub_block(m.bits, codes.add(sb * sub_bytes), s, b) };
+                    // SAFETY: code_at addresses a whole sub-block of this output.
+                    let w = unsafe { sub_block(m.bits, m.codes.as_ptr().add(m.code_at(o + i, sb)), s, b) };
                     scratch[i * vecs + 4 * sb..i * vecs + 4 * sb + 4].copy_from_slice(&w);
                 }
             }
