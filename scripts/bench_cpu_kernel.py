@@ -13,6 +13,8 @@ usage: scripts/bench_cpu_kernel.py [--model DIR] [--rounds R] [--gen N] [--alt-b
            | f32-mlx-rope (--weights dequantize, COHORT_HOST_ROPE=0 COHORT_HOST_ATTENTION=0: the
              CPU route before the kernel)
     SCHED  b1 (6 chat questions one after another) | b8 (8 chat questions as one cohort)
+           | p300 (4 prompts of 292-351 tokens cut from README.md, one token each: the prefill
+             figure; "decode" then reports the median prefill tok/s)
     MODE   ar | mtp
 Prints per arm and round: decode tok/s (B1: median of the rows; B8: tokens after each row's first
 / the longest row's decode time), B1 prefill tok/s, acceptance, the route; then medians. Every
@@ -44,6 +46,11 @@ ROUTES = {
 
 
 def requests(sched, gen):
+    if sched == "p300":
+        words = open(os.path.join(ROOT, "README.md")).read().split()
+        return [{"id": "w", "prompt": "Hi", "chat": True, "max_tokens": 2, "temperature": 0}] + [
+            {"id": f"q{i}", "prompt": " ".join(words[9 * i:9 * i + 160]), "max_tokens": 1, "temperature": 0}
+            for i in range(4)]
     n = 6 if sched == "b1" else 8
     warm = [{"id": f"w{i}", "prompt": "Hi", "chat": True, "max_tokens": 4, "temperature": 0}
             for i in range(1 if sched == "b1" else 8)]
@@ -64,12 +71,16 @@ def run_arm(args, files, arm):
     weights, switches = ROUTES[route]
     env = dict(os.environ, **switches)
     cmd = [binary, "generate", "-i", files[sched], "--weights", weights, "--generation-mode", mode,
-           "--scheduler", "serial" if sched == "b1" else "cohort"]
+           "--scheduler", "cohort" if sched == "b8" else "serial"]
     if args.model:
         cmd += ["-m", args.model]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     rows = [r for r in (json.loads(x) for x in out.splitlines() if x.startswith("{")) if r["id"].startswith("q")]
     stats = [r["stats"] for r in rows]
+    if sched == "p300":
+        prefill = statistics.median(s["prefill_tok_s"] for s in stats)
+        return {"decode": prefill, "prefill": prefill, "acceptance": 0.0, "route": f"{len(rows)} prompts",
+                "starts": [r["token_ids"][:1] for r in rows]}
     if sched == "b8":
         if {s["real_width"] for s in stats} != {8} or any("serial" in s["route"] for s in stats):
             sys.exit(f"{arm} did not run as one cohort of 8 ({ {s['route'] for s in stats} })")
@@ -93,7 +104,7 @@ def main():
     ap.add_argument("arms", nargs="+")
     args = ap.parse_args()
     files = {}
-    for sched in ("b1", "b8"):
+    for sched in ("b1", "b8", "p300"):
         with tempfile.NamedTemporaryFile("w", suffix=f"-{sched}.jsonl", delete=False) as f:
             f.write("".join(json.dumps(r) + "\n" for r in requests(sched, args.gen)))
             files[sched] = f.name
