@@ -51,27 +51,22 @@ pub fn values(a: &Array) -> Result<&[f32]> {
 /// A block's values as a host vector (evaluating and making it contiguous as needed).
 pub fn to_host(a: &Array) -> Result<Vec<f32>> {
     let a = if a.dtype() == Dtype::Float32 { a.clone() } else { a.as_dtype(Dtype::Float32)? };
-    a.eval()?;
-    Ok(match a.try_as_slice::<f32>() {
-        Ok(v) => v.to_vec(),
-        Err(_) => {
-            let c = a.contiguous()?;
-            c.eval()?;
-            c.try_as_slice::<f32>()?.to_vec()
-        }
-    })
+    in_order(&a)
 }
 
 /// Token ids of `tokens` (any integer dtype, any shape), in order.
 pub fn token_ids(tokens: &Array) -> Result<Vec<i32>> {
     let t = if tokens.dtype() == Dtype::Int32 { tokens.clone() } else { tokens.as_dtype(Dtype::Int32)? };
-    t.eval()?;
-    Ok(match t.try_as_slice::<i32>() {
-        Ok(v) => v.to_vec(),
-        Err(_) => {
-            let c = t.contiguous()?;
-            c.eval()?;
-            c.try_as_slice::<i32>()?.to_vec()
-        }
-    })
+    in_order(&t)
+}
+
+/// Elements in logical order: read in place when row-contiguous, else through a contiguous copy.
+fn in_order<T: mlx_rs::ArrayElement + Clone>(a: &Array) -> Result<Vec<T>> {
+    a.eval()?;
+    if let Ok(v) = a.try_as_slice::<T>() {
+        return Ok(v.to_vec());
+    }
+    let c = a.contiguous()?;
+    c.eval()?;
+    Ok(c.try_as_slice::<T>()?.to_vec())
 }
