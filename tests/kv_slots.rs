@@ -10,7 +10,6 @@ use cohort::model::cache::{KvCache, LayerState, RowCache};
 use cohort::model::config::LayerKind;
 use cohort::model::kv_slots::{self, Block, RopeSpec};
 use cohort::model::linear::{self, LinearRoute};
-use cohort::model::rope_cpu;
 use common::to_f32;
 use mlx_rs::Array;
 
@@ -199,26 +198,24 @@ fn swap_middle(x: &[f32], w: usize, a: usize, b: usize) -> Vec<f32> {
     out
 }
 
-/// The host decode path's attention for one layer (as `model::llama`'s host path runs it): RoPE
-/// on host buffers, attention over the storage as it stood plus the block from the host, then
-/// the write. Takes and returns the test's [w, heads, T, d] layout.
+/// The host decode path's attention for one layer (`kv_slots::attend_host`, as `model::llama`'s
+/// host path calls it), after one evaluation of the rows' storage. Takes and returns the test's
+/// [w, heads, T, d] layout.
 fn host_block_step(caches: &mut [&mut KvCache], [q, k, v]: [&[f32]; 3], t: usize, rope: RopeSpec) -> Array {
-    let (w, heads, kv_heads, d) = (caches.len(), HEADS as usize, KV_HEADS as usize, DIM as usize);
-    let mut q = swap_middle(q, w, heads, t);
-    let mut k = swap_middle(k, w, kv_heads, t);
-    let v = swap_middle(v, w, kv_heads, t);
-    let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-    rope_cpu::rope_host(&mut q, t, heads, d, rope, &offsets).unwrap();
-    rope_cpu::rope_host(&mut k, t, kv_heads, d, rope, &offsets).unwrap();
+    let (w, heads, kv_heads) = (caches.len(), HEADS as usize, KV_HEADS as usize);
     let stored = kv_slots::stored_before(caches);
     let arrays: Vec<&Array> = stored.iter().flatten().flat_map(|r| [&r.keys, &r.values]).collect();
     mlx_rs::transforms::eval(arrays).unwrap();
-    let block = attention_cpu::HostBlock { q: &q, k: &k, v: &v, rows: w, t, heads, kv_heads, head_dim: d };
-    let out = attention_cpu::attend_host_block(&block, &stored, (DIM as f32).powf(-0.5)).unwrap();
-    drop(stored);
-    let shape = [w as i32, t as i32, KV_HEADS, DIM];
-    let cache_layout = |x: &[f32]| Array::from_slice(x, &shape).transpose_axes(&[0, 2, 1, 3]).unwrap();
-    kv_slots::write_block(caches, &cache_layout(&k), &cache_layout(&v)).unwrap();
+    let qkv = kv_slots::HostQkv {
+        q: swap_middle(q, w, heads, t),
+        k: swap_middle(k, w, kv_heads, t),
+        v: swap_middle(v, w, kv_heads, t),
+        t,
+        heads,
+        kv_heads,
+        head_dim: DIM as usize,
+    };
+    let out = kv_slots::attend_host(caches, stored, qkv, rope, (DIM as f32).powf(-0.5)).unwrap();
     Array::from_slice(&swap_middle(&out, w, t, heads), &[w as i32, HEADS, t as i32, DIM])
 }
 

@@ -297,6 +297,43 @@ pub fn stored_before(caches: &[&mut KvCache]) -> Vec<Option<attention_cpu::RowKv
     caches.iter().map(|c| c.stored_kv()).collect()
 }
 
+/// One layer's attention on host buffers (the host decode path): `q` [B, T, heads, d] and `k`,
+/// `v` [B, T, kv_heads, d], before RoPE.
+pub struct HostQkv {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub t: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// Rotate `qkv` at each row's offset, attend over `stored` (the rows' storage as it stood
+/// before the block, from [`stored_before`], evaluated) and the block itself, then write the
+/// block. Returns [B, T, heads, d].
+pub fn attend_host(
+    caches: &mut [&mut KvCache],
+    stored: Vec<Option<attention_cpu::RowKv>>,
+    qkv: HostQkv,
+    rope: RopeSpec,
+    scale: f32,
+) -> Result<Vec<f32>> {
+    let HostQkv { mut q, mut k, v, t, heads, kv_heads, head_dim: d } = qkv;
+    let rows = caches.len();
+    let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
+    rope_cpu::rope_host(&mut q, t, heads, d, rope, &offsets)?;
+    rope_cpu::rope_host(&mut k, t, kv_heads, d, rope, &offsets)?;
+    let block = attention_cpu::HostBlock { q: &q, k: &k, v: &v, rows, t, heads, kv_heads, head_dim: d };
+    let attended = attention_cpu::attend_host_block(&block, &stored, scale)?;
+    // The storage's last readers go before the write, so MLX updates it in place.
+    drop(stored);
+    let shape = [rows as i32, t as i32, kv_heads as i32, d as i32];
+    let to_cache = |data: &[f32]| Array::from_slice(data, &shape).transpose_axes(&[0, 2, 1, 3]);
+    write_block(caches, &to_cache(&k)?, &to_cache(&v)?)?;
+    Ok(attended)
+}
+
 /// Write a block `k`, `v` [B, kv_heads, T, d] at every row's offset (one scatter each for a
 /// whole packed cohort on the batched route, else one write per row); offsets move past it.
 pub fn write_block(caches: &mut [&mut KvCache], k: &Array, v: &Array) -> Result<()> {

@@ -51,7 +51,9 @@ impl Mlp {
     }
 }
 
-/// SwiGLU's gate on the host: float32 blocks on MLX's CPU backend (`COHORT_HOST_GATE=0` off).
+/// SwiGLU's gate on the host: float32 blocks on MLX's CPU backend, wherever the MLP runs as MLX
+/// ops (prefill chunks; every block of a model without the host decode path)
+/// (`COHORT_HOST_GATE=0` off).
 fn host_gate(gate: &Array) -> bool {
     static ON: std::sync::LazyLock<bool> =
         std::sync::LazyLock::new(|| super::cpu_pool::host_route_on("COHORT_HOST_GATE"));

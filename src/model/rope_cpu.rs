@@ -25,18 +25,10 @@ pub fn rope(a: &Array, spec: RopeSpec, offsets: &[i32]) -> Result<Array> {
         bail!("RoPE takes [B, heads, T, head_dim], got {shape:?}");
     }
     let (b, h, t, d) = (shape[0] as usize, shape[1] as usize, shape[2] as usize, shape[3] as usize);
-    let dims = spec.dims as usize;
-    if dims == 0 || !dims.is_multiple_of(2) || dims > d {
-        bail!("RoPE over {dims} of {d} dimensions");
-    }
     if offsets.len() != 1 && offsets.len() != b {
         bail!("{} RoPE offsets for {b} rows", offsets.len());
     }
-    if offsets.iter().any(|&o| o < 0) {
-        bail!("negative RoPE offset in {offsets:?}");
-    }
-    let longest = offsets.iter().max().copied().unwrap_or(0) as usize + t;
-    let table = angles(spec, longest);
+    let table = checked_table(spec, d, offsets, t)?;
     a.eval()?;
     let strides = a.strides().to_vec();
     // SAFETY: `a` is evaluated float32, so its data pointer (offset included) addresses every
@@ -45,7 +37,7 @@ pub fn rope(a: &Array, spec: RopeSpec, offsets: &[i32]) -> Result<Array> {
     if src.is_null() {
         bail!("RoPE: the block has no data");
     }
-    let half = dims / 2;
+    let half = spec.dims as usize / 2;
     let mut out = vec![0f32; b * h * t * d];
     for (row, chunk) in out.chunks_exact_mut(h * t * d).enumerate() {
         let offset = offsets[if offsets.len() == 1 { 0 } else { row }] as usize;
@@ -73,27 +65,33 @@ pub fn rope_host(
     spec: RopeSpec,
     offsets: &[i32],
 ) -> Result<()> {
-    let (d, dims) = (head_dim, spec.dims as usize);
-    if dims == 0 || !dims.is_multiple_of(2) || dims > d {
-        bail!("RoPE over {dims} of {d} dimensions");
-    }
+    let d = head_dim;
+    let table = checked_table(spec, d, offsets, t)?;
     if t == 0 || x.len() != offsets.len() * t * heads * d {
         bail!("RoPE: {} values are not {} rows of [{t}, {heads}, {d}]", x.len(), offsets.len());
     }
-    if offsets.iter().any(|&o| o < 0) {
-        bail!("negative RoPE offset in {offsets:?}");
-    }
-    let longest = offsets.iter().max().copied().unwrap_or(0) as usize + t;
-    let table = angles(spec, longest);
     for (row, block) in x.chunks_exact_mut(t * heads * d).enumerate() {
         for (ti, position) in block.chunks_exact_mut(heads * d).enumerate() {
             let angle = table.at(offsets[row] as usize + ti);
             for v in position.chunks_exact_mut(d) {
-                rotate(v, angle, dims / 2, spec.traditional);
+                rotate(v, angle, spec.dims as usize / 2, spec.traditional);
             }
         }
     }
     Ok(())
+}
+
+/// The angles for `t` positions past each of `offsets`, once `spec` is checked against heads of
+/// `d` and the offsets are checked to be positions.
+fn checked_table(spec: RopeSpec, d: usize, offsets: &[i32], t: usize) -> Result<Arc<Table>> {
+    let dims = spec.dims as usize;
+    if dims == 0 || !dims.is_multiple_of(2) || dims > d {
+        bail!("RoPE over {dims} of {d} dimensions");
+    }
+    if offsets.iter().any(|&o| o < 0) {
+        bail!("negative RoPE offset in {offsets:?}");
+    }
+    Ok(angles(spec, offsets.iter().max().copied().unwrap_or(0) as usize + t))
 }
 
 /// One head vector rotated by one position's angles.

@@ -18,12 +18,12 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::Array;
 
 use super::{DecoderLayer, LlamaModel, MtpModule};
-use crate::model::attention_cpu::{self, HostBlock, RowKv};
+use crate::model::attention_cpu::RowKv;
 use crate::model::cache::{KvCache, LayerState, RowCache};
 use crate::model::cpu_qmm::PackedMatrix;
 use crate::model::forward::{ForwardOutput, Logits};
 use crate::model::host_ops::{add_assign, rms_norm, silu_mul, to_host, token_ids, values};
-use crate::model::kv_slots::{self, RopeSpec};
+use crate::model::kv_slots::{self, HostQkv, RopeSpec};
 use crate::model::linear::Linear;
 use crate::model::norm::RmsNorm;
 
@@ -136,16 +136,16 @@ impl LlamaModel {
                 }
             }
         }
-        let mut stored: Vec<Vec<Option<RowKv>>> = per_layer.iter().map(|c| kv_slots::stored_before(c)).collect();
+        let stored: Vec<Vec<Option<RowKv>>> = per_layer.iter().map(|c| kv_slots::stored_before(c)).collect();
         settle(stored.iter().flatten())?;
-        for ((layer, caches), stored) in self.layers.iter().zip(&mut per_layer).zip(stored.iter_mut()) {
-            self.host_layer(layer, &mut x, caches, std::mem::take(stored), t)?;
+        for ((layer, caches), stored) in self.layers.iter().zip(&mut per_layer).zip(stored) {
+            self.host_layer(layer, &mut x, caches, stored, t)?;
         }
         for r in rows.iter_mut() {
             r.len += t as i32;
         }
         let h = self.cfg.hidden_size as usize;
-        let hidden = rms_norm(&x, values(&self.norm.weight)?, self.norm.eps);
+        let hidden = self.norm.host(&x)?;
         let logits = match logits {
             Logits::All => Some(head(&io, &hidden, b, t)?),
             Logits::Last => {
@@ -201,24 +201,19 @@ impl LlamaModel {
         t: usize,
     ) -> Result<()> {
         let a = &layer.attn;
-        let (heads, kv_heads, d) = (a.heads as usize, a.kv_heads as usize, a.head_dim as usize);
-        let rows = caches.len();
-        let m = rows * t;
+        let m = caches.len() * t;
         let normed = layer.input_norm.host(x)?;
-        let mut q = proj(&a.q_proj)?.matmul(&normed, m);
-        let mut k = proj(&a.k_proj)?.matmul(&normed, m);
-        let v = proj(&a.v_proj)?.matmul(&normed, m);
-        let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
+        let qkv = HostQkv {
+            q: proj(&a.q_proj)?.matmul(&normed, m),
+            k: proj(&a.k_proj)?.matmul(&normed, m),
+            v: proj(&a.v_proj)?.matmul(&normed, m),
+            t,
+            heads: a.heads as usize,
+            kv_heads: a.kv_heads as usize,
+            head_dim: a.head_dim as usize,
+        };
         let rope = RopeSpec { dims: a.head_dim, traditional: a.rope_traditional, base: a.rope_theta };
-        crate::model::rope_cpu::rope_host(&mut q, t, heads, d, rope, &offsets)?;
-        crate::model::rope_cpu::rope_host(&mut k, t, kv_heads, d, rope, &offsets)?;
-        let block = HostBlock { q: &q, k: &k, v: &v, rows, t, heads, kv_heads, head_dim: d };
-        let attended = attention_cpu::attend_host_block(&block, &stored, (d as f32).powf(-0.5))?;
-        // The storage's last readers go before the write, so MLX updates it in place.
-        drop(stored);
-        let shape = [rows as i32, t as i32, kv_heads as i32, d as i32];
-        let to_cache = |data: &[f32]| Array::from_slice(data, &shape).transpose_axes(&[0, 2, 1, 3]);
-        kv_slots::write_block(caches, &to_cache(&k)?, &to_cache(&v)?)?;
+        let attended = kv_slots::attend_host(caches, stored, qkv, rope, (a.head_dim as f32).powf(-0.5))?;
         add_assign(x, &proj(&a.o_proj)?.matmul(&attended, m));
         let normed = layer.post_norm.host(x)?;
         let mut gate = proj(&layer.mlp.gate_proj)?.matmul(&normed, m);
