@@ -19,6 +19,11 @@ pub struct DeviceArgs {
     /// to 16 rows, the blocks the host decode path gives it).
     #[arg(long, value_name = "K,N", value_delimiter = ',')]
     linear: Vec<i32>,
+    /// Time host attention (MLX's CPU backend) for HEADS query heads over KV_HEADS heads of D
+    /// ("HEADS,KV_HEADS,D"; the default model is 9,3,64): 1 and 8 rows, 1 and 2 query positions,
+    /// over 64, 300 and 1000 stored positions.
+    #[arg(long, value_name = "HEADS,KV_HEADS,D", value_delimiter = ',')]
+    attention: Vec<usize>,
     /// Check the fused Gated DeltaNet kernel (CUDA only) and the plain-ops recurrence against a
     /// float64 reference at the real Qwen3.6 geometry; exits 1 when one is off by more than 1e-4.
     #[arg(long)]
@@ -31,6 +36,9 @@ pub struct DeviceArgs {
 pub fn run(args: DeviceArgs) -> Result<()> {
     if args.check_kernels {
         return check_kernels();
+    }
+    if !args.attention.is_empty() {
+        return time_attention(&args.attention, args.iters);
     }
     if let [k, n] = args.linear[..] {
         println!(
@@ -80,6 +88,27 @@ pub fn run(args: DeviceArgs) -> Result<()> {
             iters = args.iters,
             tf = f.tflops
         );
+    }
+    Ok(())
+}
+
+fn time_attention(shape: &[usize], iters: usize) -> Result<()> {
+    let &[heads, kv_heads, d] = shape else {
+        anyhow::bail!("--attention takes HEADS,KV_HEADS,D (three numbers), not {shape:?}");
+    };
+    anyhow::ensure!(
+        kv_heads > 0 && d > 0 && heads.is_multiple_of(kv_heads),
+        "--attention {heads},{kv_heads},{d}: the query heads must be a multiple of the KV heads, both above zero"
+    );
+    let cases: Vec<_> = [1, 8]
+        .into_iter()
+        .flat_map(|r| [1, 2].into_iter().flat_map(move |t| [64, 300, 1000].map(|c| (r, t, c))))
+        .collect();
+    println!(
+        "host attention, {heads} heads over {kv_heads} KV heads of {d}, {iters} runs (ms): rows | T | context | min | median"
+    );
+    for t in crate::model::attention_timing::time_attention(heads, kv_heads, d, &cases, iters)? {
+        println!("{:4} | {} | {:5} | {:8.3} | {:8.3}", t.rows, t.t, t.context, t.min_ms, t.median_ms);
     }
     Ok(())
 }

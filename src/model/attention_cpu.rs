@@ -206,145 +206,340 @@ struct Source<'a> {
     offset: usize,
 }
 
+/// Positions `0..len` of one KV head: element x of position j at `ptr + j * step + x * elem`.
+#[derive(Clone, Copy)]
+struct Span {
+    ptr: *const f32,
+    step: usize,
+    elem: usize,
+    len: usize,
+}
+
 impl Source<'_> {
-    /// Key or value row j of KV head `group` and its element stride.
-    fn at(&self, j: usize, group: usize, value: bool) -> (*const f32, usize) {
-        if j < self.stored_len
-            && let Some(s) = &self.stored
-        {
-            let a = if value { &s.values } else { &s.keys };
-            return (a.at([s.slot, group, j, 0]), a.strides[3]);
+    fn kv_heads(&self) -> usize {
+        match (&self.stored, self.block) {
+            (Some(s), _) => s.keys.shape[1] as usize,
+            (None, Some((k, _, _))) => k.shape[1] as usize,
+            (None, None) => unreachable!("a source has storage or a block"),
         }
-        let (k, v, row) = self.block.expect("positions past the storage come from the block");
-        let a = if value { v } else { k };
-        (a.at([row, group, j - self.offset, 0]), a.strides[3])
+    }
+
+    /// KV head `group`'s keys (or values) as two spans: the storage's positions, then the
+    /// block's.
+    fn spans(&self, group: usize, value: bool) -> [Span; 2] {
+        let empty = Span { ptr: std::ptr::null(), step: 0, elem: 1, len: 0 };
+        let stored = match &self.stored {
+            Some(s) if self.stored_len > 0 => {
+                let a = if value { &s.values } else { &s.keys };
+                Span { ptr: a.at([s.slot, group, 0, 0]), step: a.strides[2], elem: a.strides[3], len: self.stored_len }
+            }
+            _ => empty,
+        };
+        let block = match self.block {
+            Some((k, v, row)) => {
+                let a = if value { v } else { k };
+                let len = a.shape[2] as usize - (self.stored_len - self.offset);
+                let first = [row, group, self.stored_len - self.offset, 0];
+                Span { ptr: a.at(first), step: a.strides[2], elem: a.strides[3], len }
+            }
+            None => empty,
+        };
+        [stored, block]
     }
 }
+
+/// Query tiles of at most this many (head, position) pairs run one after another on one thread.
+const TILE: usize = 8;
 
 /// Every (row, head, query position) of `q` (logical [B, heads, T, d]) over its sources; output
 /// element (b, h, t, :) at `b * out_strides[0] + h * out_strides[1] + t * out_strides[2]`.
+///
+/// The query heads that share a KV head (GQA) are dealt out together, position-major, in tiles,
+/// so a KV head's rows are read from memory once and from cache by the tile's other queries. A
+/// query's own arithmetic (its dot products, softmax and weighted sum, in key order) does not
+/// depend on the tile it is in.
 fn run(qv: &View, sources: &[Source], out_strides: [usize; 3], out: &mut [f32], scale: f32) {
-    let (b, heads, t, d) = (qv.shape[0] as usize, qv.shape[1] as usize, qv.shape[2] as usize, qv.shape[3] as usize);
-    let items = b * heads * t;
+    let (b, heads, t) = (qv.shape[0] as usize, qv.shape[1] as usize, qv.shape[2] as usize);
     let pool = Pool::global();
-    let parts = pool.threads().min(items).max(1);
-    let per = items.div_ceil(parts);
+    let threads = pool.threads();
+    let kv_heads = sources.first().map_or(1, Source::kv_heads);
+    let per_group = heads / kv_heads * t;
+    // Smaller tiles when there are too few to keep every thread busy (a B1 decode step).
+    let mut tile = TILE.min(per_group).max(1);
+    while tile > 1 && b * kv_heads * per_group.div_ceil(tile) < 2 * threads {
+        tile = tile.div_ceil(2);
+    }
+    let tiles = per_group.div_ceil(tile);
+    let items = b * kv_heads * tiles;
+    let parts = threads.min(items).max(1);
     let dst = super::cpu_pool::Disjoint(out.as_mut_ptr());
-    let dst = &dst;
+    let work = Work { qv, sources, out_strides, dst: &dst, scale, heads, t, kv_heads, tile, tiles };
     pool.run(parts, &|p| {
-        let mut scores = Vec::new();
-        let mut query = vec![0f32; d];
-        for item in p * per..((p + 1) * per).min(items) {
-            let (bi, hi, ti) = (item / (heads * t), item / t % heads, item % t);
-            let source = &sources[bi];
-            let kv_heads = match (&source.stored, source.block) {
-                (Some(s), _) => s.keys.shape[1] as usize,
-                (None, Some((k, _, _))) => k.shape[1] as usize,
-                (None, None) => unreachable!("a source has storage or a block"),
-            };
-            let group = hi / (heads / kv_heads);
-            let visible = source.offset + ti + 1;
-            for (x, v) in query.iter_mut().zip(qv.row([bi, hi, ti], d)) {
-                *x = v;
-            }
-            scores.clear();
-            let mut top = f32::NEG_INFINITY;
-            for j in 0..visible {
-                let (k, stride) = source.at(j, group, false);
-                let s = scale * dot(&query, k, stride, d);
-                top = top.max(s);
-                scores.push(s);
-            }
-            let mut total = 0f32;
-            for s in scores.iter_mut() {
-                *s = (*s - top).exp();
-                total += *s;
-            }
-            let at = bi * out_strides[0] + hi * out_strides[1] + ti * out_strides[2];
-            // SAFETY: each item owns its d outputs; `out` outlives `run`.
-            let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add(at), d) };
-            for (j, w) in scores.iter().enumerate() {
-                let (v, stride) = source.at(j, group, true);
-                axpy(o, w / total, v, stride);
-            }
+        // Items are dealt round-robin: a causal prefill chunk's later tiles see more keys.
+        let mine = (p..items).step_by(parts);
+        #[cfg(target_arch = "x86_64")]
+        if *AVX2 {
+            // SAFETY: the CPU has AVX2.
+            return unsafe { work.items_avx2(mine) };
         }
+        work.items::<false>(mine)
     });
 }
 
-/// `q . k` with k read at `stride`: eight-lane AVX2 where the CPU has it (the same operations
-/// in the same order, so the same result).
-fn dot(q: &[f32], k: *const f32, stride: usize, d: usize) -> f32 {
+/// One `run`'s inputs, shared by its pool parts.
+struct Work<'a, 'b> {
+    qv: &'a View,
+    sources: &'a [Source<'b>],
+    out_strides: [usize; 3],
+    dst: &'a super::cpu_pool::Disjoint,
+    scale: f32,
+    heads: usize,
+    t: usize,
+    kv_heads: usize,
+    tile: usize,
+    tiles: usize,
+}
+
+/// A pool part's scratch: one query, its scores, and contiguous copies of strided spans.
+#[derive(Default)]
+struct Scratch {
+    query: Vec<f32>,
+    scores: Vec<f32>,
+    copies: [Vec<f32>; 2],
+}
+
+impl Work<'_, '_> {
     #[cfg(target_arch = "x86_64")]
-    if *AVX2 {
-        // SAFETY: the CPU has AVX2; the caller's pointer contract is forwarded.
-        return unsafe { dot_avx2(q, k, stride, d) };
+    #[target_feature(enable = "avx2")]
+    unsafe fn items_avx2(&self, items: impl Iterator<Item = usize>) {
+        self.items::<true>(items)
     }
-    dot_plain(q, k, stride, d)
-}
 
-#[cfg(target_arch = "x86_64")]
-static AVX2: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::arch::is_x86_feature_detected!("avx2"));
+    /// `AVX`: the caller runs with AVX2 enabled.
+    #[inline(always)]
+    fn items<const AVX: bool>(&self, items: impl Iterator<Item = usize>) {
+        let mut s = Scratch::default();
+        for item in items {
+            self.tile_at::<AVX>(item, &mut s);
+        }
+    }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn dot_avx2(q: &[f32], k: *const f32, stride: usize, d: usize) -> f32 {
-    dot_plain(q, k, stride, d)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn axpy_avx2(o: &mut [f32], w: f32, v: *const f32, stride: usize) {
-    axpy_plain(o, w, v, stride)
-}
-
-/// `q . k` with k read at `stride`; eight partial sums, so the compiler vectorizes it.
-#[inline(always)]
-fn dot_plain(q: &[f32], k: *const f32, stride: usize, d: usize) -> f32 {
-    let mut acc = [0f32; 8];
-    if stride == 1 {
-        // SAFETY: the key row holds d contiguous elements.
-        let k = unsafe { std::slice::from_raw_parts(k, d) };
-        let mut qc = q.chunks_exact(8);
-        let mut kc = k.chunks_exact(8);
-        for (a, b) in qc.by_ref().zip(kc.by_ref()) {
-            for l in 0..8 {
-                acc[l] += a[l] * b[l];
+    /// Tile `item % tiles` of KV head `item / tiles % kv_heads` of row `item / (tiles * kv_heads)`:
+    /// its queries one after another, so the KV head's rows stay in cache between them.
+    #[inline(always)]
+    fn tile_at<const AVX: bool>(&self, item: usize, s: &mut Scratch) {
+        let d = self.qv.shape[3] as usize;
+        let (bi, group, ti) =
+            (item / (self.tiles * self.kv_heads), item / self.tiles % self.kv_heads, item % self.tiles);
+        let share = self.heads / self.kv_heads;
+        let source = &self.sources[bi];
+        let [keys, values] = [false, true].map(|v| source.spans(group, v));
+        let (keys, values) = {
+            let [kc, vc] = &mut s.copies;
+            (contiguous(keys, d, kc), contiguous(values, d, vc))
+        };
+        let first = ti * self.tile;
+        for k in first..(first + self.tile).min(share * self.t) {
+            let (pos, h) = (k / share, group * share + k % share);
+            let visible = source.offset + pos + 1;
+            s.query.clear();
+            s.query.extend(self.qv.row([bi, h, pos], d));
+            s.scores.clear();
+            s.scores.resize(visible, 0.0);
+            let mut j = 0;
+            for span in &keys {
+                let n = span.len.min(visible - j);
+                scores::<AVX>(&s.query, span, &mut s.scores[j..j + n], self.scale);
+                j += n;
+            }
+            softmax(&mut s.scores);
+            let at = bi * self.out_strides[0] + h * self.out_strides[1] + pos * self.out_strides[2];
+            // SAFETY: each (row, head, position) belongs to one tile, whose d outputs only it
+            // writes; `out` outlives `run`.
+            let o = unsafe { std::slice::from_raw_parts_mut(self.dst.0.add(at), d) };
+            o.fill(0.0);
+            let mut j = 0;
+            for span in &values {
+                let n = span.len.min(visible - j);
+                weighted_sum::<AVX>(&s.scores[j..j + n], span, o);
+                j += n;
             }
         }
-        for (l, (a, b)) in qc.remainder().iter().zip(kc.remainder()).enumerate() {
-            acc[l] += a * b;
+    }
+}
+
+/// `spans` with contiguous elements (strided ones copied into `copies`, row-major).
+fn contiguous(spans: [Span; 2], d: usize, copies: &mut Vec<f32>) -> [Span; 2] {
+    if spans.iter().all(|s| s.elem == 1) {
+        return spans;
+    }
+    copies.clear();
+    for span in &spans {
+        for p in 0..span.len {
+            // SAFETY: spans point into evaluated arrays (or host blocks) holding `len` positions.
+            copies.extend((0..d).map(|x| unsafe { *span.ptr.add(p * span.step + x * span.elem) }));
         }
-    } else {
-        for (j, a) in q.iter().enumerate() {
-            // SAFETY: j < d elements at `stride`.
-            acc[j % 8] += a * unsafe { *k.add(j * stride) };
+    }
+    let [a, b] = spans;
+    let base = copies.as_ptr();
+    // SAFETY: the second span's rows follow the first's in `copies`.
+    let second = unsafe { base.add(a.len * d) };
+    [Span { ptr: base, step: d, elem: 1, len: a.len }, Span { ptr: second, step: d, elem: 1, len: b.len }]
+}
+
+/// In place: `exp(x - max) / sum`, summed in key order.
+#[inline(always)]
+fn softmax(scores: &mut [f32]) {
+    let top = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let mut total = 0f32;
+    for x in scores.iter_mut() {
+        *x = (*x - top).exp();
+        total += *x;
+    }
+    for x in scores.iter_mut() {
+        *x /= total;
+    }
+}
+
+/// `out[j] = scale * (q . key j)` for the first `out.len()` keys of `span` (contiguous rows).
+///
+/// Each dot product sums lane l of x = l, l+8, l+16, ... in order, then the lanes as
+/// ((0+4)+(1+5))+((2+6)+(3+7)): the same on every route, so the same result.
+#[inline(always)]
+fn scores<const AVX: bool>(q: &[f32], span: &Span, out: &mut [f32], scale: f32) {
+    let d = q.len();
+    #[cfg(target_arch = "x86_64")]
+    if AVX && d.is_multiple_of(8) {
+        // SAFETY: AVX is only true inside `items_avx2`, on a CPU with AVX2; the span holds
+        // out.len() rows of d contiguous elements.
+        return unsafe { scores_avx(q, span, out, scale) };
+    }
+    for (j, o) in out.iter_mut().enumerate() {
+        // SAFETY: as above.
+        let k = unsafe { std::slice::from_raw_parts(span.ptr.add(j * span.step), d) };
+        *o = scale * dot_plain(q, k);
+    }
+}
+
+#[inline(always)]
+fn dot_plain(q: &[f32], k: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut qc = q.chunks_exact(8);
+    let mut kc = k.chunks_exact(8);
+    for (a, b) in qc.by_ref().zip(kc.by_ref()) {
+        for l in 0..8 {
+            acc[l] += a[l] * b[l];
         }
+    }
+    for (l, (a, b)) in qc.remainder().iter().zip(kc.remainder()).enumerate() {
+        acc[l] += a * b;
     }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
-/// `o += w * v`, v read at `stride`.
-fn axpy(o: &mut [f32], w: f32, v: *const f32, stride: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if *AVX2 {
-        // SAFETY: the CPU has AVX2; the caller's pointer contract is forwarded.
-        return unsafe { axpy_avx2(o, w, v, stride) };
+/// [`scores`] in AVX registers, four keys at a time (d a multiple of 8).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn scores_avx(q: &[f32], span: &Span, out: &mut [f32], scale: f32) {
+    use std::arch::x86_64::*;
+    let d = q.len();
+    let key = |j: usize| unsafe { span.ptr.add(j * span.step) };
+    // Lanes (0+4, 1+5, 2+6, 3+7) of one key's accumulator.
+    let halves = |acc: __m256| _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+    let vscale = _mm_set1_ps(scale);
+    let mut j = 0;
+    while j + 4 <= out.len() {
+        let (k0, k1, k2, k3) = (key(j), key(j + 1), key(j + 2), key(j + 3));
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut x = 0;
+        while x < d {
+            // SAFETY: x + 8 <= d elements in the query and in each key row.
+            unsafe {
+                let qx = _mm256_loadu_ps(q.as_ptr().add(x));
+                acc[0] = _mm256_add_ps(acc[0], _mm256_mul_ps(qx, _mm256_loadu_ps(k0.add(x))));
+                acc[1] = _mm256_add_ps(acc[1], _mm256_mul_ps(qx, _mm256_loadu_ps(k1.add(x))));
+                acc[2] = _mm256_add_ps(acc[2], _mm256_mul_ps(qx, _mm256_loadu_ps(k2.add(x))));
+                acc[3] = _mm256_add_ps(acc[3], _mm256_mul_ps(qx, _mm256_loadu_ps(k3.add(x))));
+            }
+            x += 8;
+        }
+        // hadd(a, b) = (a0+a1, a2+a3, b0+b1, b2+b3): twice gives each key's (0+1)+(2+3) of its
+        // halves, which is ((0+4)+(1+5))+((2+6)+(3+7)) of its lanes.
+        let pairs01 = _mm_hadd_ps(halves(acc[0]), halves(acc[1]));
+        let pairs23 = _mm_hadd_ps(halves(acc[2]), halves(acc[3]));
+        let sums = _mm_mul_ps(vscale, _mm_hadd_ps(pairs01, pairs23));
+        // SAFETY: j + 4 <= out.len().
+        unsafe { _mm_storeu_ps(out.as_mut_ptr().add(j), sums) };
+        j += 4;
     }
-    axpy_plain(o, w, v, stride)
+    for (jj, o) in out.iter_mut().enumerate().skip(j) {
+        // SAFETY: the span holds out.len() rows of d elements.
+        let k = unsafe { std::slice::from_raw_parts(key(jj), d) };
+        *o = scale * dot_plain(q, k);
+    }
 }
 
+/// `o += sum_j w[j] * value j` over the first `w.len()` values of `span` (contiguous rows), each
+/// element summed in key order.
 #[inline(always)]
-fn axpy_plain(o: &mut [f32], w: f32, v: *const f32, stride: usize) {
-    if stride == 1 {
-        // SAFETY: the value row holds o.len() contiguous elements.
-        let v = unsafe { std::slice::from_raw_parts(v, o.len()) };
+fn weighted_sum<const AVX: bool>(w: &[f32], span: &Span, o: &mut [f32]) {
+    let d = o.len();
+    #[cfg(target_arch = "x86_64")]
+    if AVX && d.is_multiple_of(8) {
+        // SAFETY: as in `scores`.
+        return unsafe { weighted_sum_avx(w, span, o) };
+    }
+    for (j, &wj) in w.iter().enumerate() {
+        // SAFETY: the span holds w.len() rows of d elements.
+        let v = unsafe { std::slice::from_raw_parts(span.ptr.add(j * span.step), d) };
         for (x, y) in o.iter_mut().zip(v) {
-            *x += w * y;
-        }
-    } else {
-        for (j, x) in o.iter_mut().enumerate() {
-            // SAFETY: j < o.len() elements at `stride`.
-            *x += w * unsafe { *v.add(j * stride) };
+            *x += wj * y;
         }
     }
 }
+
+/// [`weighted_sum`] with up to 64 outputs at a time held in AVX registers over all the keys.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn weighted_sum_avx(w: &[f32], span: &Span, o: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let d = o.len();
+    let mut x0 = 0;
+    while x0 < d {
+        let lanes = ((d - x0) / 8).min(8);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (c, a) in acc.iter_mut().enumerate().take(lanes) {
+            // SAFETY: x0 + 8 * lanes <= d.
+            *a = unsafe { _mm256_loadu_ps(o.as_ptr().add(x0 + 8 * c)) };
+        }
+        if lanes == 8 {
+            for (j, &wj) in w.iter().enumerate() {
+                let wv = _mm256_set1_ps(wj);
+                // SAFETY: value row j holds d elements; x0 + 64 <= d.
+                let v = unsafe { span.ptr.add(j * span.step + x0) };
+                for (c, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, unsafe { _mm256_loadu_ps(v.add(8 * c)) }));
+                }
+            }
+        } else {
+            for (j, &wj) in w.iter().enumerate() {
+                let wv = _mm256_set1_ps(wj);
+                // SAFETY: as above, x0 + 8 * lanes <= d.
+                let v = unsafe { span.ptr.add(j * span.step + x0) };
+                for (c, a) in acc.iter_mut().enumerate().take(lanes) {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, unsafe { _mm256_loadu_ps(v.add(8 * c)) }));
+                }
+            }
+        }
+        for (c, a) in acc.iter().enumerate().take(lanes) {
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(x0 + 8 * c), *a) };
+        }
+        x0 += 8 * lanes;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+static AVX2: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::arch::is_x86_feature_detected!("avx2"));

@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod attention_cpu;
+pub mod attention_timing;
 pub mod cache;
 pub mod config;
 pub mod cpu_pool;
