@@ -5,22 +5,11 @@
 //! storage, and storage whose elements are strided. Each query's result must also be the same bit
 //! for bit whatever else is in its block: the property that makes a T=2 verify equal two steps.
 
+mod common;
+
 use cohort::model::attention_cpu::{self, HostBlock, RowKv};
+use common::Lcg;
 use mlx_rs::Array;
-
-/// Deterministic pseudo-random values in [-1, 1).
-struct Lcg(u64);
-
-impl Lcg {
-    fn fill(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((self.0 >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-            })
-            .collect()
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Shape {

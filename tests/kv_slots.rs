@@ -10,7 +10,7 @@ use cohort::model::cache::{KvCache, LayerState, RowCache};
 use cohort::model::config::LayerKind;
 use cohort::model::kv_slots::{self, Block, RopeSpec};
 use cohort::model::linear::{self, LinearRoute};
-use common::to_f32;
+use common::{Lcg, to_f32};
 use mlx_rs::Array;
 
 const HEADS: i32 = 4;
@@ -18,25 +18,6 @@ const KV_HEADS: i32 = 2;
 const DIM: i32 = 16;
 const BASE: f32 = 10_000.0;
 const TOLERANCE: f64 = 1e-5;
-
-/// Deterministic pseudo-random values in [-1, 1).
-struct Lcg(u64);
-
-impl Lcg {
-    fn fill(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((self.0 >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-            })
-            .collect()
-    }
-
-    fn array(&mut self, shape: &[i32]) -> (Array, Vec<f32>) {
-        let data = self.fill(shape.iter().product::<i32>() as usize);
-        (Array::from_slice(&data, shape), data)
-    }
-}
 
 /// Rotate one head vector at `pos`: pairs (j, j + dims/2) for j < dims/2; the rest unchanged.
 fn rope_ref(x: &[f32], pos: i32, dims: i32) -> Vec<f64> {

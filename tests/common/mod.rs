@@ -84,3 +84,23 @@ pub fn to_f32(a: &mlx_rs::Array) -> Vec<f32> {
     a.eval().unwrap();
     a.as_slice::<f32>().to_vec()
 }
+
+/// Deterministic pseudo-random values in [-1, 1) for tests that build their own inputs.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn fill(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((self.0 >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
+            })
+            .collect()
+    }
+
+    /// An MLX array of `shape` filled from the sequence, and its values.
+    pub fn array(&mut self, shape: &[i32]) -> (mlx_rs::Array, Vec<f32>) {
+        let data = self.fill(shape.iter().product::<i32>() as usize);
+        (mlx_rs::Array::from_slice(&data, shape), data)
+    }
+}
