@@ -256,3 +256,29 @@ fn the_shipped_smollm2_head_fits_smollm2() {
         assert!(to_f32(v).iter().all(|x| x.is_finite()), "{k} holds a non-finite value");
     }
 }
+
+#[test]
+fn evaluate_only_writes_its_figures_to_the_report_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("heldout.jsonl");
+    std::fs::write(&prompts, "{\"prompt\": \"Tell me about foxes.\"}\n").unwrap();
+    let report = dir.path().join("report.json");
+    let out = cohort_command(dir.path())
+        .args(["train-mtp", "--evaluate-only", "-m"])
+        .arg(tiny())
+        .arg("--out")
+        .arg(fixture("llama").join("tiny_mtp.safetensors"))
+        .arg("--eval")
+        .arg(&prompts)
+        .args(["--eval-prompts", "1", "--eval-tokens", "6", "--report"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(written, printed, "the report must hold what was printed");
+    let figures = written.as_array().unwrap();
+    assert_eq!(figures[0]["mode"], "mtp");
+    assert!(figures[0]["tokens"].as_u64().unwrap() > 0, "{written}");
+}

@@ -144,7 +144,12 @@ pub fn run(args: TrainArgs) -> Result<()> {
         let prompts: Vec<_> = crate::train::corpus::read_prompts(eval)?.into_iter().take(args.eval_prompts).collect();
         let figures =
             trainer::evaluate_file(&model_dir, &args.out, &prompts, args.eval_tokens, args.seed, args.eval_ar)?;
-        println!("{}", serde_json::to_string_pretty(&figures)?);
+        let json = serde_json::to_string_pretty(&figures)?;
+        if let Some(report) = &args.report {
+            std::fs::write(report, &json)
+                .map_err(|e| anyhow::anyhow!("cannot write the report to {}: {e}", report.display()))?;
+        }
+        println!("{json}");
         return Ok(());
     }
     let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| args.out.with_extension("ckpt"));
