@@ -408,13 +408,15 @@ fn softmax(scores: &mut [f32]) {
 #[inline(always)]
 fn scores<const AVX: bool>(q: &[f32], span: &Span, out: &mut [f32], scale: f32) {
     let d = q.len();
+    #[allow(unused_mut)]
+    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if AVX && d.is_multiple_of(8) {
         // SAFETY: AVX is only true inside `items_avx2`, on a CPU with AVX2; the span holds
         // out.len() rows of d contiguous elements.
-        return unsafe { scores_avx(q, span, out, scale) };
+        done = unsafe { scores_avx(q, span, out, scale) };
     }
-    for (j, o) in out.iter_mut().enumerate() {
+    for (j, o) in out.iter_mut().enumerate().skip(done) {
         // SAFETY: as above.
         let k = unsafe { std::slice::from_raw_parts(span.ptr.add(j * span.step), d) };
         *o = scale * dot_plain(q, k);
@@ -437,11 +439,12 @@ fn dot_plain(q: &[f32], k: &[f32]) -> f32 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
-/// [`scores`] in AVX registers, four keys at a time (d a multiple of 8).
+/// [`scores`] in AVX registers for whole groups of four keys (d a multiple of 8); returns how
+/// many keys it scored.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn scores_avx(q: &[f32], span: &Span, out: &mut [f32], scale: f32) {
+unsafe fn scores_avx(q: &[f32], span: &Span, out: &mut [f32], scale: f32) -> usize {
     use std::arch::x86_64::*;
     let d = q.len();
     let key = |j: usize| unsafe { span.ptr.add(j * span.step) };
@@ -473,11 +476,7 @@ unsafe fn scores_avx(q: &[f32], span: &Span, out: &mut [f32], scale: f32) {
         unsafe { _mm_storeu_ps(out.as_mut_ptr().add(j), sums) };
         j += 4;
     }
-    for (jj, o) in out.iter_mut().enumerate().skip(j) {
-        // SAFETY: the span holds out.len() rows of d elements.
-        let k = unsafe { std::slice::from_raw_parts(key(jj), d) };
-        *o = scale * dot_plain(q, k);
-    }
+    j
 }
 
 /// `o += sum_j w[j] * value j` over the first `w.len()` values of `span` (contiguous rows), each
@@ -504,40 +503,42 @@ fn weighted_sum<const AVX: bool>(w: &[f32], span: &Span, o: &mut [f32]) {
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn weighted_sum_avx(w: &[f32], span: &Span, o: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let d = o.len();
     let mut x0 = 0;
-    while x0 < d {
-        let lanes = ((d - x0) / 8).min(8);
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for (c, a) in acc.iter_mut().enumerate().take(lanes) {
-            // SAFETY: x0 + 8 * lanes <= d.
-            *a = unsafe { _mm256_loadu_ps(o.as_ptr().add(x0 + 8 * c)) };
+    while x0 + 64 <= o.len() {
+        // SAFETY: x0 + 64 <= d.
+        unsafe { accumulate::<8>(w, span, x0, &mut o[x0..x0 + 64]) };
+        x0 += 64;
+    }
+    while x0 < o.len() {
+        // SAFETY: d is a multiple of 8, so x0 + 8 <= d.
+        unsafe { accumulate::<1>(w, span, x0, &mut o[x0..x0 + 8]) };
+        x0 += 8;
+    }
+}
+
+/// `o` (`8 * L` outputs, elements `x0..` of the value rows) plus the weighted values, its `L`
+/// eight-lane accumulators kept in registers over every key.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn accumulate<const L: usize>(w: &[f32], span: &Span, x0: usize, o: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); L];
+    for (c, a) in acc.iter_mut().enumerate() {
+        // SAFETY: o holds 8 * L outputs.
+        *a = unsafe { _mm256_loadu_ps(o.as_ptr().add(8 * c)) };
+    }
+    for (j, &wj) in w.iter().enumerate() {
+        let wv = _mm256_set1_ps(wj);
+        // SAFETY: value row j holds elements x0..x0 + 8 * L.
+        let v = unsafe { span.ptr.add(j * span.step + x0) };
+        for (c, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, unsafe { _mm256_loadu_ps(v.add(8 * c)) }));
         }
-        if lanes == 8 {
-            for (j, &wj) in w.iter().enumerate() {
-                let wv = _mm256_set1_ps(wj);
-                // SAFETY: value row j holds d elements; x0 + 64 <= d.
-                let v = unsafe { span.ptr.add(j * span.step + x0) };
-                for (c, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, unsafe { _mm256_loadu_ps(v.add(8 * c)) }));
-                }
-            }
-        } else {
-            for (j, &wj) in w.iter().enumerate() {
-                let wv = _mm256_set1_ps(wj);
-                // SAFETY: as above, x0 + 8 * lanes <= d.
-                let v = unsafe { span.ptr.add(j * span.step + x0) };
-                for (c, a) in acc.iter_mut().enumerate().take(lanes) {
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, unsafe { _mm256_loadu_ps(v.add(8 * c)) }));
-                }
-            }
-        }
-        for (c, a) in acc.iter().enumerate().take(lanes) {
-            // SAFETY: as above.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(x0 + 8 * c), *a) };
-        }
-        x0 += 8 * lanes;
+    }
+    for (c, a) in acc.iter().enumerate() {
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(8 * c), *a) };
     }
 }
 
