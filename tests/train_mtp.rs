@@ -169,6 +169,7 @@ fn config(dir: &Path, steps: usize) -> TrainConfig {
         init_head: None,
         text_tokens: 1024,
         chat_prompts: 2,
+        chat_skip: 0,
         answer_tokens: 12,
         sampled_fraction: 0.5,
         gen_batch: 2,

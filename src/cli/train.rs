@@ -72,6 +72,10 @@ pub struct TrainArgs {
     /// Chat prompts the target answers (its answers are training data).
     #[arg(long, default_value_t = 400)]
     pub chat_prompts: usize,
+    /// Pass over this many prompts of the seed's shuffle first: runs with one --seed and
+    /// successive skips answer disjoint slices of the prompts (one cache each, --extra-data).
+    #[arg(long, default_value_t = 0)]
+    pub chat_skip: usize,
     /// Longest answer per chat prompt.
     #[arg(long, default_value_t = 192)]
     pub answer_tokens: usize,
@@ -174,6 +178,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         init_head: args.init_head,
         text_tokens: args.text_tokens,
         chat_prompts: args.chat_prompts,
+        chat_skip: args.chat_skip,
         answer_tokens: args.answer_tokens,
         sampled_fraction: args.sampled_fraction.clamp(0.0, 1.0),
         gen_batch: args.gen_batch,

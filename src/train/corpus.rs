@@ -87,15 +87,15 @@ pub fn text_windows(
     Ok(windows)
 }
 
-/// Chat prompts from JSONL files, shuffled, at most `max` of them.
-pub fn chat_prompts(files: &[PathBuf], max: usize, rng: &mut Rng) -> Result<Vec<Vec<ChatMessage>>> {
+/// Chat prompts from JSONL files, shuffled, then at most `max` of them after the first `skip`:
+/// runs with the same `rng` seed and successive skips take disjoint slices of one shuffle.
+pub fn chat_prompts(files: &[PathBuf], skip: usize, max: usize, rng: &mut Rng) -> Result<Vec<Vec<ChatMessage>>> {
     let mut out = Vec::new();
     for f in files {
         out.extend(read_prompts(f)?);
     }
     shuffle(&mut out, rng);
-    out.truncate(max);
-    Ok(out)
+    Ok(out.into_iter().skip(skip).take(max).collect())
 }
 
 /// Every prompt of one JSONL file, in order.
@@ -120,4 +120,33 @@ pub fn read_prompts(f: &Path) -> Result<Vec<Vec<ChatMessage>>> {
 /// A chat prompt as the model sees it (its chat template with the generation prompt).
 pub fn render_chat(tok: &TextTokenizer, messages: &[ChatMessage]) -> Result<Vec<u32>> {
     tok.encode(&tok.apply_chat_template(messages, true)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skips_take_disjoint_slices_of_one_shuffle() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("q.jsonl");
+        let lines: Vec<String> = (0..50).map(|i| format!("{{\"prompt\": \"question {i}\"}}")).collect();
+        std::fs::write(&f, lines.join("\n")).unwrap();
+        let files = vec![f];
+        let slice = |skip, max| {
+            chat_prompts(&files, skip, max, &mut Rng::new(7))
+                .unwrap()
+                .into_iter()
+                .map(|m| m[0].content.clone())
+                .collect::<Vec<_>>()
+        };
+        let whole = slice(0, 50);
+        let parts: Vec<String> = [slice(0, 20), slice(20, 20), slice(40, 20)].concat();
+        assert_eq!(parts, whole, "successive slices are the whole shuffle in order");
+        assert_eq!(slice(40, 20).len(), 10, "the last slice stops at the end");
+        let mut sorted = whole.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 50, "every prompt once");
+    }
 }

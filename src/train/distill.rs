@@ -71,7 +71,12 @@ impl Distilled {
             _ => None,
         };
         self.seqs.extend(other.seqs.into_iter().map(|(s, n)| (s + base, n)));
-        mlx_rs::transforms::eval([&self.hidden])?;
+        // Evaluate every concatenation now: left lazy, each batch's slice would redo it.
+        let mut arrays = vec![&self.hidden];
+        if let Some((a, b)) = &self.topk {
+            arrays.extend([a, b]);
+        }
+        mlx_rs::transforms::eval(arrays)?;
         Ok(self)
     }
 

@@ -66,6 +66,8 @@ pub struct TrainConfig {
     pub init_head: Option<PathBuf>,
     pub text_tokens: usize,
     pub chat_prompts: usize,
+    /// Chat prompts of the seed's shuffle passed over before taking `chat_prompts` (slices).
+    pub chat_skip: usize,
     pub answer_tokens: usize,
     pub sampled_fraction: f32,
     pub gen_batch: usize,
@@ -88,12 +90,13 @@ impl TrainConfig {
     /// What must match for a distillation cache to be reused.
     fn data_settings(&self) -> String {
         format!(
-            "model={} data={:?} seq_len={} text_tokens={} chat_prompts={} answer_tokens={} sampled={} topk={} seed={}",
+            "model={} data={:?} seq_len={} text_tokens={} chat_prompts={} chat_skip={} answer_tokens={} sampled={} topk={} seed={}",
             self.model_dir.display(),
             self.data,
             self.seq_len,
             self.text_tokens,
             self.chat_prompts,
+            self.chat_skip,
             self.answer_tokens,
             self.sampled_fraction,
             self.topk,
@@ -227,7 +230,10 @@ fn build_data(cfg: &TrainConfig) -> Result<Distilled> {
     }
     let mut rng = Rng::new(cfg.seed);
     let windows = corpus::text_windows(&tok, &sources.text, cfg.seq_len, cfg.text_tokens / cfg.seq_len, &mut rng)?;
-    let prompts = corpus::chat_prompts(&sources.chat, cfg.chat_prompts, &mut rng)?;
+    // The prompts' shuffle has its own generator so that slices (--chat-skip) of one seed stay
+    // disjoint whatever the text settings of each run.
+    let mut chat_rng = Rng::new(cfg.seed ^ 0xC4A7);
+    let prompts = corpus::chat_prompts(&sources.chat, cfg.chat_skip, cfg.chat_prompts, &mut chat_rng)?;
     let mut rendered = Vec::new();
     for p in &prompts {
         let ids = corpus::render_chat(&tok, p)?;
@@ -259,7 +265,7 @@ fn build_data(cfg: &TrainConfig) -> Result<Distilled> {
             &max_new[..split],
             &eos,
             SamplerConfig::default(),
-            cfg.seed,
+            cfg.seed.wrapping_add(cfg.chat_skip as u64),
             cfg.gen_batch,
             &mut bar,
         )?;
