@@ -3,17 +3,22 @@
 # answer the training chat prompts in slices of one shuffle (--chat-skip), one distillation cache
 # each in /tmp/cs, until the call's ${BUDGET:-530} s run out: pass 1 (seed 5) answers every prompt
 # once (half at the default sampler) with 1M text tokens in its first slice; pass 2 (seed 6) samples
-# every prompt again. A slice cut short leaves no cache. r11.sh trains on what is there.
+# every prompt again. A slice cut short leaves no cache; slices already cached are kept, so a
+# second call goes on where the first stopped (and skips the unpacking). r11.sh trains on them.
 set -u
 . scripts/gpu/env.sh
-. scripts/gpu/unpack.sh
-if [ -f .gpu/bin/cohort.xz ]; then xz -dc .gpu/bin/cohort.xz > $B && chmod +x $B; fi
+X=/tmp/x
+if [ ! -x $B ] || [ ! -d /tmp/d/data ]; then
+  . scripts/gpu/unpack.sh
+  if [ -f .gpu/bin/cohort.xz ]; then xz -dc .gpu/bin/cohort.xz > $B && chmod +x $B; fi
+fi
 export MLX_CUDA_GRAPH_CACHE_SIZE=8192
 mkdir -p /tmp/cs
 END=$((SECONDS + ${BUDGET:-530}))
 SLICE=${SLICE:-2048}
 PROMPTS=$(wc -l < /tmp/d/data/train/questions.jsonl)
 slice() { # name seed skip text_tokens sampled_fraction
+  [ -f /tmp/cs/$1.safetensors ] && return 0
   local left=$((END - SECONDS))
   [ $left -lt 60 ] && return 1
   timeout $left $B train-mtp -m $X/smol --out /tmp/h0.safetensors --data /tmp/d/data/train --objective kl \

@@ -46,6 +46,10 @@ pub struct BenchStepArgs {
     /// masked attention over the packed rows with one chain per row).
     #[arg(long, value_delimiter = ',', default_value = "batched")]
     attention: Vec<AttentionPath>,
+    /// MoE block routes to measure one after the other (`compiled,ops` compares the block as
+    /// one compiled graph with its plain ops); default: the route the engine picks.
+    #[arg(long, value_delimiter = ',')]
+    moe: Vec<MoeRoute>,
     /// Write the figures as JSON here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -65,11 +69,19 @@ pub enum AttentionPath {
     Rows,
 }
 
+#[derive(Clone, Copy, Debug, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MoeRoute {
+    Compiled,
+    Ops,
+}
+
 /// One route's medians, in ms (prefill in tokens/s).
 #[derive(serde::Serialize)]
 struct Figures {
     route: GdnRoute,
     attention: AttentionPath,
+    moe: MoeRoute,
     prefill_tok_s: f64,
     b1_ms: f64,
     draft_ms: f64,
@@ -144,6 +156,7 @@ fn measure(
     args: &BenchStepArgs,
     route: GdnRoute,
     attention: AttentionPath,
+    moe: MoeRoute,
 ) -> Result<Figures> {
     let vocab = cfg.vocab_size as u32;
     let ids = |n: usize, salt: u32| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + salt * 104729) % vocab).collect() };
@@ -224,6 +237,7 @@ fn measure(
     Ok(Figures {
         route,
         attention,
+        moe,
         prefill_tok_s: args.prefill as f64 / prefill_s,
         b1_ms: median(b1),
         draft_ms: median(draft),
@@ -266,13 +280,21 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let mem_loaded = MemoryStats::read();
     let bw = bandwidth_gbs()?;
     eprintln!("model ready in {load_s:.1} s ({} active); bandwidth {bw:.0} GB/s", human_bytes(mem_loaded.active));
+    let moe_routes = if args.moe.is_empty() {
+        vec![if crate::model::moe_graph::enabled() { MoeRoute::Compiled } else { MoeRoute::Ops }]
+    } else {
+        args.moe.clone()
+    };
     let mut all = Vec::new();
     for route in routes {
         for &attention in &args.attention {
-            crate::model::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
-            kv_slots::set_batched_attention(matches!(attention, AttentionPath::Batched));
-            eprintln!("measuring with the {route:?} recurrence route and {attention:?} cohort attention");
-            all.push(measure(&model, &cfg, &args, route, attention)?);
+            for &moe in &moe_routes {
+                crate::model::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
+                kv_slots::set_batched_attention(matches!(attention, AttentionPath::Batched));
+                crate::model::moe_graph::set_enabled(Some(matches!(moe, MoeRoute::Compiled)));
+                eprintln!("measuring: {route:?} recurrence, {attention:?} cohort attention, {moe:?} MoE block");
+                all.push(measure(&model, &cfg, &args, route, attention, moe)?);
+            }
         }
     }
     let mem = MemoryStats::read();
@@ -293,7 +315,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     println!("memory bandwidth (1 GiB copy): {bw:.0} GB/s; weights resident: {}", human_bytes(mem_loaded.active));
     println!("peak memory {}", human_bytes(mem.peak));
     for f in &all {
-        println!("\nGated DeltaNet route: {:?}; cohort attention: {:?}", f.route, f.attention);
+        println!("\nGated DeltaNet route: {:?}; cohort attention: {:?}; MoE block: {:?}", f.route, f.attention, f.moe);
         println!("prefill {} tokens: {:.0} tok/s", args.prefill, f.prefill_tok_s);
         println!("| step | median ms | floor ms | ratio |");
         println!("| --- | --- | --- | --- |");
@@ -317,11 +339,13 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     }
     if let [a, b] = &all[..] {
         println!(
-            "\n{:?}+{:?} / {:?}+{:?} speed-up: prefill {:.2}x, B1 step {:.2}x, B8 draft {:.2}x, B8 verify {:.2}x",
+            "\n{:?}+{:?}+{:?} / {:?}+{:?}+{:?} speed-up: prefill {:.2}x, B1 step {:.2}x, B8 draft {:.2}x, B8 verify {:.2}x",
             a.route,
             a.attention,
+            a.moe,
             b.route,
             b.attention,
+            b.moe,
             a.prefill_tok_s / b.prefill_tok_s,
             b.b1_ms / a.b1_ms,
             b.draft_ms / a.draft_ms,

@@ -21,6 +21,7 @@ pub mod llama;
 pub mod load;
 pub mod mlp;
 pub mod moe;
+pub mod moe_graph;
 pub mod norm;
 pub mod ops;
 pub mod qwen3_5;

@@ -6,8 +6,9 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::config::{QuantSpec, Qwen35Config};
-use super::linear::Linear;
+use super::linear::{Linear, LinearRoute};
 use super::mlp::Mlp;
+use super::moe_graph::{self, Plan, Proj, Storage};
 use super::weights::Weights;
 
 /// One stacked projection of every expert: [E, out, in] (packed when quantized).
@@ -36,21 +37,17 @@ impl Experts {
 
     /// x [N, 1, 1, in], indices [N, k] -> [N, k, 1, out]
     fn apply(&self, x: &Array, indices: &Array) -> Result<Array> {
-        Ok(match self {
-            Experts::Dense(weight) => mlx_rs::ops::gather_mm(x, weight.swap_axes(-1, -2)?, None, indices, false)?,
-            Experts::Quantized { weight, scales, biases, spec } => mlx_rs::ops::gather_qmm(
-                x,
-                weight,
-                scales,
-                biases,
-                None,
-                indices,
-                true,
-                spec.group_size,
-                spec.bits,
-                false,
-            )?,
-        })
+        let (storage, w) = self.graph_inputs();
+        moe_graph::experts_op(x, indices, &w, storage)
+    }
+
+    fn graph_inputs(&self) -> (Storage, Vec<Array>) {
+        match self {
+            Experts::Dense(w) => (Storage::Dense, vec![w.clone()]),
+            Experts::Quantized { weight, scales, biases, spec } => {
+                (Storage::Quantized(*spec), vec![weight.clone(), scales.clone(), biases.clone()])
+            }
+        }
     }
 
     fn nbytes(&self) -> usize {
@@ -108,26 +105,58 @@ impl SparseMoe {
     /// x [B, T, H]
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let shape = x.shape().to_vec();
-        let h = shape[2];
-        let flat = x.reshape(&[-1, h])?;
-        let gates = mlx_rs::ops::softmax_axis(self.router.forward(&flat)?, -1, true)?;
-        let k = self.top_k;
-        let e = gates.shape()[1];
-        let part = mlx_rs::ops::argpartition_axis(&gates, e - k, -1)?;
-        let indices = super::ops::slice_axis(&part, 1, e - k, e)?;
-        let mut scores = gates.take_along_axis(&indices, -1)?;
-        if self.norm_topk_prob {
-            scores = scores.divide(scores.sum_axis(-1, true)?)?;
-        }
-        let xe = flat.expand_dims_axes(&[-2, -3])?; // [N, 1, 1, H]
-        let act =
-            mlx_rs::nn::silu(self.gate_proj.apply(&xe, &indices)?)?.multiply(self.up_proj.apply(&xe, &indices)?)?;
-        let y = self.down_proj.apply(&act, &indices)?.squeeze_axes(&[-2])?; // [N, k, H]
-        let routed = y.multiply(scores.expand_dims(-1)?.as_dtype(y.dtype())?)?.sum_axis(-2, None)?;
-        let shared = self.shared_expert.forward(&flat)?;
-        let shared_gate = mlx_rs::ops::sigmoid(self.shared_expert_gate.forward(&flat)?)?;
-        let out = routed.add(shared.multiply(shared_gate)?)?;
+        let flat = x.reshape(&[-1, shape[2]])?;
+        let out = match self.graph().filter(|_| flat.shape()[0] <= moe_graph::MAX_ROWS) {
+            Some((plan, weights)) => {
+                let mut inputs = Vec::with_capacity(weights.len() + 1);
+                inputs.push(flat);
+                inputs.extend(weights);
+                moe_graph::run(&plan, &inputs)?
+            }
+            None => {
+                let linear = |p: Proj, x: &Array| match p {
+                    Proj::Router => self.router.forward(x),
+                    _ => self.shared_expert_gate.forward(x),
+                };
+                let experts = |p: Proj, x: &Array, idx: &Array| match p {
+                    Proj::Gate => self.gate_proj.apply(x, idx),
+                    Proj::Up => self.up_proj.apply(x, idx),
+                    _ => self.down_proj.apply(x, idx),
+                };
+                let shared = |x: &Array| self.shared_expert.forward(x);
+                moe_graph::block(&flat, self.top_k, self.norm_topk_prob, &linear, &experts, &shared)?
+            }
+        };
         Ok(out.reshape(&shape)?)
+    }
+
+    /// The compiled block's plan and weights, when it serves: switched on, rows batched (the
+    /// row-by-row route keeps each projection per row), and every projection plain MLX storage
+    /// (not the CPU kernel's).
+    fn graph(&self) -> Option<(Plan, Vec<Array>)> {
+        if !moe_graph::enabled() || super::linear::route() == LinearRoute::RowByRow {
+            return None;
+        }
+        let lin = |l: &Linear| match l {
+            Linear::Dense { weight } => Some((Storage::Dense, vec![weight.clone()])),
+            Linear::Quantized { weight, scales, biases, spec } => {
+                Some((Storage::Quantized(*spec), vec![weight.clone(), scales.clone(), biases.clone()]))
+            }
+            Linear::CpuPacked { .. } => None,
+        };
+        let parts = [
+            lin(&self.router)?,
+            self.gate_proj.graph_inputs(),
+            self.up_proj.graph_inputs(),
+            self.down_proj.graph_inputs(),
+            lin(&self.shared_expert.gate_proj)?,
+            lin(&self.shared_expert.up_proj)?,
+            lin(&self.shared_expert.down_proj)?,
+            lin(&self.shared_expert_gate)?,
+        ];
+        let storage = parts.each_ref().map(|(s, _)| *s);
+        let weights = parts.into_iter().flat_map(|(_, w)| w).collect();
+        Some((Plan { storage, top_k: self.top_k, norm_topk_prob: self.norm_topk_prob }, weights))
     }
 
     pub fn nbytes(&self) -> usize {
