@@ -11,50 +11,43 @@ use super::mlp::Mlp;
 use super::moe_graph::{self, Plan, Proj, Storage};
 use super::weights::Weights;
 
-/// One stacked projection of every expert: [E, out, in] (packed when quantized).
-enum Experts {
-    Dense(Array),
-    Quantized { weight: Array, scales: Array, biases: Array, spec: QuantSpec },
+/// One stacked projection of every expert: [E, out, in] (packed when quantized), held as the
+/// compiled block takes it (`arrays` in [`Storage`]'s order), so both routes read it in place.
+struct Experts {
+    storage: Storage,
+    arrays: Vec<Array>,
 }
 
 impl Experts {
     fn load(w: &mut Weights, prefix: &str, e: i32, input: i32, output: i32, spec: Option<QuantSpec>) -> Result<Self> {
         let wname = format!("{prefix}.weight");
+        let dense = |weight| Experts { storage: Storage::Dense, arrays: vec![weight] };
         if w.contains(&format!("{prefix}.scales")) {
             let spec = super::linear::stored_spec(w, prefix, input, spec)?;
             let weight = w.take_shaped(&wname, &[e, output, input * spec.bits / 32])?;
             let g = input / spec.group_size;
             let scales = w.take_shaped(&format!("{prefix}.scales"), &[e, output, g])?;
             let biases = w.take_shaped(&format!("{prefix}.biases"), &[e, output, g])?;
-            if let Some(dense) = super::linear::maybe_dequantize(&weight, &scales, &biases, spec)? {
-                return Ok(Experts::Dense(dense));
+            if let Some(d) = super::linear::maybe_dequantize(&weight, &scales, &biases, spec)? {
+                return Ok(dense(d));
             }
-            Ok(Experts::Quantized { weight, scales, biases, spec })
+            Ok(Experts { storage: Storage::Quantized(spec), arrays: vec![weight, scales, biases] })
         } else {
-            Ok(Experts::Dense(w.take_shaped(&wname, &[e, output, input])?))
+            Ok(dense(w.take_shaped(&wname, &[e, output, input])?))
         }
     }
 
     /// x [N, 1, 1, in], indices [N, k] -> [N, k, 1, out]
     fn apply(&self, x: &Array, indices: &Array) -> Result<Array> {
-        let (storage, w) = self.graph_inputs();
-        moe_graph::experts_op(x, indices, &w, storage)
+        moe_graph::experts_op(x, indices, &self.arrays, self.storage)
     }
 
     fn graph_inputs(&self) -> (Storage, Vec<Array>) {
-        match self {
-            Experts::Dense(w) => (Storage::Dense, vec![w.clone()]),
-            Experts::Quantized { weight, scales, biases, spec } => {
-                (Storage::Quantized(*spec), vec![weight.clone(), scales.clone(), biases.clone()])
-            }
-        }
+        (self.storage, self.arrays.clone())
     }
 
     fn nbytes(&self) -> usize {
-        match self {
-            Experts::Dense(w) => w.nbytes(),
-            Experts::Quantized { weight, scales, biases, .. } => weight.nbytes() + scales.nbytes() + biases.nbytes(),
-        }
+        self.arrays.iter().map(Array::nbytes).sum()
     }
 }
 

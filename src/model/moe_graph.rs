@@ -8,8 +8,9 @@
 //! Off by default until it is measured where it is meant to pay (`COHORT_COMPILE_MOE=1` turns it
 //! on, `cohort bench-step --moe compiled,ops` compares it): in its first H200 run (8 layers of the
 //! real geometry) the compiled arm did not finish inside 160 s, for a reason not yet known (a
-//! trace or CUDA JIT compilation per shape is the first guess), so there is no figure yet. On MLX's CPU backend compile JIT-builds
-//! C++ at run time; the tests run it there against mlx-lm's outputs.
+//! trace or CUDA JIT compilation per shape is the first guess), so there is no figure yet. On
+//! MLX's CPU backend compile JIT-builds C++ at run time; the tests run it there against mlx-lm's
+//! outputs.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -159,7 +160,7 @@ pub fn compiled_here() -> usize {
     COMPILED.with_borrow(|c| c.len())
 }
 
-/// 0: decide from the backend and `COHORT_COMPILE_MOE`; 1: on; 2: off.
+/// 0: decide from `COHORT_COMPILE_MOE`; 1: on; 2: off.
 static SWITCH: AtomicU8 = AtomicU8::new(0);
 
 /// Force the compiled block on or off (`None`: back to the default); benchmarks and tests.
