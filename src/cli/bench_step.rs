@@ -12,6 +12,7 @@ use mlx_rs::{Array, Dtype};
 use crate::engine::cohort::FIXED_WIDTH;
 use crate::engine::runtime::{MemoryStats, human_bytes, median};
 use crate::engine::solo::restore_from_capture;
+use crate::model::cache::RowCache;
 use crate::model::config::{LayerKind, Qwen35Config};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::kv_slots;
@@ -46,10 +47,14 @@ pub struct BenchStepArgs {
     /// masked attention over the packed rows with one chain per row).
     #[arg(long, value_delimiter = ',', default_value = "batched")]
     attention: Vec<AttentionPath>,
-    /// MoE block routes to measure one after the other (`compiled,ops` compares the block as
-    /// one compiled graph with its plain ops); default: the route the engine picks.
+    /// Which blocks run as compiled graphs, one arm after the other (`none,all,all,none` is
+    /// ABBA of the plain ops against the compiled MoE block and Gated DeltaNet mixer); default:
+    /// what the engine picks.
     #[arg(long, value_delimiter = ',')]
-    moe: Vec<MoeRoute>,
+    compiled: Vec<CompiledBlocks>,
+    /// After the arms, time B1 steps of every `--compiled` arm in turn, each on its own row.
+    #[arg(long)]
+    interleave_b1: bool,
     /// Write the figures as JSON here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -71,9 +76,33 @@ pub enum AttentionPath {
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum MoeRoute {
-    Compiled,
-    Ops,
+pub enum CompiledBlocks {
+    None,
+    Moe,
+    Gdn,
+    All,
+}
+
+impl CompiledBlocks {
+    fn current() -> Self {
+        match (crate::model::moe_graph::enabled(), crate::model::gated_delta::compiled_enabled()) {
+            (false, false) => CompiledBlocks::None,
+            (true, false) => CompiledBlocks::Moe,
+            (false, true) => CompiledBlocks::Gdn,
+            (true, true) => CompiledBlocks::All,
+        }
+    }
+
+    fn apply(self) {
+        let (moe, gdn) = match self {
+            CompiledBlocks::None => (false, false),
+            CompiledBlocks::Moe => (true, false),
+            CompiledBlocks::Gdn => (false, true),
+            CompiledBlocks::All => (true, true),
+        };
+        crate::model::moe_graph::set_enabled(Some(moe));
+        crate::model::gated_delta::set_compiled(Some(gdn));
+    }
 }
 
 /// One route's medians, in ms (prefill in tokens/s).
@@ -81,7 +110,11 @@ pub enum MoeRoute {
 struct Figures {
     route: GdnRoute,
     attention: AttentionPath,
-    moe: MoeRoute,
+    compiled: CompiledBlocks,
+    /// The first B1 step's logits against the first arm's: largest |difference| / largest |logit|.
+    b1_logits_vs_first: Option<f64>,
+    /// Median time to build one B1 step's lazy graph (forward + argmax, before evaluation).
+    b1_build_ms: f64,
     prefill_tok_s: f64,
     b1_ms: f64,
     draft_ms: f64,
@@ -150,43 +183,119 @@ fn step_bytes(cfg: &Qwen35Config, rows: i64, with_head: bool) -> f64 {
     bytes
 }
 
+/// One B1 AR step from `tok` [1, 1]: (ms to build its lazy graph, ms in all, the next token).
+fn b1_step(model: &Qwen35Model, tok: &Array, row: &mut RowCache) -> Result<(f64, f64, Array)> {
+    let t = Instant::now();
+    let out = model.forward(tok, &mut [&mut *row], Logits::Last, false)?;
+    let next = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?.as_dtype(Dtype::Int32)?;
+    let build = ms(t);
+    let mut arrays = row.arrays();
+    arrays.push(&next);
+    mlx_rs::transforms::eval(arrays)?;
+    Ok((build, ms(t), next.reshape(&[1, 1])?))
+}
+
+/// B1 steps of every compiled-blocks arm taken in turn (mirrored order every other round), each
+/// arm on its own row: the arms see the same moments of a noisy host, which separate runs do not.
+fn interleaved_b1(model: &Qwen35Model, args: &BenchStepArgs, arms: &[CompiledBlocks]) -> Result<()> {
+    let vocab = model.cfg.vocab_size as u32;
+    let prompt: Vec<u32> = (0..args.prefill as u32).map(|i| (i * 7919 + 104729) % vocab).collect();
+    let mut rows = Vec::new();
+    for _ in arms {
+        let mut row = model.new_row();
+        model.prefill(&mut row, &prompt, args.prefill, false)?;
+        rows.push((row, Array::from_slice(&[5i32], &[1, 1]), Vec::new(), Vec::new()));
+    }
+    for round in 0..args.iters + 2 {
+        let order: Vec<usize> =
+            if round % 2 == 0 { (0..arms.len()).collect() } else { (0..arms.len()).rev().collect() };
+        for a in order {
+            arms[a].apply();
+            let (row, tok, steps, builds) = &mut rows[a];
+            let (build, step, next) = b1_step(model, tok, row)?;
+            *tok = next;
+            if round >= 2 {
+                steps.push(step);
+                builds.push(build);
+            }
+        }
+    }
+    println!(
+        "\nB1 AR steps interleaved ({} rounds, each arm's own row after a {}-token prefill)",
+        args.iters, args.prefill
+    );
+    println!("| compiled blocks | median step ms | min | max | median graph build ms |");
+    println!("| --- | --- | --- | --- | --- |");
+    for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
+        let (lo, hi) = steps.iter().fold((f64::MAX, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        println!("| {arm:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |", median(steps), median(builds));
+    }
+    Ok(())
+}
+
 fn measure(
     model: &Qwen35Model,
     cfg: &Qwen35Config,
     args: &BenchStepArgs,
     route: GdnRoute,
     attention: AttentionPath,
-    moe: MoeRoute,
+    compiled: CompiledBlocks,
+    first_logits: &mut Option<Vec<f32>>,
 ) -> Result<Figures> {
     let vocab = cfg.vocab_size as u32;
     let ids = |n: usize, salt: u32| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + salt * 104729) % vocab).collect() };
+    // Progress on stderr as each phase ends: a first call that traces graphs or JIT-compiles
+    // kernels can take minutes on a fresh GPU machine, and a run cut off by a time limit should
+    // still say where it was.
+    let started = Instant::now();
+    let progress =
+        |what: &str, took: f64| eprintln!("  [{:7.1} s] {what}: {took:.3} s", started.elapsed().as_secs_f64());
 
     // Prefill of one row.
     let mut warm = model.new_row();
+    let t = Instant::now();
     model.prefill(&mut warm, &ids(64, 9), 64, false)?;
+    progress("warm-up prefill of 64 tokens", t.elapsed().as_secs_f64());
     let mut row = model.new_row();
     let t = Instant::now();
     model.prefill(&mut row, &ids(args.prefill, 1), args.prefill, false)?;
     let prefill_s = t.elapsed().as_secs_f64();
+    progress(&format!("prefill of {} tokens", args.prefill), prefill_s);
 
     // B1 AR steps.
     let mut tok = Array::from_slice(&[5i32], &[1, 1]);
-    let mut b1 = Vec::new();
-    for i in 0..args.iters + 2 {
-        let t = Instant::now();
-        let out = model.forward(&tok, &mut [&mut row], Logits::Last, false)?;
-        let next =
-            mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?.as_dtype(Dtype::Int32)?;
-        let mut arrays = row.arrays();
-        arrays.push(&next);
-        mlx_rs::transforms::eval(arrays)?;
-        if i >= 2 {
-            b1.push(ms(t));
+    // The first step's logits, from a copy of the row: every arm starts from the same prefilled
+    // state, so arms that compute the same function agree up to rounding (and run-to-run noise,
+    // which a deep random-weight model amplifies: compare with a repeated arm, on few layers).
+    let probe = model.forward(&tok, &mut [&mut row.clone()], Logits::Last, false)?;
+    let logits = probe.logits.as_ref().unwrap().as_dtype(Dtype::Float32)?.flatten(None, None)?;
+    let logits = logits.as_slice::<f32>().to_vec();
+    let b1_logits_vs_first = match first_logits {
+        None => {
+            *first_logits = Some(logits);
+            None
         }
-        tok = next.reshape(&[1, 1])?;
+        Some(first) => {
+            let scale = first.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+            let diff = first.iter().zip(&logits).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            Some((diff / scale) as f64)
+        }
+    };
+    let (mut b1, mut b1_build) = (Vec::new(), Vec::new());
+    for i in 0..args.iters + 2 {
+        let (build, step, next) = b1_step(model, &tok, &mut row)?;
+        if i >= 2 {
+            b1.push(step);
+            b1_build.push(build);
+        } else {
+            progress(&format!("B1 step {}", i + 1), step / 1e3);
+        }
+        tok = next;
     }
+    progress(&format!("{} timed B1 steps", args.iters), b1.iter().sum::<f64>() / 1e3);
 
     // B8 cycles: draft at M8, verify at M16, commit (keep = 1 for every row), sampling readback.
+    let t_rows = Instant::now();
     let mut rows: Vec<_> = (0..FIXED_WIDTH).map(|_| model.new_row()).collect();
     let mut hidden = Vec::new();
     for (b, r) in rows.iter_mut().enumerate() {
@@ -199,6 +308,7 @@ fn measure(
     model.mtp_forward(&hidden, &x0, &mut rows.iter_mut().collect::<Vec<_>>())?;
     let slots = kv_slots::pack(&mut rows)?;
     kv_slots::eval_with(&slots, [])?;
+    progress("B8 rows prefilled and packed", t_rows.elapsed().as_secs_f64());
     let (mut draft, mut verify, mut commit, mut sample) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..args.iters + 2 {
         let before = rows.clone();
@@ -232,14 +342,25 @@ fn measure(
             verify.push(t_verify);
             commit.push(t_commit);
             sample.push(t_sample);
+        } else {
+            progress(
+                &format!("B8 cycle {} (draft {t_draft:.1} ms, verify {t_verify:.1} ms)", i + 1),
+                (t_draft + t_verify + t_sample + t_commit) / 1e3,
+            );
         }
     }
+    progress(
+        &format!("{} timed B8 cycles", args.iters),
+        (draft.iter().chain(&verify).chain(&commit).chain(&sample)).sum::<f64>() / 1e3,
+    );
     Ok(Figures {
         route,
         attention,
-        moe,
+        compiled,
         prefill_tok_s: args.prefill as f64 / prefill_s,
+        b1_logits_vs_first,
         b1_ms: median(b1),
+        b1_build_ms: median(b1_build),
         draft_ms: median(draft),
         verify_ms: median(verify),
         commit_ms: median(commit),
@@ -280,24 +401,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let mem_loaded = MemoryStats::read();
     let bw = bandwidth_gbs()?;
     eprintln!("model ready in {load_s:.1} s ({} active); bandwidth {bw:.0} GB/s", human_bytes(mem_loaded.active));
-    let moe_routes = if args.moe.is_empty() {
-        vec![if crate::model::moe_graph::enabled() { MoeRoute::Compiled } else { MoeRoute::Ops }]
-    } else {
-        args.moe.clone()
-    };
-    let mut all = Vec::new();
-    for route in routes {
-        for &attention in &args.attention {
-            for &moe in &moe_routes {
-                crate::model::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
-                kv_slots::set_batched_attention(matches!(attention, AttentionPath::Batched));
-                crate::model::moe_graph::set_enabled(Some(matches!(moe, MoeRoute::Compiled)));
-                eprintln!("measuring: {route:?} recurrence, {attention:?} cohort attention, {moe:?} MoE block");
-                all.push(measure(&model, &cfg, &args, route, attention, moe)?);
-            }
-        }
-    }
-    let mem = MemoryStats::read();
+    let compiled_arms = if args.compiled.is_empty() { vec![CompiledBlocks::current()] } else { args.compiled.clone() };
     let floor = |bytes: f64| bytes / (bw * 1e9) * 1e3;
     let b1_floor = floor(step_bytes(&cfg, 1, true));
     let mtp_cfg = {
@@ -306,46 +410,47 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         c.full_attention_interval = 1;
         c
     };
-    let draft_floor = floor(step_bytes(&mtp_cfg, FIXED_WIDTH as i64, true));
-    let verify_floor = floor(step_bytes(&cfg, 2 * FIXED_WIDTH as i64, true));
+    let floors = Floors {
+        b1: b1_floor,
+        draft: floor(step_bytes(&mtp_cfg, FIXED_WIDTH as i64, true)),
+        verify: floor(step_bytes(&cfg, 2 * FIXED_WIDTH as i64, true)),
+    };
     println!(
         "geometry: {} layers, hidden {}, {} experts top-{}, vocab {}",
         cfg.num_hidden_layers, cfg.hidden_size, cfg.num_experts, cfg.num_experts_per_tok, cfg.vocab_size
     );
     println!("memory bandwidth (1 GiB copy): {bw:.0} GB/s; weights resident: {}", human_bytes(mem_loaded.active));
-    println!("peak memory {}", human_bytes(mem.peak));
-    for f in &all {
-        println!("\nGated DeltaNet route: {:?}; cohort attention: {:?}; MoE block: {:?}", f.route, f.attention, f.moe);
-        println!("prefill {} tokens: {:.0} tok/s", args.prefill, f.prefill_tok_s);
-        println!("| step | median ms | floor ms | ratio |");
-        println!("| --- | --- | --- | --- |");
-        println!("| B1 AR step (T=1) | {:.2} | {b1_floor:.3} | {:.1}x |", f.b1_ms, f.b1_ms / b1_floor);
-        println!("| B8 draft (MTP, M=8) | {:.2} | {draft_floor:.3} | {:.1}x |", f.draft_ms, f.draft_ms / draft_floor);
-        println!(
-            "| B8 verify (T=2, M=16) | {:.2} | {verify_floor:.3} | {:.1}x |",
-            f.verify_ms,
-            f.verify_ms / verify_floor
-        );
-        println!("| B8 commit (keep=1, all rows) | {:.2} | | |", f.commit_ms);
-        println!("| B8 sampling readback (ids) | {:.3} | | |", f.sample_ms);
-        let cycle = f.draft_ms + f.verify_ms + f.commit_ms + f.sample_ms;
-        println!("B1 AR: {:.1} tok/s; B8 cycle {cycle:.2} ms", 1e3 / f.b1_ms);
-        for acc in [0.0, 0.3, 0.6, 0.8] {
-            println!(
-                "  projected B8 aggregate at acceptance {acc:.1}: {:.0} tok/s",
-                FIXED_WIDTH as f64 * (1.0 + acc) / (cycle * 1e-3)
-            );
+    let mut all = Vec::new();
+    let mut first_logits = None;
+    for route in routes {
+        for &attention in &args.attention {
+            for &compiled in &compiled_arms {
+                crate::model::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
+                kv_slots::set_batched_attention(matches!(attention, AttentionPath::Batched));
+                compiled.apply();
+                eprintln!(
+                    "measuring: {route:?} recurrence, {attention:?} cohort attention, compiled blocks: {compiled:?}"
+                );
+                let f = measure(&model, &cfg, &args, route, attention, compiled, &mut first_logits)?;
+                // Each arm as soon as it is measured, so a run cut short keeps the arms before.
+                print_figures(&f, &floors, args.prefill);
+                all.push(f);
+            }
         }
     }
+    if args.interleave_b1 {
+        interleaved_b1(&model, &args, &compiled_arms)?;
+    }
+    println!("\npeak memory {}", human_bytes(MemoryStats::read().peak));
     if let [a, b] = &all[..] {
         println!(
             "\n{:?}+{:?}+{:?} / {:?}+{:?}+{:?} speed-up: prefill {:.2}x, B1 step {:.2}x, B8 draft {:.2}x, B8 verify {:.2}x",
             a.route,
             a.attention,
-            a.moe,
+            a.compiled,
             b.route,
             b.attention,
-            b.moe,
+            b.compiled,
             a.prefill_tok_s / b.prefill_tok_s,
             b.b1_ms / a.b1_ms,
             b.draft_ms / a.draft_ms,
@@ -354,9 +459,51 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     }
     if let Some(path) = &args.json {
         let j = serde_json::json!({"layers": cfg.num_hidden_layers, "bandwidth_gbs": bw, "prefill_tokens": args.prefill,
-            "b1_floor_ms": b1_floor, "draft_floor_ms": draft_floor, "verify_floor_ms": verify_floor,
-            "routes": all, "weights_bytes": mem_loaded.active, "peak_bytes": mem.peak, "load_s": load_s});
+            "b1_floor_ms": floors.b1, "draft_floor_ms": floors.draft, "verify_floor_ms": floors.verify,
+            "routes": all, "weights_bytes": mem_loaded.active, "peak_bytes": MemoryStats::read().peak, "load_s": load_s});
         std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
     }
     Ok(())
+}
+
+/// Each step's floor in ms: the bytes it must read / the measured bandwidth.
+struct Floors {
+    b1: f64,
+    draft: f64,
+    verify: f64,
+}
+
+fn print_figures(f: &Figures, floors: &Floors, prefill: usize) {
+    println!(
+        "\nGated DeltaNet route: {:?}; cohort attention: {:?}; compiled blocks: {:?}",
+        f.route, f.attention, f.compiled
+    );
+    if let Some(d) = f.b1_logits_vs_first {
+        println!("first B1 logits against the first arm's: {d:.2e} of the largest logit");
+    }
+    println!("B1 step graph built in {:.2} ms (median), the rest is evaluation", f.b1_build_ms);
+    println!("prefill {prefill} tokens: {:.0} tok/s", f.prefill_tok_s);
+    println!("| step | median ms | floor ms | ratio |");
+    println!("| --- | --- | --- | --- |");
+    println!("| B1 AR step (T=1) | {:.2} | {:.3} | {:.1}x |", f.b1_ms, floors.b1, f.b1_ms / floors.b1);
+    println!("| B8 draft (MTP, M=8) | {:.2} | {:.3} | {:.1}x |", f.draft_ms, floors.draft, f.draft_ms / floors.draft);
+    println!(
+        "| B8 verify (T=2, M=16) | {:.2} | {:.3} | {:.1}x |",
+        f.verify_ms,
+        floors.verify,
+        f.verify_ms / floors.verify
+    );
+    println!("| B8 commit (keep=1, all rows) | {:.2} | | |", f.commit_ms);
+    println!("| B8 sampling readback (ids) | {:.3} | | |", f.sample_ms);
+    let cycle = f.draft_ms + f.verify_ms + f.commit_ms + f.sample_ms;
+    println!("B1 AR: {:.1} tok/s; B8 cycle {cycle:.2} ms", 1e3 / f.b1_ms);
+    for acc in [0.0, 0.3, 0.6, 0.8] {
+        println!(
+            "  projected B8 aggregate at acceptance {acc:.1}: {:.0} tok/s",
+            FIXED_WIDTH as f64 * (1.0 + acc) / (cycle * 1e-3)
+        );
+    }
+    // Flushed per arm: stdout may be a file that a time limit cuts off.
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
 }

@@ -2,15 +2,18 @@
 //! a carried tail, q/k L2 normalisation, per-head decay and write gates, the delta-rule recurrence
 //! over a [Hv, Dv, Dk] float32 state, a gated RMSNorm and the output projection.
 //!
-//! This is the plain-ops path: the reference for any fused kernel and the CPU route.
+//! The mixer's arithmetic (`mix`) is written once for the plain ops (the CPU route, and the
+//! reference the fused recurrence kernel is checked against) and the compiled graph that serves
+//! steps and verifies on CUDA (`compiled.rs`).
 
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::cache::{GdnState, gather_rows, row};
+use super::compiled::{self, GraphKey, MAX_ROWS, Storage, Switch, offsets, project};
 use super::config::{QuantSpec, Qwen35Config};
 use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
-use super::linear::Linear;
+use super::linear::{Linear, LinearRoute};
 use super::ops::{scalar_like, slice_axis};
 use super::weights::Weights;
 
@@ -81,48 +84,27 @@ impl GatedDeltaNet {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (hk, dk, hv, dv, k) = (self.key_heads, self.key_dim, self.value_heads, self.value_dim, self.kernel);
         let conv_dim = 2 * hk * dk + hv * dv;
-        let dtype = x.dtype();
-
-        let qkv = self.in_proj_qkv.forward(x)?;
-        let z = self.in_proj_z.forward(x)?.reshape(&[b, t, hv, dv])?;
-        let beta = mlx_rs::ops::sigmoid(self.in_proj_b.forward(x)?)?;
-        let a = self.in_proj_a.forward(x)?;
-
-        // Causal depthwise convolution over [carried tail | new rows].
         let tails: Vec<Option<&Array>> = states.iter().map(|s| s.conv.as_ref()).collect();
-        let tail = gather_rows(&tails, &[1, k - 1, conv_dim], dtype)?;
-        let conv_in = mlx_rs::ops::concatenate(&[tail, qkv], 1)?;
-        let conv_out = mlx_rs::nn::silu(mlx_rs::ops::conv1d(&conv_in, &self.conv_weight, 1, 0, 1, conv_dim)?)?;
-
-        let parts = mlx_rs::ops::split_at_indices(&conv_out, &[hk * dk, 2 * hk * dk], -1)?;
-        let q = parts[0].reshape(&[b, t, hk, dk])?;
-        let kk = parts[1].reshape(&[b, t, hk, dk])?;
-        let v = parts[2].reshape(&[b, t, hv, dv])?;
-        // L2 normalisation as rms_norm with eps/Dk; queries also take the 1/sqrt(Dk) scale.
-        let inv = (dk as f32).powf(-0.5);
-        let norm_eps = 1e-6 / dk as f32;
-        let q = mlx_rs::fast::rms_norm(&q, None, norm_eps)?.multiply(scalar_like(inv * inv, &q)?)?;
-        let kk = mlx_rs::fast::rms_norm(&kk, None, norm_eps)?.multiply(scalar_like(inv, &kk)?)?;
-
-        // g = exp(-exp(A_log) * softplus(a + dt_bias)), float32.
-        let softplus = mlx_rs::nn::softplus(a.add(&self.dt_bias)?)?;
-        let decay_rate = mlx_rs::ops::exp(self.a_log.as_dtype(Dtype::Float32)?)?;
-        let g = mlx_rs::ops::exp(decay_rate.multiply(softplus)?.negative()?)?;
-
+        let tail = gather_rows(&tails, &[1, k - 1, conv_dim], x.dtype())?;
         let ssms: Vec<Option<&Array>> = states.iter().map(|s| s.ssm.as_ref()).collect();
         let state = gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?;
-        let inputs = RecurrenceInputs { q: &q, k: &kk, v: &v, g: &g, beta: &beta, state: &state };
-        let rec =
-            if gdn_kernel::enabled() { gdn_kernel::recur(&inputs, capture)? } else { recur_ops(&inputs, capture)? };
-        let y = rec.y.as_dtype(dtype)?; // [B, T, Hv, Dv]
-        let state = rec.state;
 
-        // Gated RMSNorm: normalise per head, then gate with silu(z) in float32.
-        let normed = mlx_rs::fast::rms_norm(&y, Some(&self.norm_weight), self.eps)?;
-        let gated = mlx_rs::nn::silu(z.as_dtype(Dtype::Float32)?)?
-            .multiply(normed.as_dtype(Dtype::Float32)?)?
-            .as_dtype(dtype)?;
-        let out = self.out_proj.forward(&gated.reshape(&[b, t, hv * dv])?)?;
+        let plan = self.plan(capture);
+        let mixed = match self.graph_weights().filter(|_| compiled_enabled() && b * t <= MAX_ROWS) {
+            Some((storage, weights)) => {
+                let mut inputs = vec![x.clone(), tail, state, self.conv_weight.clone()];
+                inputs.extend([self.a_log.clone(), self.dt_bias.clone(), self.norm_weight.clone()]);
+                inputs.extend(weights);
+                compiled::run(GraphKey::Gdn(GdnPlan { storage, ..plan }), &inputs)?
+            }
+            None => {
+                let params = [&self.conv_weight, &self.a_log, &self.dt_bias, &self.norm_weight];
+                let proj = |p: GdnProj, x: &Array| self.projection(p).forward(x);
+                mix(x, &tail, &state, params, &plan, &proj)?
+            }
+        };
+        let [out, conv_in, state, per_position] = <[Array; 4]>::try_from(mixed)
+            .map_err(|v| anyhow::anyhow!("the Gated DeltaNet mixer returned {} arrays, not 4", v.len()))?;
 
         // Hand each row its new state back.
         let total = conv_in.shape()[1];
@@ -132,10 +114,10 @@ impl GatedDeltaNet {
             s.conv = Some(row(&new_tail, i)?);
             s.ssm = Some(row(&state, i)?);
         }
-        let positions = if let Some(captured) = &rec.per_position {
+        let positions = if capture {
             let mut per_pos = Vec::with_capacity(t as usize);
             for p in 0..t {
-                let st = slice_axis(captured, 1, p, p + 1)?.squeeze_axes(&[1])?;
+                let st = slice_axis(&per_position, 1, p, p + 1)?.squeeze_axes(&[1])?;
                 let end = p + 1 + (k - 1); // conv_in rows up to and including position p
                 let tail_p = slice_axis(&conv_in, 1, end - (k - 1), end)?;
                 let rows = (0..b)
@@ -150,12 +132,169 @@ impl GatedDeltaNet {
         Ok((out, positions))
     }
 
+    fn projection(&self, p: GdnProj) -> &Linear {
+        match p {
+            GdnProj::Qkv => &self.in_proj_qkv,
+            GdnProj::Z => &self.in_proj_z,
+            GdnProj::B => &self.in_proj_b,
+            GdnProj::A => &self.in_proj_a,
+            GdnProj::Out => &self.out_proj,
+        }
+    }
+
+    /// The layer's sizes and switches; the storage is filled in by the compiled route.
+    fn plan(&self, capture: bool) -> GdnPlan {
+        GdnPlan {
+            storage: [Storage::Dense; 5],
+            key_heads: self.key_heads,
+            key_dim: self.key_dim,
+            value_heads: self.value_heads,
+            value_dim: self.value_dim,
+            kernel: self.kernel,
+            eps_bits: self.eps.to_bits(),
+            fused_recurrence: gdn_kernel::enabled(),
+            capture,
+        }
+    }
+
+    /// Every projection's storage and arrays in [`GdnProj`] order, when all of them are plain
+    /// MLX storage (the compiled route cannot take the CPU kernel's) and rows are batched (the
+    /// row-by-row route keeps each projection per row).
+    fn graph_weights(&self) -> Option<([Storage; 5], Vec<Array>)> {
+        if super::linear::route() == LinearRoute::RowByRow {
+            return None;
+        }
+        let parts = GdnProj::ALL.map(|p| self.projection(p).graph_inputs());
+        let mut storage = [Storage::Dense; 5];
+        let mut weights = Vec::new();
+        for (i, part) in parts.into_iter().enumerate() {
+            let (s, w) = part?;
+            storage[i] = s;
+            weights.extend(w);
+        }
+        Some((storage, weights))
+    }
+
     pub fn nbytes(&self) -> usize {
         [&self.in_proj_qkv, &self.in_proj_z, &self.in_proj_b, &self.in_proj_a, &self.out_proj]
             .iter()
             .map(|l| l.nbytes())
             .sum()
     }
+}
+
+/// The projections of the mixer, in [`GdnPlan::storage`] order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum GdnProj {
+    Qkv = 0,
+    Z = 1,
+    B = 2,
+    A = 3,
+    Out = 4,
+}
+
+impl GdnProj {
+    const ALL: [GdnProj; 5] = [GdnProj::Qkv, GdnProj::Z, GdnProj::B, GdnProj::A, GdnProj::Out];
+}
+
+/// Everything about a mixer that is not an array, as the compiled graph is traced from it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct GdnPlan {
+    pub storage: [Storage; 5],
+    pub key_heads: i32,
+    pub key_dim: i32,
+    pub value_heads: i32,
+    pub value_dim: i32,
+    pub kernel: i32,
+    /// The gated RMSNorm's epsilon as bits (a plan is hashed).
+    pub eps_bits: u32,
+    /// The fused CUDA recurrence, else the plain-ops loop.
+    pub fused_recurrence: bool,
+    pub capture: bool,
+}
+
+static COMPILED: Switch = Switch::new("COHORT_COMPILE_GDN");
+
+/// Force the compiled mixer on or off (`None`: back to the default); benchmarks and tests.
+pub fn set_compiled(on: Option<bool>) {
+    COMPILED.set(on);
+}
+
+pub fn compiled_enabled() -> bool {
+    COMPILED.enabled()
+}
+
+/// The mixer for rows already gathered, written once for both routes: x [B, T, H], the carried
+/// convolution tail [B, K-1, C] and recurrent state [B, Hv, Dv, Dk] float32; `params` are the
+/// convolution weight, A_log, dt_bias and the norm's weight; `proj` applies a projection.
+/// Returns [output [B, T, H], the convolution's input [B, K-1+T, C], the new state, the state
+/// after each position [B, T, Hv, Dv, Dk] (a placeholder without `capture`)].
+fn mix(
+    x: &Array,
+    tail: &Array,
+    state: &Array,
+    params: [&Array; 4],
+    plan: &GdnPlan,
+    proj: &dyn Fn(GdnProj, &Array) -> Result<Array>,
+) -> Result<Vec<Array>> {
+    let [conv_weight, a_log, dt_bias, norm_weight] = params;
+    let (b, t) = (x.shape()[0], x.shape()[1]);
+    let (hk, dk, hv, dv) = (plan.key_heads, plan.key_dim, plan.value_heads, plan.value_dim);
+    let conv_dim = 2 * hk * dk + hv * dv;
+    let dtype = x.dtype();
+
+    let qkv = proj(GdnProj::Qkv, x)?;
+    let z = proj(GdnProj::Z, x)?.reshape(&[b, t, hv, dv])?;
+    let beta = mlx_rs::ops::sigmoid(proj(GdnProj::B, x)?)?;
+    let a = proj(GdnProj::A, x)?;
+
+    // Causal depthwise convolution over [carried tail | new rows].
+    let conv_in = mlx_rs::ops::concatenate(&[tail.clone(), qkv], 1)?;
+    let conv_out = mlx_rs::nn::silu(mlx_rs::ops::conv1d(&conv_in, conv_weight, 1, 0, 1, conv_dim)?)?;
+
+    let parts = mlx_rs::ops::split_at_indices(&conv_out, &[hk * dk, 2 * hk * dk], -1)?;
+    let q = parts[0].reshape(&[b, t, hk, dk])?;
+    let kk = parts[1].reshape(&[b, t, hk, dk])?;
+    let v = parts[2].reshape(&[b, t, hv, dv])?;
+    // L2 normalisation as rms_norm with eps/Dk; queries also take the 1/sqrt(Dk) scale.
+    let inv = (dk as f32).powf(-0.5);
+    let norm_eps = 1e-6 / dk as f32;
+    let q = mlx_rs::fast::rms_norm(&q, None, norm_eps)?.multiply(scalar_like(inv * inv, &q)?)?;
+    let kk = mlx_rs::fast::rms_norm(&kk, None, norm_eps)?.multiply(scalar_like(inv, &kk)?)?;
+
+    // g = exp(-exp(A_log) * softplus(a + dt_bias)), float32.
+    let softplus = mlx_rs::nn::softplus(a.add(dt_bias)?)?;
+    let decay_rate = mlx_rs::ops::exp(a_log.as_dtype(Dtype::Float32)?)?;
+    let g = mlx_rs::ops::exp(decay_rate.multiply(softplus)?.negative()?)?;
+
+    let inputs = RecurrenceInputs { q: &q, k: &kk, v: &v, g: &g, beta: &beta, state };
+    let rec = if plan.fused_recurrence {
+        gdn_kernel::recur(&inputs, plan.capture)?
+    } else {
+        recur_ops(&inputs, plan.capture)?
+    };
+    let y = rec.y.as_dtype(dtype)?; // [B, T, Hv, Dv]
+
+    // Gated RMSNorm: normalise per head, then gate with silu(z) in float32.
+    let normed = mlx_rs::fast::rms_norm(&y, Some(norm_weight), f32::from_bits(plan.eps_bits))?;
+    let gated =
+        mlx_rs::nn::silu(z.as_dtype(Dtype::Float32)?)?.multiply(normed.as_dtype(Dtype::Float32)?)?.as_dtype(dtype)?;
+    let out = proj(GdnProj::Out, &gated.reshape(&[b, t, hv * dv])?)?;
+    // A compiled function returns arrays only: without capture, the state stands in for it.
+    let per_position = rec.per_position.unwrap_or_else(|| rec.state.clone());
+    Ok(vec![out, conv_in, rec.state, per_position])
+}
+
+/// The mixer from its inputs `[x, tail, state, conv weight, A_log, dt_bias, norm weight,
+/// projections in plan order...]`, as the compiled function traces it.
+pub(super) fn mix_from_inputs(inputs: &[Array], plan: &GdnPlan) -> Result<Vec<Array>> {
+    let (at, next) = offsets(&plan.storage, 7);
+    anyhow::ensure!(inputs.len() == next, "the Gated DeltaNet graph takes {next} inputs, got {}", inputs.len());
+    let proj = |p: GdnProj, x: &Array| {
+        let i = p as usize;
+        project(x, &inputs[at[i]..at[i] + plan.storage[i].inputs()], plan.storage[i])
+    };
+    mix(&inputs[0], &inputs[1], &inputs[2], [&inputs[3], &inputs[4], &inputs[5], &inputs[6]], plan, &proj)
 }
 
 /// The recurrence as plain MLX ops, one small graph per position: the CPU and Metal route, and

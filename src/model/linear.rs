@@ -151,6 +151,19 @@ impl Linear {
         Ok(Linear::CpuPacked { dense, packed: Box::new(packed), spec })
     }
 
+    /// The weight as a compiled graph takes it (`compiled.rs`); `None` for the CPU kernel's
+    /// storage, which only the plain route applies.
+    pub fn graph_inputs(&self) -> Option<(super::compiled::Storage, Vec<Array>)> {
+        use super::compiled::Storage;
+        match self {
+            Linear::Dense { weight } => Some((Storage::Dense, vec![weight.clone()])),
+            Linear::Quantized { weight, scales, biases, spec } => {
+                Some((Storage::Quantized(*spec), vec![weight.clone(), scales.clone(), biases.clone()]))
+            }
+            Linear::CpuPacked { .. } => None,
+        }
+    }
+
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let shape = x.shape();
         let rows: i32 = shape[..shape.len() - 1].iter().product();

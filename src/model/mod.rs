@@ -4,6 +4,7 @@ pub mod attention;
 pub mod attention_cpu;
 pub mod attention_timing;
 pub mod cache;
+pub mod compiled;
 pub mod config;
 pub mod cpu_pool;
 pub mod cpu_qmm;

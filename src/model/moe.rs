@@ -5,10 +5,11 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
+use super::compiled::{MAX_ROWS, Storage};
 use super::config::{QuantSpec, Qwen35Config};
 use super::linear::{Linear, LinearRoute};
 use super::mlp::Mlp;
-use super::moe_graph::{self, Plan, Proj, Storage};
+use super::moe_graph::{self, Plan, Proj};
 use super::weights::Weights;
 
 /// One stacked projection of every expert: [E, out, in] (packed when quantized), held as the
@@ -99,7 +100,7 @@ impl SparseMoe {
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let shape = x.shape().to_vec();
         let flat = x.reshape(&[-1, shape[2]])?;
-        let out = match self.graph().filter(|_| flat.shape()[0] <= moe_graph::MAX_ROWS) {
+        let out = match self.graph().filter(|_| flat.shape()[0] <= MAX_ROWS) {
             Some((plan, weights)) => {
                 let mut inputs = Vec::with_capacity(weights.len() + 1);
                 inputs.push(flat);
@@ -130,13 +131,7 @@ impl SparseMoe {
         if !moe_graph::enabled() || super::linear::route() == LinearRoute::RowByRow {
             return None;
         }
-        let lin = |l: &Linear| match l {
-            Linear::Dense { weight } => Some((Storage::Dense, vec![weight.clone()])),
-            Linear::Quantized { weight, scales, biases, spec } => {
-                Some((Storage::Quantized(*spec), vec![weight.clone(), scales.clone(), biases.clone()]))
-            }
-            Linear::CpuPacked { .. } => None,
-        };
+        let lin = Linear::graph_inputs;
         let parts = [
             lin(&self.router)?,
             self.gate_proj.graph_inputs(),

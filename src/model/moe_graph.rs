@@ -1,49 +1,13 @@
-//! The MoE block as one compiled MLX graph (issue 9). On the GPU a block is ~20 small ops a
-//! layer a step, each a launch and a node built through the C API; MLX's `compile` traces the
-//! block once per input shape, fuses its elementwise tail (softmax, SwiGLU, the score-weighted
-//! sum, the shared expert's sigmoid gate) and replays the graph. mlx-rs warns that a compiled
-//! closure capturing arrays is undefined behaviour, so every weight is an input and the closure
-//! holds only the block's [`Plan`]; one compiled function serves every layer with the same plan.
-//!
-//! Off by default until it is measured where it is meant to pay (`COHORT_COMPILE_MOE=1` turns it
-//! on, `cohort bench-step --moe compiled,ops` compares it): in its first H200 run (8 layers of the
-//! real geometry) the compiled arm did not finish inside 160 s, for a reason not yet known (a
-//! trace or CUDA JIT compilation per shape is the first guess), so there is no figure yet. On
-//! MLX's CPU backend compile JIT-builds C++ at run time; the tests run it there against mlx-lm's
-//! outputs.
-
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+//! The MoE block's arithmetic, written once for the plain route and the compiled graph
+//! (`compiled.rs` says why and when a block runs compiled). In its first measured H200 run at the
+//! real geometry the compiled block took the B1 step from ~30 to ~18-24 ms and the B8 verify from
+//! ~43 to ~33 ms (docs/benchmarks.md). On MLX's CPU backend compile JIT-builds C++ at run time;
+//! the tests run it there against mlx-lm's outputs.
 
 use anyhow::Result;
 use mlx_rs::Array;
-use mlx_rs::error::Exception;
 
-use super::config::QuantSpec;
-
-/// Blocks of at most this many rows take the compiled graph: steps, drafts and verifies, where
-/// per-op overhead is the cost. Prefill chunks keep the plain ops: a trace per input shape
-/// would mean one for every prompt's last chunk length.
-pub const MAX_ROWS: i32 = 64;
-
-/// How one projection's weight is stored, which decides its op and how many inputs it takes.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum Storage {
-    /// [w]: a float weight.
-    Dense,
-    /// [w, scales, biases]: packed affine quantization.
-    Quantized(QuantSpec),
-}
-
-impl Storage {
-    fn inputs(self) -> usize {
-        match self {
-            Storage::Dense => 1,
-            Storage::Quantized(_) => 3,
-        }
-    }
-}
+use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
 
 /// Everything about a block that is not an array: the storage of its projections in input order
 /// (router, experts gate/up/down, shared expert gate/up/down, shared expert gate), top-k.
@@ -94,14 +58,6 @@ pub fn block(
     Ok(routed.add(shared(x)?.multiply(shared_gate)?)?)
 }
 
-/// `x W^T` for a projection given as its input arrays.
-fn dense_op(x: &Array, w: &[Array], s: Storage) -> Result<Array> {
-    Ok(match s {
-        Storage::Dense => mlx_rs::ops::matmul(x, w[0].t())?,
-        Storage::Quantized(q) => mlx_rs::ops::quantized_matmul(x, &w[0], &w[1], &w[2], true, q.group_size, q.bits)?,
-    })
-}
-
 /// A stacked expert projection given as its input arrays.
 pub fn experts_op(x: &Array, indices: &Array, w: &[Array], s: Storage) -> Result<Array> {
     Ok(match s {
@@ -113,17 +69,12 @@ pub fn experts_op(x: &Array, indices: &Array, w: &[Array], s: Storage) -> Result
 }
 
 /// The block from its inputs `[x, weights in plan order...]`, as the compiled function traces it.
-fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> {
-    let mut at = [0usize; 8];
-    let mut next = 1;
-    for (i, s) in plan.storage.iter().enumerate() {
-        at[i] = next;
-        next += s.inputs();
-    }
+pub(super) fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> {
+    let (at, next) = offsets(&plan.storage, 1);
     anyhow::ensure!(inputs.len() == next, "the MoE graph takes {next} inputs, got {}", inputs.len());
     let w = |p: Proj| &inputs[at[p as usize]..at[p as usize] + plan.storage[p as usize].inputs()];
     let st = |p: Proj| plan.storage[p as usize];
-    let linear = |p: Proj, x: &Array| dense_op(x, w(p), st(p));
+    let linear = |p: Proj, x: &Array| project(x, w(p), st(p));
     let experts = |p: Proj, x: &Array, idx: &Array| experts_op(x, idx, w(p), st(p));
     let shared = |x: &Array| {
         let h = mlx_rs::nn::silu(linear(Proj::SharedGate, x)?)?.multiply(linear(Proj::SharedUp, x)?)?;
@@ -132,55 +83,19 @@ fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> {
     block(&inputs[0], plan.top_k, plan.norm_topk_prob, &linear, &experts, &shared)
 }
 
-type CompiledBlock = Box<dyn FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exception>>;
-
-thread_local! {
-    /// mlx-rs's compiled functions are not `Send`: each thread that runs a model (the model
-    /// owner; test threads) keeps its own, traced on its first call per input shape.
-    static COMPILED: RefCell<HashMap<Plan, CompiledBlock>> = RefCell::new(HashMap::new());
-}
-
 /// Run the compiled block for `plan` on `inputs` (`[x [N, H], weights in plan order...]`).
 pub fn run(plan: &Plan, inputs: &[Array]) -> Result<Array> {
-    COMPILED.with_borrow_mut(|cache| {
-        let f = cache.entry(*plan).or_insert_with(|| {
-            let plan = *plan;
-            let traced = move |inputs: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
-                block_from_inputs(inputs, &plan).map(|y| vec![y]).map_err(|e| Exception::custom(format!("{e:#}")))
-            };
-            Box::new(mlx_rs::transforms::compile::compile(traced, None))
-        });
-        let mut out = f(inputs)?;
-        out.pop().ok_or_else(|| anyhow::anyhow!("the compiled MoE block returned nothing"))
-    })
+    let mut out = compiled::run(GraphKey::Moe(*plan), inputs)?;
+    out.pop().ok_or_else(|| anyhow::anyhow!("the compiled MoE block returned nothing"))
 }
 
-/// How many plans this thread has compiled a block for (diagnostics, tests).
-pub fn compiled_here() -> usize {
-    COMPILED.with_borrow(|c| c.len())
-}
-
-/// 0: decide from `COHORT_COMPILE_MOE`; 1: on; 2: off.
-static SWITCH: AtomicU8 = AtomicU8::new(0);
+static SWITCH: Switch = Switch::new("COHORT_COMPILE_MOE");
 
 /// Force the compiled block on or off (`None`: back to the default); benchmarks and tests.
 pub fn set_enabled(on: Option<bool>) {
-    SWITCH.store(
-        match on {
-            None => 0,
-            Some(true) => 1,
-            Some(false) => 2,
-        },
-        Ordering::Relaxed,
-    );
+    SWITCH.set(on);
 }
 
 pub fn enabled() -> bool {
-    static DEFAULT: std::sync::LazyLock<bool> =
-        std::sync::LazyLock::new(|| std::env::var("COHORT_COMPILE_MOE").is_ok_and(|v| v == "1"));
-    match SWITCH.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => *DEFAULT,
-    }
+    SWITCH.enabled()
 }

@@ -1,0 +1,151 @@
+//! Blocks run as compiled MLX graphs (issue 9): the MoE block (`moe_graph`) and the Gated
+//! DeltaNet mixer (`gated_delta`). On the GPU a block is tens of small ops a layer a step, each a
+//! node built through the C API and a launch; MLX's `compile` traces a block once per input
+//! shape, fuses its elementwise chains and replays the graph. mlx-rs warns that a compiled closure
+//! capturing arrays is undefined behaviour, so every weight is an input and the closure holds only
+//! the block's plan (storage, sizes, switches); one compiled function serves every layer with the
+//! same plan.
+//!
+//! On by default on the CUDA backend, where it was measured (docs/benchmarks.md); off on the CPU
+//! (compile JIT-builds C++ there) and on Metal (not measured). `COHORT_COMPILE_MOE` and
+//! `COHORT_COMPILE_GDN` (`1` on, `0` off) override each.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use anyhow::Result;
+use mlx_rs::Array;
+use mlx_rs::error::Exception;
+
+use super::config::QuantSpec;
+use super::gated_delta::GdnPlan;
+use super::moe_graph::Plan as MoePlan;
+use crate::engine::runtime::Backend;
+
+/// Blocks of at most this many rows (batch x positions) take a compiled graph: steps, drafts and
+/// verifies, where per-op overhead is the cost. Prefill chunks keep the plain ops: a trace per
+/// input shape would mean one for every prompt's last chunk length.
+pub const MAX_ROWS: i32 = 64;
+
+/// How one projection's weight is stored, which decides its op and how many inputs it takes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Storage {
+    /// [w]: a float weight.
+    Dense,
+    /// [w, scales, biases]: packed affine quantization.
+    Quantized(QuantSpec),
+}
+
+impl Storage {
+    pub fn inputs(self) -> usize {
+        match self {
+            Storage::Dense => 1,
+            Storage::Quantized(_) => 3,
+        }
+    }
+}
+
+/// `x W^T` for a projection given as its input arrays.
+pub fn project(x: &Array, w: &[Array], s: Storage) -> Result<Array> {
+    Ok(match s {
+        Storage::Dense => mlx_rs::ops::matmul(x, w[0].t())?,
+        Storage::Quantized(q) => mlx_rs::ops::quantized_matmul(x, &w[0], &w[1], &w[2], true, q.group_size, q.bits)?,
+    })
+}
+
+/// Where each projection's arrays start in a flat input list that holds them in `storage` order
+/// from `first` on; returns the starts and the list's expected length.
+pub fn offsets<const N: usize>(storage: &[Storage; N], first: usize) -> ([usize; N], usize) {
+    let mut at = [0usize; N];
+    let mut next = first;
+    for (i, s) in storage.iter().enumerate() {
+        at[i] = next;
+        next += s.inputs();
+    }
+    (at, next)
+}
+
+/// What a compiled graph is traced from: the block kind and its plan.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum GraphKey {
+    Moe(MoePlan),
+    Gdn(GdnPlan),
+}
+
+impl GraphKey {
+    fn trace(&self, inputs: &[Array]) -> Result<Vec<Array>> {
+        match self {
+            GraphKey::Moe(plan) => super::moe_graph::block_from_inputs(inputs, plan).map(|y| vec![y]),
+            GraphKey::Gdn(plan) => super::gated_delta::mix_from_inputs(inputs, plan),
+        }
+    }
+}
+
+type CompiledFn = Box<dyn FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exception>>;
+
+thread_local! {
+    /// mlx-rs's compiled functions are not `Send`: each thread that runs a model (the model
+    /// owner; test threads) keeps its own, traced on its first call per input shape.
+    static COMPILED: RefCell<HashMap<GraphKey, CompiledFn>> = RefCell::new(HashMap::new());
+}
+
+/// Run the compiled graph for `key` on `inputs`.
+pub fn run(key: GraphKey, inputs: &[Array]) -> Result<Vec<Array>> {
+    COMPILED.with_borrow_mut(|cache| {
+        let f = cache.entry(key).or_insert_with(|| {
+            let traced = move |inputs: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
+                key.trace(inputs).map_err(|e| Exception::custom(format!("{e:#}")))
+            };
+            Box::new(mlx_rs::transforms::compile::compile(traced, None))
+        });
+        Ok(f(inputs)?)
+    })
+}
+
+/// The plans this thread has compiled a graph for (diagnostics, tests).
+pub fn compiled_here() -> Vec<GraphKey> {
+    COMPILED.with_borrow(|c| c.keys().copied().collect())
+}
+
+/// A process-wide on/off for one compiled block: forced by tests and benchmarks, else from its
+/// environment variable, else on for the CUDA backend only.
+pub struct Switch {
+    state: AtomicU8,
+    env: &'static str,
+}
+
+impl Switch {
+    pub const fn new(env: &'static str) -> Self {
+        Switch { state: AtomicU8::new(0), env }
+    }
+
+    /// Force it on or off (`None`: back to the default).
+    pub fn set(&self, on: Option<bool>) {
+        self.state.store(
+            match on {
+                None => 0,
+                Some(true) => 1,
+                Some(false) => 2,
+            },
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn enabled(&self) -> bool {
+        match self.state.load(Ordering::Relaxed) {
+            1 | 3 => true,
+            2 | 4 => false,
+            _ => {
+                // Decided once (3: on, 4: off), so a step reads no environment.
+                let on = match std::env::var(self.env).as_deref() {
+                    Ok("1") => true,
+                    Ok("0") => false,
+                    _ => Backend::detect() == Backend::Cuda,
+                };
+                let _ = self.state.compare_exchange(0, if on { 3 } else { 4 }, Ordering::Relaxed, Ordering::Relaxed);
+                on
+            }
+        }
+    }
+}

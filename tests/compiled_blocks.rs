@@ -1,0 +1,76 @@
+//! The compiled MoE block and Gated DeltaNet mixer (src/model/compiled.rs) against mlx-lm's own
+//! outputs on the Qwen3.5-family fixtures (tests/fixtures/references, mlx-lm 0.32.2): forced on,
+//! they must serve (plans get compiled, the verify's capturing mixer among them) and give
+//! mlx-lm's logits and greedy tokens, by AR and by greedy MTP (whose T=2 verify and per-position
+//! state capture run through the compiled mixer), as the plain route does in
+//! tests/qwen35_reference.rs and tests/mtp_solo.rs. One test, so the process-wide switches are
+//! never raced.
+
+mod common;
+
+use cohort::engine::ar;
+use cohort::engine::prepare::prepare;
+use cohort::engine::request::{Prompt, Request};
+use cohort::engine::row::CancelFlag;
+use cohort::engine::sampler::SamplerConfig;
+use cohort::engine::solo::{GenerationMode, run_solo};
+use cohort::model::compiled::{GraphKey, compiled_here};
+use cohort::model::forward::LanguageModel;
+use cohort::model::qwen3_5::Qwen35Model;
+use cohort::model::tokenizer::TextTokenizer;
+use cohort::model::{gated_delta, moe_graph};
+use common::*;
+use mlx_rs::Dtype;
+
+/// Fixtures with an MTP layer, whose greedy MTP run must give mlx-lm's greedy tokens too.
+const WITH_MTP: [&str; 3] = ["qwen35_moe_4bit", "qwen35_dense_8bit", "qwen35_dense_bf16"];
+
+#[test]
+fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
+    moe_graph::set_enabled(Some(true));
+    gated_delta::set_compiled(Some(true));
+    for name in ["qwen35_moe_4bit", "qwen35_moe_hf", "qwen3_next_4bit", "qwen35_dense_8bit", "qwen35_dense_bf16"] {
+        let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let refs = reference(name);
+        for (pname, p) in refs["prompts"].as_object().unwrap() {
+            let prompt = ids(&p["prompt_ids"]);
+            let mut row = model.new_row();
+            let (_, logits, _) = model.prefill(&mut row, &prompt, 32, false).unwrap();
+            let err = max_rel_err(&to_f32(&logits), &floats(&p["last_logits"]));
+            assert!(err <= 1e-4, "{name}/{pname}: last logits differ from mlx-lm by {err:.2e} (relative)");
+            let want = ids(&p["greedy_tokens"]);
+            let got = ar::greedy(&model, &prompt, want.len(), 32).unwrap();
+            assert_eq!(got, want, "{name}/{pname}: greedy continuation differs from mlx-lm");
+            if WITH_MTP.contains(&name) {
+                let tok = TextTokenizer::load(&fixture(name)).unwrap();
+                let sampler = SamplerConfig::greedy();
+                let req = Request {
+                    id: "t".into(),
+                    prompt: Prompt::Ids(prompt.clone()),
+                    max_tokens: 48,
+                    sampler,
+                    seed: 0,
+                    stop: vec![],
+                    ignore_eos: true,
+                };
+                let mut run = prepare(&model, &tok, &req, CancelFlag::default()).unwrap();
+                run_solo(&model, &tok, &mut run, GenerationMode::Mtp, 32, &mut |_| {}).unwrap();
+                assert!(run.stats.verify_cycles > 0, "{name}/{pname}: MTP ran no verify cycle");
+                assert_eq!(run.tokens, want[..48].to_vec(), "{name}/{pname}: greedy MTP differs from mlx-lm");
+            }
+        }
+        let plans = compiled_here();
+        assert!(plans.iter().any(|k| matches!(k, GraphKey::Gdn(_))), "{name}: the compiled mixer never served");
+        if name.contains("moe") || name.contains("next") {
+            assert!(plans.iter().any(|k| matches!(k, GraphKey::Moe(_))), "{name}: the compiled MoE block never served");
+        }
+        if WITH_MTP.contains(&name) {
+            assert!(
+                plans.iter().any(|k| matches!(k, GraphKey::Gdn(p) if p.capture)),
+                "{name}: no verify ran through the compiled mixer with state capture"
+            );
+        }
+    }
+    moe_graph::set_enabled(None);
+    gated_delta::set_compiled(None);
+}
