@@ -54,7 +54,7 @@ struct View {
 }
 
 // SAFETY: a View only reads an evaluated array that the caller keeps alive and unchanged while
-// the pool's parts run.
+// the pool's threads run.
 unsafe impl Sync for View {}
 
 impl View {
@@ -271,12 +271,11 @@ fn run(qv: &View, sources: &[Source], out_strides: [usize; 3], out: &mut [f32], 
     }
     let tiles = per_group.div_ceil(tile);
     let items = b * kv_heads * tiles;
-    let parts = threads.min(items).max(1);
     let dst = super::cpu_pool::Disjoint(out.as_mut_ptr());
     let work = Work { qv, sources, out_strides, dst: &dst, scale, heads, t, kv_heads, tile, tiles };
-    pool.run(parts, &|p| {
-        // Items are dealt round-robin: a causal prefill chunk's later tiles see more keys.
-        let mine = (p..items).step_by(parts);
+    // Threads claim items one at a time as they come free, which also evens out a causal
+    // prefill chunk's later tiles seeing more keys.
+    pool.run_chunks(items, &|mine| {
         #[cfg(target_arch = "x86_64")]
         if *AVX2 {
             // SAFETY: the CPU has AVX2.
@@ -286,7 +285,7 @@ fn run(qv: &View, sources: &[Source], out_strides: [usize; 3], out: &mut [f32], 
     });
 }
 
-/// One `run`'s inputs, shared by its pool parts.
+/// One `run`'s inputs, shared by the pool's threads.
 struct Work<'a, 'b> {
     qv: &'a View,
     sources: &'a [Source<'b>],
@@ -300,7 +299,7 @@ struct Work<'a, 'b> {
     tiles: usize,
 }
 
-/// A pool part's scratch: one query, its scores, and contiguous copies of strided spans.
+/// One thread's scratch: one query, its scores, and contiguous copies of strided spans.
 #[derive(Default)]
 struct Scratch {
     query: Vec<f32>,

@@ -12,6 +12,8 @@
 //! equals two single steps bit for bit and an AR cohort row equals its solo run: the exactness
 //! probe's row-by-row route costs nothing here.
 
+use std::ops::Range;
+
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
@@ -30,6 +32,9 @@ const DIRECT_ROWS: usize = 2;
 /// it computes together as one stream (four streams of the 49152-row LM head ran at half the
 /// speed of one).
 const TILE: usize = 4;
+
+/// A product is cut into about this many chunks per thread of the pool.
+const CHUNKS_PER_THREAD: usize = 8;
 
 /// A weight matrix `[out, in]` kept as affine codes: `w[o][i] = scale[o][g] * code + bias[o][g]`
 /// with `g = i / group`.
@@ -170,34 +175,37 @@ impl PackedMatrix {
         assert_eq!(x.len(), rows * self.inp, "x is not [{rows}, {}]", self.inp);
         let mut y = vec![0f32; rows * self.out];
         let pool = super::cpu_pool::Pool::global();
-        // Parts of whole 8-output strips (two tiles), at most one per thread.
-        let parts = pool.threads().min(self.out.div_ceil(8)).max(1);
-        let per = self.out.div_ceil(parts).div_ceil(TILE) * TILE;
+        // Chunks of whole 8-output strips (two tiles), several per thread, claimed as threads
+        // come free: one that starts late or is descheduled takes fewer.
+        let strips = self.out.div_ceil(8);
+        let chunks = match pool.threads() {
+            1 => 1,
+            n => (n * CHUNKS_PER_THREAD).min(strips).max(1),
+        };
+        let per = strips.div_ceil(chunks) * 8;
         let dst = super::cpu_pool::Disjoint(y.as_mut_ptr());
         let dst = &dst;
-        pool.run(parts, &|t| {
-            let (lo, hi) = (t * per, ((t + 1) * per).min(self.out));
-            if lo < hi {
-                // SAFETY: every part writes the columns lo..hi of each row, disjoint from the
-                // other parts' columns, and `y` outlives `run`.
-                let y = unsafe { std::slice::from_raw_parts_mut(dst.0, rows * self.out) };
-                self.columns(x, rows, lo, hi, y, simd);
-            }
+        pool.run_chunks(self.out.div_ceil(per), &|mine| {
+            // SAFETY: every chunk writes the columns of its own outputs in each row, disjoint
+            // from the other chunks' columns, and `y` outlives `run_chunks`.
+            let y = unsafe { std::slice::from_raw_parts_mut(dst.0, rows * self.out) };
+            self.columns(x, rows, mine.map(|c| c * per..((c + 1) * per).min(self.out)), y, simd);
         });
         y
     }
 
-    fn columns(&self, x: &[f32], rows: usize, lo: usize, hi: usize, y: &mut [f32], simd: bool) {
+    /// Outputs `lo..hi` of every row, for each range of `ranges` (one thread's chunks).
+    fn columns(&self, x: &[f32], rows: usize, ranges: impl Iterator<Item = Range<usize>>, y: &mut [f32], simd: bool) {
         #[cfg(target_arch = "x86_64")]
         if simd {
             // SAFETY: the CPU has AVX2 and FMA (checked above); indices stay inside the slices
             // (`from_mlx`/`from_codes` checked the shapes, `matmul` checked x).
-            unsafe { avx2::columns(self, x, rows, lo, hi, y) };
+            unsafe { avx2::columns(self, x, rows, ranges, y) };
             return;
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = simd;
-        scalar::columns(self, x, rows, lo, hi, y);
+        scalar::columns(self, x, rows, ranges, y);
     }
 
     fn sub_bytes(&self) -> usize {
@@ -241,6 +249,8 @@ fn repack_nibbles(words: &[u32]) -> Vec<u8> {
 /// values, one eight-lane accumulator per row and output fed in input order, the same final
 /// sum), so both routes agree bit for bit.
 mod scalar {
+    use std::ops::Range;
+
     use super::{PackedMatrix, SUB};
 
     fn dequantize(m: &PackedMatrix, o: usize, w: &mut [f32]) {
@@ -269,9 +279,15 @@ mod scalar {
         super::hsum8(acc)
     }
 
-    pub fn columns(m: &PackedMatrix, x: &[f32], rows: usize, lo: usize, hi: usize, y: &mut [f32]) {
+    pub fn columns(
+        m: &PackedMatrix,
+        x: &[f32],
+        rows: usize,
+        ranges: impl Iterator<Item = Range<usize>>,
+        y: &mut [f32],
+    ) {
         let mut w = vec![0f32; m.inp];
-        for o in lo..hi {
+        for o in ranges.flatten() {
             dequantize(m, o, &mut w);
             for r in 0..rows {
                 y[r * m.out + o] = dot(&w, &x[r * m.inp..(r + 1) * m.inp]);
@@ -290,6 +306,7 @@ fn hsum8(v: [f32; 8]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
+    use std::ops::Range;
 
     use super::{DIRECT_ROWS, PackedMatrix, SUB, TILE};
 
@@ -335,9 +352,36 @@ mod avx2 {
     }
 
     /// # Safety
-    /// AVX2 and FMA must be present; `x` is `[rows, m.inp]`, `y` is `[rows, m.out]`.
+    /// AVX2 and FMA must be present; `x` is `[rows, m.inp]`, `y` is `[rows, m.out]`, and every
+    /// range lies inside `0..m.out`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn columns(m: &PackedMatrix, x: &[f32], rows: usize, lo: usize, hi: usize, y: &mut [f32]) {
+    pub unsafe fn columns(
+        m: &PackedMatrix,
+        x: &[f32],
+        rows: usize,
+        ranges: impl Iterator<Item = Range<usize>>,
+        y: &mut [f32],
+    ) {
+        // Allocated on the first range that needs it, kept for the rest.
+        let mut scratch = Vec::new();
+        for Range { start: lo, end: hi } in ranges {
+            // SAFETY: forwarded from the caller.
+            unsafe { range(m, x, rows, lo, hi, y, &mut scratch) };
+        }
+    }
+
+    /// Outputs `lo..hi` of every row.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn range(
+        m: &PackedMatrix,
+        x: &[f32],
+        rows: usize,
+        lo: usize,
+        hi: usize,
+        y: &mut [f32],
+        scratch: &mut Vec<__m256>,
+    ) {
         let mut o = lo;
         if rows == 1 {
             // SAFETY (all calls): o + tile <= hi <= m.out, and x holds `rows` rows.
@@ -363,11 +407,11 @@ mod avx2 {
             }
             return;
         }
-        let mut scratch = vec![_mm256_setzero_ps(); OUTS * m.inp / 8];
+        scratch.resize(OUTS * m.inp / 8, _mm256_setzero_ps());
         while o < hi {
             let n = OUTS.min(hi - o);
             // SAFETY: as above; scratch holds OUTS rows of inp / 8 vectors.
-            unsafe { scratch_block(m, x, rows, o, n, &mut scratch, y) };
+            unsafe { scratch_block(m, x, rows, o, n, scratch, y) };
             o += n;
         }
     }
