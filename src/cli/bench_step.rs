@@ -32,6 +32,9 @@ pub struct BenchStepArgs {
     vocab: Option<i32>,
     #[arg(long, short = 'm')]
     model: Option<String>,
+    /// Activation dtype (float32, bfloat16; default: the backend's).
+    #[arg(long)]
+    dtype: Option<String>,
     /// Prompt length for the prefill measurement.
     #[arg(long, default_value_t = 2048)]
     prefill: usize,
@@ -379,11 +382,14 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             || crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
         "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
     );
+    let dtype = match &args.dtype {
+        Some(d) => crate::model::load::parse_dtype(d)?,
+        None => crate::model::load::default_dtype(),
+    };
     let t_load = Instant::now();
     let (model, cfg): (Box<Qwen35Model>, Qwen35Config) = match (&args.synthetic, &args.model) {
         (Some(g), _) => {
             let cfg = crate::model::synth::geometry(g, args.layers, args.vocab)?;
-            let dtype = crate::model::load::default_dtype();
             let mut w = crate::model::synth::make_weights(&cfg, dtype, 7)?;
             (Box::new(Qwen35Model::from_weights(cfg.clone(), &mut w, dtype)?), cfg)
         }
@@ -394,7 +400,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             };
             let cfg =
                 Qwen35Config::load(&dir.join("config.json")).context("bench-step measures Qwen3.5-family models")?;
-            (Box::new(Qwen35Model::load(&dir, crate::model::load::default_dtype())?), cfg)
+            (Box::new(Qwen35Model::load(&dir, dtype)?), cfg)
         }
     };
     let load_s = t_load.elapsed().as_secs_f64();
