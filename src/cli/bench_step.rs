@@ -186,6 +186,12 @@ fn step_bytes(cfg: &Qwen35Config, rows: i64, with_head: bool) -> f64 {
     bytes
 }
 
+/// `n` token ids spread over the vocabulary, different for each `salt` (the same prompt for the
+/// same salt, so every arm prefills the same state).
+fn synthetic_ids(n: usize, salt: u32, vocab: i32) -> Vec<u32> {
+    (0..n as u32).map(|i| (i * 7919 + salt * 104729) % vocab as u32).collect()
+}
+
 /// One B1 AR step from `tok` [1, 1]: (ms to build its lazy graph, ms in all, the next token).
 fn b1_step(model: &Qwen35Model, tok: &Array, row: &mut RowCache) -> Result<(f64, f64, Array)> {
     let t = Instant::now();
@@ -201,8 +207,7 @@ fn b1_step(model: &Qwen35Model, tok: &Array, row: &mut RowCache) -> Result<(f64,
 /// B1 steps of every compiled-blocks arm taken in turn (mirrored order every other round), each
 /// arm on its own row: the arms see the same moments of a noisy host, which separate runs do not.
 fn interleaved_b1(model: &Qwen35Model, args: &BenchStepArgs, arms: &[CompiledBlocks]) -> Result<()> {
-    let vocab = model.cfg.vocab_size as u32;
-    let prompt: Vec<u32> = (0..args.prefill as u32).map(|i| (i * 7919 + 104729) % vocab).collect();
+    let prompt = synthetic_ids(args.prefill, 1, model.cfg.vocab_size);
     let mut rows = Vec::new();
     for _ in arms {
         let mut row = model.new_row();
@@ -245,8 +250,7 @@ fn measure(
     compiled: CompiledBlocks,
     first_logits: &mut Option<Vec<f32>>,
 ) -> Result<Figures> {
-    let vocab = cfg.vocab_size as u32;
-    let ids = |n: usize, salt: u32| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + salt * 104729) % vocab).collect() };
+    let ids = |n: usize, salt: u32| synthetic_ids(n, salt, cfg.vocab_size);
     // Progress on stderr as each phase ends: a first call that traces graphs or JIT-compiles
     // kernels can take minutes on a fresh GPU machine, and a run cut off by a time limit should
     // still say where it was.
@@ -409,7 +413,6 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     eprintln!("model ready in {load_s:.1} s ({} active); bandwidth {bw:.0} GB/s", human_bytes(mem_loaded.active));
     let compiled_arms = if args.compiled.is_empty() { vec![CompiledBlocks::current()] } else { args.compiled.clone() };
     let floor = |bytes: f64| bytes / (bw * 1e9) * 1e3;
-    let b1_floor = floor(step_bytes(&cfg, 1, true));
     let mtp_cfg = {
         let mut c = cfg.clone();
         c.num_hidden_layers = 1;
@@ -417,7 +420,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         c
     };
     let floors = Floors {
-        b1: b1_floor,
+        b1: floor(step_bytes(&cfg, 1, true)),
         draft: floor(step_bytes(&mtp_cfg, FIXED_WIDTH as i64, true)),
         verify: floor(step_bytes(&cfg, 2 * FIXED_WIDTH as i64, true)),
     };

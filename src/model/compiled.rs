@@ -28,6 +28,14 @@ use crate::engine::runtime::Backend;
 /// input shape would mean one for every prompt's last chunk length.
 pub const MAX_ROWS: i32 = 64;
 
+/// Whether a block of `rows` rows (batch x positions) takes its compiled graph: its switch is
+/// on, it is a step-sized block, and rows are batched (the row-by-row route keeps each
+/// projection per row). Checked before a block gathers its weights, so the plain route pays
+/// nothing for the compiled one.
+pub fn serves(switch_on: bool, rows: i32) -> bool {
+    switch_on && rows <= MAX_ROWS && super::linear::route() != super::linear::LinearRoute::RowByRow
+}
+
 /// How one projection's weight is stored, which decides its op and how many inputs it takes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Storage {

@@ -10,10 +10,10 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::cache::{GdnState, gather_rows, row};
-use super::compiled::{self, GraphKey, MAX_ROWS, Storage, Switch, offsets, project};
+use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
 use super::config::{QuantSpec, Qwen35Config};
 use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
-use super::linear::{Linear, LinearRoute};
+use super::linear::Linear;
 use super::ops::{scalar_like, slice_axis};
 use super::weights::Weights;
 
@@ -90,7 +90,8 @@ impl GatedDeltaNet {
         let state = gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?;
 
         let plan = self.plan(capture);
-        let mixed = match self.graph_weights().filter(|_| compiled_enabled() && b * t <= MAX_ROWS) {
+        let serves = compiled::serves(compiled_enabled(), b * t);
+        let mixed = match serves.then(|| self.graph_weights()).flatten() {
             Some((storage, weights)) => {
                 let mut inputs = vec![x.clone(), tail, state, self.conv_weight.clone()];
                 inputs.extend([self.a_log.clone(), self.dt_bias.clone(), self.norm_weight.clone()]);
@@ -158,12 +159,8 @@ impl GatedDeltaNet {
     }
 
     /// Every projection's storage and arrays in [`GdnProj`] order, when all of them are plain
-    /// MLX storage (the compiled route cannot take the CPU kernel's) and rows are batched (the
-    /// row-by-row route keeps each projection per row).
+    /// MLX storage (the compiled route cannot take the CPU kernel's).
     fn graph_weights(&self) -> Option<([Storage; 5], Vec<Array>)> {
-        if super::linear::route() == LinearRoute::RowByRow {
-            return None;
-        }
         let parts = GdnProj::ALL.map(|p| self.projection(p).graph_inputs());
         let mut storage = [Storage::Dense; 5];
         let mut weights = Vec::new();

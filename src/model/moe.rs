@@ -5,9 +5,9 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::compiled::{MAX_ROWS, Storage};
+use super::compiled::{self, Storage};
 use super::config::{QuantSpec, Qwen35Config};
-use super::linear::{Linear, LinearRoute};
+use super::linear::Linear;
 use super::mlp::Mlp;
 use super::moe_graph::{self, Plan, Proj};
 use super::weights::Weights;
@@ -100,7 +100,8 @@ impl SparseMoe {
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let shape = x.shape().to_vec();
         let flat = x.reshape(&[-1, shape[2]])?;
-        let out = match self.graph().filter(|_| flat.shape()[0] <= MAX_ROWS) {
+        let serves = compiled::serves(moe_graph::enabled(), flat.shape()[0]);
+        let out = match serves.then(|| self.graph()).flatten() {
             Some((plan, weights)) => {
                 let mut inputs = Vec::with_capacity(weights.len() + 1);
                 inputs.push(flat);
@@ -124,13 +125,9 @@ impl SparseMoe {
         Ok(out.reshape(&shape)?)
     }
 
-    /// The compiled block's plan and weights, when it serves: switched on, rows batched (the
-    /// row-by-row route keeps each projection per row), and every projection plain MLX storage
-    /// (not the CPU kernel's).
+    /// The compiled block's plan and weights, when every projection is plain MLX storage (not
+    /// the CPU kernel's).
     fn graph(&self) -> Option<(Plan, Vec<Array>)> {
-        if !moe_graph::enabled() || super::linear::route() == LinearRoute::RowByRow {
-            return None;
-        }
         let lin = Linear::graph_inputs;
         let parts = [
             lin(&self.router)?,
