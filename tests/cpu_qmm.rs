@@ -114,6 +114,28 @@ fn every_row_of_a_block_equals_its_single_row_product_bit_for_bit() {
 }
 
 #[test]
+fn several_matrices_in_one_dispatch_give_each_matrix_s_own_product() {
+    // A layer's q, k, v (or gate, up) share one pool dispatch; each result must be its matrix's
+    // product: all outputs covered once, none from a neighbour. Sizes that are not multiples
+    // of a strip, a part smaller than a chunk, and blocks on both sides of the one-pass limit.
+    for (inp, group) in [(256, 32), (1024, 64)] {
+        let cases = [case(70, inp, 4, group, 3), case(24, inp, 4, group, 4), case(9, inp, 4, group, 5)];
+        let parts: Vec<PackedMatrix> = cases.iter().map(packed).collect();
+        let refs: Vec<&PackedMatrix> = parts.iter().collect();
+        for rows in [1, 3, 7, 8, 16] {
+            let x = activations(rows, inp, 11 + rows as u64);
+            let each = PackedMatrix::matmul_each(&refs, &x, rows);
+            assert_eq!(each.len(), 3);
+            for ((c, m), got) in cases.iter().zip(&parts).zip(&each) {
+                assert_eq!(got, &m.matmul(&x, rows), "[{}, {inp}], {rows} rows: not the matrix's own product", c.out);
+                let err = rel_err(got, &reference(c, &x, rows));
+                assert!(err < 2e-6, "[{}, {inp}], {rows} rows: relative error {err:.2e}", c.out);
+            }
+        }
+    }
+}
+
+#[test]
 fn the_simd_and_portable_routes_agree_bit_for_bit() {
     if !simd_available() {
         eprintln!("SKIPPED the_simd_and_portable_routes_agree_bit_for_bit: no AVX2/FMA on this CPU");

@@ -203,10 +203,14 @@ impl LlamaModel {
         let a = &layer.attn;
         let m = caches.len() * t;
         let normed = layer.input_norm.host(x)?;
+        let [q, k, v]: [Vec<f32>; 3] =
+            PackedMatrix::matmul_each(&[proj(&a.q_proj)?, proj(&a.k_proj)?, proj(&a.v_proj)?], &normed, m)
+                .try_into()
+                .expect("three products");
         let qkv = HostQkv {
-            q: proj(&a.q_proj)?.matmul(&normed, m),
-            k: proj(&a.k_proj)?.matmul(&normed, m),
-            v: proj(&a.v_proj)?.matmul(&normed, m),
+            q,
+            k,
+            v,
             t,
             heads: a.heads as usize,
             kv_heads: a.kv_heads as usize,
@@ -216,8 +220,11 @@ impl LlamaModel {
         let attended = kv_slots::attend_host(caches, stored, qkv, rope, (a.head_dim as f32).powf(-0.5))?;
         add_assign(x, &proj(&a.o_proj)?.matmul(&attended, m));
         let normed = layer.post_norm.host(x)?;
-        let mut gate = proj(&layer.mlp.gate_proj)?.matmul(&normed, m);
-        silu_mul(&mut gate, &proj(&layer.mlp.up_proj)?.matmul(&normed, m));
+        let [mut gate, up]: [Vec<f32>; 2] =
+            PackedMatrix::matmul_each(&[proj(&layer.mlp.gate_proj)?, proj(&layer.mlp.up_proj)?], &normed, m)
+                .try_into()
+                .expect("two products");
+        silu_mul(&mut gate, &up);
         add_assign(x, &proj(&layer.mlp.down_proj)?.matmul(&gate, m));
         Ok(())
     }
