@@ -215,31 +215,18 @@ impl PackedMatrix {
             ys.iter_mut().map(|y| super::cpu_pool::Disjoint(y.as_mut_ptr())).collect();
         let dst = &dst;
         pool.run_chunks(work.len(), &|mine| {
-            for c in mine {
+            let share = mine.map(|c| {
                 let (i, ref cols) = work[c];
                 let m = parts[i];
                 // SAFETY: every chunk writes the columns of its own outputs in each row of its
                 // own matrix's result, disjoint from the other chunks', and `ys` outlives
                 // `run_chunks`.
                 let y = unsafe { std::slice::from_raw_parts_mut(dst[i].0, rows * m.out) };
-                m.columns(x, rows, std::iter::once(cols.clone()), y, simd);
-            }
+                Columns { m, y, cols: cols.clone() }
+            });
+            columns(x, rows, share, simd);
         });
         ys
-    }
-
-    /// Outputs `lo..hi` of every row, for each range of `ranges` (one thread's chunks).
-    fn columns(&self, x: &[f32], rows: usize, ranges: impl Iterator<Item = Range<usize>>, y: &mut [f32], simd: bool) {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: the CPU has AVX2 and FMA (checked above); indices stay inside the slices
-            // (`from_mlx`/`from_codes` checked the shapes, `matmul` checked x).
-            unsafe { avx2::columns(self, x, rows, ranges, y) };
-            return;
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = simd;
-        scalar::columns(self, x, rows, ranges, y);
     }
 
     fn sub_bytes(&self) -> usize {
@@ -255,6 +242,28 @@ impl PackedMatrix {
     fn param_at(&self, o: usize, g: usize) -> usize {
         (o / TILE * (self.inp / self.group) + g) * TILE + o % TILE
     }
+}
+
+/// Outputs `cols` of every row of one matrix's product, written into `y` (`[rows, m.out]`).
+struct Columns<'a> {
+    m: &'a PackedMatrix,
+    y: &'a mut [f32],
+    cols: Range<usize>,
+}
+
+/// One thread's chunks of a product, in the order it claims them; its working buffers last
+/// for all of them.
+fn columns<'a>(x: &[f32], rows: usize, share: impl Iterator<Item = Columns<'a>>, simd: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: the CPU has AVX2 and FMA (checked above); indices stay inside the slices
+        // (`from_mlx`/`from_codes` checked the shapes, `products` checked x).
+        unsafe { avx2::columns(x, rows, share) };
+        return;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = simd;
+    scalar::columns(x, rows, share);
 }
 
 /// True when this CPU runs the SIMD kernel (x86_64 with AVX2 and FMA).
@@ -283,7 +292,6 @@ fn repack_nibbles(words: &[u32]) -> Vec<u8> {
 /// values, one eight-lane accumulator per row and output fed in input order, the same final
 /// sum), so both routes agree bit for bit.
 mod scalar {
-    use std::ops::Range;
 
     use super::{PackedMatrix, SUB};
 
@@ -313,18 +321,15 @@ mod scalar {
         super::hsum8(acc)
     }
 
-    pub fn columns(
-        m: &PackedMatrix,
-        x: &[f32],
-        rows: usize,
-        ranges: impl Iterator<Item = Range<usize>>,
-        y: &mut [f32],
-    ) {
-        let mut w = vec![0f32; m.inp];
-        for o in ranges.flatten() {
-            dequantize(m, o, &mut w);
-            for r in 0..rows {
-                y[r * m.out + o] = dot(&w, &x[r * m.inp..(r + 1) * m.inp]);
+    pub fn columns<'a>(x: &[f32], rows: usize, share: impl Iterator<Item = super::Columns<'a>>) {
+        let mut w = Vec::new();
+        for super::Columns { m, y, cols } in share {
+            w.resize(m.inp, 0.0);
+            for o in cols {
+                dequantize(m, o, &mut w);
+                for r in 0..rows {
+                    y[r * m.out + o] = dot(&w, &x[r * m.inp..(r + 1) * m.inp]);
+                }
             }
         }
     }
@@ -340,7 +345,6 @@ fn hsum8(v: [f32; 8]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
-    use std::ops::Range;
 
     use super::{DIRECT_ROWS, ONE_PASS_FLOATS, ONE_PASS_ROWS, PackedMatrix, SUB, TILE};
 
@@ -440,42 +444,38 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     fn finish_all<const N: usize, const R: usize>(acc: &[[__m256; R]; N], mut put: impl FnMut(usize, usize, f32)) {
+        // Accumulator k is output k / R, row k % R.
         let at = |k: usize| acc[k / R][k % R];
-        let mut k = 0;
-        while k + 8 <= N * R {
-            for (j, s) in finish8(std::array::from_fn(|j| at(k + j))).into_iter().enumerate() {
+        let mut emit = |k: usize, sums: &[f32]| {
+            for (j, &s) in sums.iter().enumerate() {
                 put((k + j) / R, (k + j) % R, s);
             }
+        };
+        let mut k = 0;
+        while k + 8 <= N * R {
+            emit(k, &finish8(std::array::from_fn(|j| at(k + j))));
             k += 8;
         }
         while k + 4 <= N * R {
-            for (j, s) in finish4(std::array::from_fn(|j| at(k + j))).into_iter().enumerate() {
-                put((k + j) / R, (k + j) % R, s);
-            }
+            emit(k, &finish4(std::array::from_fn(|j| at(k + j))));
             k += 4;
         }
         while k < N * R {
-            put(k / R, k % R, finish(at(k)));
+            emit(k, &[finish(at(k))]);
             k += 1;
         }
     }
 
     /// # Safety
-    /// AVX2 and FMA must be present; `x` is `[rows, m.inp]`, `y` is `[rows, m.out]`, and every
-    /// range lies inside `0..m.out`.
+    /// AVX2 and FMA must be present; for every item, `x` is `[rows, m.inp]`, `y` is
+    /// `[rows, m.out]`, and `cols` lies inside `0..m.out`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn columns(
-        m: &PackedMatrix,
-        x: &[f32],
-        rows: usize,
-        ranges: impl Iterator<Item = Range<usize>>,
-        y: &mut [f32],
-    ) {
-        // Allocated on the first range that needs it, kept for the rest.
+    pub unsafe fn columns<'a>(x: &[f32], rows: usize, share: impl Iterator<Item = super::Columns<'a>>) {
+        // Allocated on the first chunk that needs it, kept for the rest.
         let mut scratch = Vec::new();
-        for Range { start: lo, end: hi } in ranges {
+        for super::Columns { m, y, cols } in share {
             // SAFETY: forwarded from the caller.
-            unsafe { range(m, x, rows, lo, hi, y, &mut scratch) };
+            unsafe { range(m, x, rows, cols.start, cols.end, y, &mut scratch) };
         }
     }
 
