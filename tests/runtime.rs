@@ -298,3 +298,28 @@ fn safetensors_save_load_round_trip() {
     assert_eq!(st.tensor("u32").unwrap().shape(), &[3]);
     assert_eq!(st.tensor("bf16").unwrap().dtype(), safetensors::Dtype::BF16);
 }
+
+/// The graph counter sees exactly the unevaluated nodes a graph holds, by primitive, and none
+/// once it is evaluated: a step's node count (bench-step --graph-stats) is only worth reading if
+/// it counts what MLX will run.
+#[test]
+fn graph_stats_count_the_unevaluated_nodes_by_primitive() {
+    use cohort::engine::graph_stats::GraphStats;
+    let a = Array::from_slice(&values(1, 6), &[2, 3]);
+    let b = Array::from_slice(&values(2, 6), &[2, 3]);
+    let sum = a.add(&b).unwrap();
+    let out = mlx_rs::ops::exp(sum.multiply(&b).unwrap()).unwrap();
+    let stats = GraphStats::of(&[&out]).unwrap();
+    let want: Vec<(&str, usize)> = vec![("Add", 1), ("Exp", 1), ("Multiply", 1)];
+    let got: Vec<(&str, usize)> = stats.by_primitive.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    assert_eq!(got, want, "{stats:?}");
+    assert_eq!(stats.nodes, 3);
+    // A node shared by two outputs is one node; evaluated arrays are inputs, not nodes.
+    let other = sum.subtract(&a).unwrap();
+    assert_eq!(GraphStats::of(&[&out, &other]).unwrap().nodes, 4);
+    sum.eval().unwrap();
+    assert_eq!(GraphStats::of(&[&out, &other]).unwrap().nodes, 3);
+    out.eval().unwrap();
+    other.eval().unwrap();
+    assert_eq!(GraphStats::of(&[&out, &other]).unwrap().nodes, 0);
+}

@@ -4,21 +4,19 @@
 # then mlx-lm and cohort run on it in turn, each in fresh processes, ABBA.
 # Before this call: /tmp/x holds wheel.a (cohort's MLX CUDA 0.32.2 wheel, part 1) and w3.a (MLX
 # CUDA 0.32.3, part 1, for mlx-lm, whose quantized MoE needs it) plus the .gpu/w3b files; this
-# call carries .gpu/w2, .gpu/bin and .gpu/ptx.
+# call carries .gpu/w2, .gpu/bin and .gpu/ptx. It runs the first half (mlx-lm, then cohort);
+# r18.sh, called right after, the second (cohort, then mlx-lm) and the profiles.
 set -u
 . scripts/gpu/wheel.sh
 W3=/tmp/x/mlx_cuda_13-0.32.3-py3-none-manylinux_2_35_x86_64.whl
 cat /tmp/x/w3.a /tmp/x/w3.b > $W3
 echo "$(cat /tmp/x/w3.sha256)  $W3" | sha256sum -c --quiet || exit 4
 python3 -m pip install -q --no-index --no-deps --target /tmp/site3 $W3 /tmp/x/mlx-0.32.3-*.whl /tmp/x/mlx_lm-*.whl 2>&1 | tail -2
-PY="env LD_LIBRARY_PATH=/tmp/site3/mlx/lib:$SP/nvidia/cu13/lib:$SP/nvidia/cudnn/lib:$SP/nvidia/nccl/lib PYTHONPATH=/tmp/site3 python3"
-M=/tmp/q36
+. scripts/gpu/q36_arms.sh
 {
 echo "=== make"; $PY -c "import mlx.core as mx, mlx_lm; print(mx.__version__, mx.default_device())"
 timeout 200 $PY scripts/gpu/q36_mlx_lm.py make --out $M 2>&1 | grep -v TMA | tail -3
 du -sh $M; nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
-mlx() { echo "=== mlx-lm"; timeout 150 $PY scripts/gpu/q36_mlx_lm.py bench --model $M --prompt 512 --gen 64 --rounds 2 2>&1 | grep -v TMA | tail -3; }
-coh() { echo "=== cohort"; timeout 150 $B bench-step -m $M --gdn-routes kernel --prefill 512 --iters 30 --compiled none,all --interleave-b1 --json $OUT/cohort_$1.json 2>/dev/null | grep -vE "^  \[" ; }
-mlx; coh 1; coh 2; mlx
+mlx; coh 1
 } 2>&1 | tee $OUT/r17.txt
 save_ptx

@@ -58,6 +58,13 @@ pub struct BenchStepArgs {
     /// After the arms, time B1 steps of every `--compiled` arm in turn, each on its own row.
     #[arg(long)]
     interleave_b1: bool,
+    /// Which steps each arm times: `b1` (AR steps), `b8` (draft, verify, commit cycles), or
+    /// both; one alone keeps a profiler's trace to that step's kernels.
+    #[arg(long, value_delimiter = ',', default_value = "b1,b8")]
+    steps: Vec<StepKind>,
+    /// Count the nodes of one B1 step's graph, one B8 draft's and one B8 verify's, by primitive.
+    #[arg(long)]
+    graph_stats: bool,
     /// Write the figures as JSON here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -75,6 +82,13 @@ pub enum GdnRoute {
 pub enum AttentionPath {
     Batched,
     Rows,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepKind {
+    B1,
+    B8,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, serde::Serialize)]
@@ -118,6 +132,11 @@ struct Figures {
     b1_logits_vs_first: Option<f64>,
     /// Median time to build one B1 step's lazy graph (forward + argmax, before evaluation).
     b1_build_ms: f64,
+    /// Median time from the start of a B1 step until MLX has handed every node to the device
+    /// (`async_eval` returns): the host's share; the rest of the step is waiting for the device.
+    b1_enqueued_ms: f64,
+    /// A B8 AR step (T=1 on all 8 packed rows): what a cohort that does not draft pays a token.
+    b8_ar_ms: f64,
     prefill_tok_s: f64,
     b1_ms: f64,
     draft_ms: f64,
@@ -192,16 +211,35 @@ fn synthetic_ids(n: usize, salt: u32, vocab: i32) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 7919 + salt * 104729) % vocab as u32).collect()
 }
 
-/// One B1 AR step from `tok` [1, 1]: (ms to build its lazy graph, ms in all, the next token).
-fn b1_step(model: &Qwen35Model, tok: &Array, row: &mut RowCache) -> Result<(f64, f64, Array)> {
+/// One B1 step's times in ms from its start: graph built, graph handed to the device, done.
+struct StepTimes {
+    build: f64,
+    enqueued: f64,
+    total: f64,
+}
+
+/// One B1 AR step from `tok` [1, 1]: its times and the next token.
+fn b1_step(model: &Qwen35Model, tok: &Array, row: &mut RowCache) -> Result<(StepTimes, Array)> {
     let t = Instant::now();
     let out = model.forward(tok, &mut [&mut *row], Logits::Last, false)?;
     let next = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?.as_dtype(Dtype::Int32)?;
     let build = ms(t);
     let mut arrays = row.arrays();
     arrays.push(&next);
+    mlx_rs::transforms::async_eval(arrays.iter().copied())?;
+    let enqueued = ms(t);
     mlx_rs::transforms::eval(arrays)?;
-    Ok((build, ms(t), next.reshape(&[1, 1])?))
+    Ok((StepTimes { build, enqueued, total: ms(t) }, next.reshape(&[1, 1])?))
+}
+
+/// `--graph-stats`: one step's nodes by primitive, most frequent first, on one line each.
+fn print_graph_stats(what: &str, outputs: &[&Array]) -> Result<()> {
+    let stats = crate::engine::graph_stats::GraphStats::of(outputs)?;
+    let mut kinds: Vec<_> = stats.by_primitive.iter().collect();
+    kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let listed: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!("graph of {what}: {} nodes: {}", stats.nodes, listed.join(", "));
+    Ok(())
 }
 
 /// B1 steps of every compiled-blocks arm taken in turn (mirrored order every other round), each
@@ -220,11 +258,11 @@ fn interleaved_b1(model: &Qwen35Model, args: &BenchStepArgs, arms: &[CompiledBlo
         for a in order {
             arms[a].apply();
             let (row, tok, steps, builds) = &mut rows[a];
-            let (build, step, next) = b1_step(model, tok, row)?;
+            let (times, next) = b1_step(model, tok, row)?;
             *tok = next;
             if round >= 2 {
-                steps.push(step);
-                builds.push(build);
+                steps.push(times.total);
+                builds.push(times.build);
             }
         }
     }
@@ -274,7 +312,12 @@ fn measure(
     // The first step's logits, from a copy of the row: every arm starts from the same prefilled
     // state, so arms that compute the same function agree up to rounding (and run-to-run noise,
     // which a deep random-weight model amplifies: compare with a repeated arm, on few layers).
-    let probe = model.forward(&tok, &mut [&mut row.clone()], Logits::Last, false)?;
+    let mut probe_row = row.clone();
+    let probe = model.forward(&tok, &mut [&mut probe_row], Logits::Last, false)?;
+    if args.graph_stats {
+        let next = mlx_rs::ops::indexing::argmax_axis(probe.logits.as_ref().unwrap(), -1, None)?;
+        print_graph_stats("a B1 step", &probe_row.arrays().into_iter().chain([&next]).collect::<Vec<_>>())?;
+    }
     let logits = probe.logits.as_ref().unwrap().as_dtype(Dtype::Float32)?.flatten(None, None)?;
     let logits = logits.as_slice::<f32>().to_vec();
     let b1_logits_vs_first = match first_logits {
@@ -288,20 +331,60 @@ fn measure(
             Some((diff / scale) as f64)
         }
     };
-    let (mut b1, mut b1_build) = (Vec::new(), Vec::new());
-    for i in 0..args.iters + 2 {
-        let (build, step, next) = b1_step(model, &tok, &mut row)?;
+    let (mut b1, mut b1_build, mut b1_enqueued) = (Vec::new(), Vec::new(), Vec::new());
+    let rounds = |kind: StepKind| if args.steps.contains(&kind) { args.iters + 2 } else { 0 };
+    for i in 0..rounds(StepKind::B1) {
+        let (times, next) = b1_step(model, &tok, &mut row)?;
         if i >= 2 {
-            b1.push(step);
-            b1_build.push(build);
+            b1.push(times.total);
+            b1_build.push(times.build);
+            b1_enqueued.push(times.enqueued);
         } else {
-            progress(&format!("B1 step {}", i + 1), step / 1e3);
+            progress(&format!("B1 step {}", i + 1), times.total / 1e3);
         }
         tok = next;
     }
     progress(&format!("{} timed B1 steps", args.iters), b1.iter().sum::<f64>() / 1e3);
 
     // B8 cycles: draft at M8, verify at M16, commit (keep = 1 for every row), sampling readback.
+    let (mut draft, mut verify, mut commit, mut sample) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut b8_ar = Vec::new();
+    if rounds(StepKind::B8) > 0 {
+        b8_cycles(model, args, &progress, [&mut draft, &mut verify, &mut commit, &mut sample, &mut b8_ar])?;
+    }
+    Ok(Figures {
+        route,
+        attention,
+        compiled,
+        prefill_tok_s: args.prefill as f64 / prefill_s,
+        b1_logits_vs_first,
+        b1_ms: median_or_nan(b1),
+        b1_build_ms: median_or_nan(b1_build),
+        b1_enqueued_ms: median_or_nan(b1_enqueued),
+        b8_ar_ms: median_or_nan(b8_ar),
+        draft_ms: median_or_nan(draft),
+        verify_ms: median_or_nan(verify),
+        commit_ms: median_or_nan(commit),
+        sample_ms: median_or_nan(sample),
+    })
+}
+
+/// A step that was not timed (`--steps`) shows as NaN in the table and null in the JSON.
+fn median_or_nan(v: Vec<f64>) -> f64 {
+    if v.is_empty() { f64::NAN } else { median(v) }
+}
+
+/// `iters` timed B8 cycles (after two untimed ones), each from the same packed state: pushes
+/// each cycle's draft, verify, commit and sampling readback ms onto `times`, then as many B8 AR
+/// steps' ms.
+fn b8_cycles(
+    model: &Qwen35Model,
+    args: &BenchStepArgs,
+    progress: &dyn Fn(&str, f64),
+    times: [&mut Vec<f64>; 5],
+) -> Result<()> {
+    let [draft, verify, commit, sample, ar] = times;
+    let ids = |n: usize, salt: u32| synthetic_ids(n, salt, model.cfg.vocab_size);
     let t_rows = Instant::now();
     let mut rows: Vec<_> = (0..FIXED_WIDTH).map(|_| model.new_row()).collect();
     let mut hidden = Vec::new();
@@ -316,7 +399,6 @@ fn measure(
     let slots = kv_slots::pack(&mut rows)?;
     kv_slots::eval_with(&slots, [])?;
     progress("B8 rows prefilled and packed", t_rows.elapsed().as_secs_f64());
-    let (mut draft, mut verify, mut commit, mut sample) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..args.iters + 2 {
         let before = rows.clone();
         let mut refs: Vec<_> = rows.iter_mut().collect();
@@ -324,11 +406,18 @@ fn measure(
         let q = model.mtp_forward(&hidden, &x0, &mut refs)?;
         let d = mlx_rs::ops::indexing::argmax_axis(&q.reshape(&[FIXED_WIDTH as i32, -1])?, -1, true)?
             .as_dtype(Dtype::Int32)?;
+        if i == 0 && args.graph_stats {
+            print_graph_stats("a B8 draft", &refs.iter().flat_map(|r| r.mtp.arrays()).chain([&d]).collect::<Vec<_>>())?;
+        }
         kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.mtp.arrays()).chain([&d]))?;
         let t_draft = ms(t);
         let t = Instant::now();
         let out = model.forward(&mlx_rs::ops::concatenate(&[x0.clone(), d], 1)?, &mut refs, Logits::All, true)?;
         let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
+        if i == 0 && args.graph_stats {
+            let outputs: Vec<_> = refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]).collect();
+            print_graph_stats("a B8 verify", &outputs)?;
+        }
         kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]))?;
         let t_verify = ms(t);
         let t = Instant::now();
@@ -358,21 +447,23 @@ fn measure(
     }
     progress(
         &format!("{} timed B8 cycles", args.iters),
-        (draft.iter().chain(&verify).chain(&commit).chain(&sample)).sum::<f64>() / 1e3,
+        (draft.iter().chain(verify.iter()).chain(commit.iter()).chain(sample.iter())).sum::<f64>() / 1e3,
     );
-    Ok(Figures {
-        route,
-        attention,
-        compiled,
-        prefill_tok_s: args.prefill as f64 / prefill_s,
-        b1_logits_vs_first,
-        b1_ms: median(b1),
-        b1_build_ms: median(b1_build),
-        draft_ms: median(draft),
-        verify_ms: median(verify),
-        commit_ms: median(commit),
-        sample_ms: median(sample),
-    })
+    // B8 AR steps on the same packed rows, each from the same state.
+    for i in 0..args.iters + 2 {
+        let before = rows.clone();
+        let mut refs: Vec<_> = rows.iter_mut().collect();
+        let t = Instant::now();
+        let out = model.forward(&x0, &mut refs, Logits::Last, false)?;
+        let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
+        kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am]))?;
+        host_u32(&am)?;
+        if i >= 2 {
+            ar.push(ms(t));
+        }
+        rows = before;
+    }
+    Ok(())
 }
 
 pub fn run(args: BenchStepArgs) -> Result<()> {
@@ -423,6 +514,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         b1: floor(step_bytes(&cfg, 1, true)),
         draft: floor(step_bytes(&mtp_cfg, FIXED_WIDTH as i64, true)),
         verify: floor(step_bytes(&cfg, 2 * FIXED_WIDTH as i64, true)),
+        b8_ar: floor(step_bytes(&cfg, FIXED_WIDTH as i64, true)),
     };
     println!(
         "geometry: {} layers, hidden {}, {} experts top-{}, vocab {}",
@@ -480,6 +572,7 @@ struct Floors {
     b1: f64,
     draft: f64,
     verify: f64,
+    b8_ar: f64,
 }
 
 fn print_figures(f: &Figures, floors: &Floors, prefill: usize) {
@@ -490,7 +583,10 @@ fn print_figures(f: &Figures, floors: &Floors, prefill: usize) {
     if let Some(d) = f.b1_logits_vs_first {
         println!("first B1 logits against the first arm's: {d:.2e} of the largest logit");
     }
-    println!("B1 step graph built in {:.2} ms (median), the rest is evaluation", f.b1_build_ms);
+    println!(
+        "B1 step graph built in {:.2} ms, handed to the device by {:.2} ms (medians); the rest is waiting for it",
+        f.b1_build_ms, f.b1_enqueued_ms
+    );
     println!("prefill {prefill} tokens: {:.0} tok/s", f.prefill_tok_s);
     println!("| step | median ms | floor ms | ratio |");
     println!("| --- | --- | --- | --- |");
@@ -504,8 +600,18 @@ fn print_figures(f: &Figures, floors: &Floors, prefill: usize) {
     );
     println!("| B8 commit (keep=1, all rows) | {:.2} | | |", f.commit_ms);
     println!("| B8 sampling readback (ids) | {:.3} | | |", f.sample_ms);
+    println!(
+        "| B8 AR step (T=1, M=8, with readback) | {:.2} | {:.3} | {:.1}x |",
+        f.b8_ar_ms,
+        floors.b8_ar,
+        f.b8_ar_ms / floors.b8_ar
+    );
     let cycle = f.draft_ms + f.verify_ms + f.commit_ms + f.sample_ms;
-    println!("B1 AR: {:.1} tok/s; B8 cycle {cycle:.2} ms", 1e3 / f.b1_ms);
+    println!(
+        "B1 AR: {:.1} tok/s; B8 AR: {:.0} tok/s; B8 cycle {cycle:.2} ms",
+        1e3 / f.b1_ms,
+        FIXED_WIDTH as f64 * 1e3 / f.b8_ar_ms
+    );
     for acc in [0.0, 0.3, 0.6, 0.8] {
         println!(
             "  projected B8 aggregate at acceptance {acc:.1}: {:.0} tok/s",
