@@ -65,6 +65,9 @@ pub struct BenchStepArgs {
     /// Count the nodes of one B1 step's graph, one B8 draft's and one B8 verify's, by primitive.
     #[arg(long)]
     graph_stats: bool,
+    /// Only time the host's cost of one node of each kind a step is made of (no model).
+    #[arg(long)]
+    node_costs: bool,
     /// Write the figures as JSON here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -137,6 +140,9 @@ struct Figures {
     b1_enqueued_ms: f64,
     /// A B8 AR step (T=1 on all 8 packed rows): what a cohort that does not draft pays a token.
     b8_ar_ms: f64,
+    /// When the verify's and the B8 AR step's graphs were handed to the device (as for B1).
+    verify_enqueued_ms: f64,
+    b8_ar_enqueued_ms: f64,
     prefill_tok_s: f64,
     b1_ms: f64,
     draft_ms: f64,
@@ -348,9 +354,11 @@ fn measure(
 
     // B8 cycles: draft at M8, verify at M16, commit (keep = 1 for every row), sampling readback.
     let (mut draft, mut verify, mut commit, mut sample) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut b8_ar = Vec::new();
+    let (mut b8_ar, mut verify_enqueued, mut b8_ar_enqueued) = (Vec::new(), Vec::new(), Vec::new());
     if rounds(StepKind::B8) > 0 {
-        b8_cycles(model, args, &progress, [&mut draft, &mut verify, &mut commit, &mut sample, &mut b8_ar])?;
+        let times =
+            [&mut draft, &mut verify, &mut commit, &mut sample, &mut b8_ar, &mut verify_enqueued, &mut b8_ar_enqueued];
+        b8_cycles(model, args, &progress, times)?;
     }
     Ok(Figures {
         route,
@@ -362,6 +370,8 @@ fn measure(
         b1_build_ms: median_or_nan(b1_build),
         b1_enqueued_ms: median_or_nan(b1_enqueued),
         b8_ar_ms: median_or_nan(b8_ar),
+        verify_enqueued_ms: median_or_nan(verify_enqueued),
+        b8_ar_enqueued_ms: median_or_nan(b8_ar_enqueued),
         draft_ms: median_or_nan(draft),
         verify_ms: median_or_nan(verify),
         commit_ms: median_or_nan(commit),
@@ -381,9 +391,9 @@ fn b8_cycles(
     model: &Qwen35Model,
     args: &BenchStepArgs,
     progress: &dyn Fn(&str, f64),
-    times: [&mut Vec<f64>; 5],
+    times: [&mut Vec<f64>; 7],
 ) -> Result<()> {
-    let [draft, verify, commit, sample, ar] = times;
+    let [draft, verify, commit, sample, ar, verify_enqueued, ar_enqueued] = times;
     let ids = |n: usize, salt: u32| synthetic_ids(n, salt, model.cfg.vocab_size);
     let t_rows = Instant::now();
     let mut rows: Vec<_> = (0..FIXED_WIDTH).map(|_| model.new_row()).collect();
@@ -418,6 +428,8 @@ fn b8_cycles(
             let outputs: Vec<_> = refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]).collect();
             print_graph_stats("a B8 verify", &outputs)?;
         }
+        kv_slots::async_eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]))?;
+        let t_verify_enqueued = ms(t);
         kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]))?;
         let t_verify = ms(t);
         let t = Instant::now();
@@ -436,6 +448,7 @@ fn b8_cycles(
         if i >= 2 {
             draft.push(t_draft);
             verify.push(t_verify);
+            verify_enqueued.push(t_verify_enqueued);
             commit.push(t_commit);
             sample.push(t_sample);
         } else {
@@ -456,10 +469,16 @@ fn b8_cycles(
         let t = Instant::now();
         let out = model.forward(&x0, &mut refs, Logits::Last, false)?;
         let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
+        if i == 0 && args.graph_stats {
+            print_graph_stats("a B8 AR step", &refs.iter().flat_map(|r| r.arrays()).chain([&am]).collect::<Vec<_>>())?;
+        }
+        kv_slots::async_eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am]))?;
+        let enqueued = ms(t);
         kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am]))?;
         host_u32(&am)?;
         if i >= 2 {
             ar.push(ms(t));
+            ar_enqueued.push(enqueued);
         }
         rows = before;
     }
@@ -481,6 +500,14 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         Some(d) => crate::model::load::parse_dtype(d)?,
         None => crate::model::load::default_dtype(),
     };
+    if args.node_costs {
+        let costs = super::node_costs::run(dtype)?;
+        super::node_costs::print(&costs);
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_string_pretty(&costs)?)?;
+        }
+        return Ok(());
+    }
     let t_load = Instant::now();
     let (model, cfg): (Box<Qwen35Model>, Qwen35Config) = match (&args.synthetic, &args.model) {
         (Some(g), _) => {
@@ -588,6 +615,10 @@ fn print_figures(f: &Figures, floors: &Floors, prefill: usize) {
         f.b1_build_ms, f.b1_enqueued_ms
     );
     println!("prefill {prefill} tokens: {:.0} tok/s", f.prefill_tok_s);
+    println!(
+        "B8 verify handed to the device by {:.2} ms, B8 AR step by {:.2} ms (medians)",
+        f.verify_enqueued_ms, f.b8_ar_enqueued_ms
+    );
     println!("| step | median ms | floor ms | ratio |");
     println!("| --- | --- | --- | --- |");
     println!("| B1 AR step (T=1) | {:.2} | {:.3} | {:.1}x |", f.b1_ms, floors.b1, f.b1_ms / floors.b1);

@@ -7,6 +7,7 @@ pub mod generate;
 pub mod import;
 pub mod inspect;
 pub mod model_args;
+pub mod node_costs;
 pub mod probe;
 pub mod train;
 

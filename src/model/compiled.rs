@@ -43,6 +43,9 @@ pub enum Storage {
     Dense,
     /// [w, scales, biases]: packed affine quantization.
     Quantized(QuantSpec),
+    /// []: no weight of its own, folded into another projection's product
+    /// ([`super::linear::fuse_outputs`]).
+    Folded,
 }
 
 impl Storage {
@@ -50,6 +53,7 @@ impl Storage {
         match self {
             Storage::Dense => 1,
             Storage::Quantized(_) => 3,
+            Storage::Folded => 0,
         }
     }
 }
@@ -59,6 +63,7 @@ pub fn project(x: &Array, w: &[Array], s: Storage) -> Result<Array> {
     Ok(match s {
         Storage::Dense => mlx_rs::ops::matmul(x, w[0].t())?,
         Storage::Quantized(q) => mlx_rs::ops::quantized_matmul(x, &w[0], &w[1], &w[2], true, q.group_size, q.bits)?,
+        Storage::Folded => anyhow::bail!("a folded projection has no product of its own"),
     })
 }
 

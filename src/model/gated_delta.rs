@@ -13,15 +13,18 @@ use super::cache::{GdnState, gather_rows, row};
 use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
 use super::config::{QuantSpec, Qwen35Config};
 use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
-use super::linear::Linear;
+use super::linear::{Linear, fuse_outputs};
 use super::ops::{scalar_like, slice_axis};
 use super::weights::Weights;
 
+/// The four input projections, or one product of their stacked rows (qkv | z | b | a).
+enum InProj {
+    Separate { qkv: Linear, z: Linear, b: Linear, a: Linear },
+    Fused(Linear),
+}
+
 pub struct GatedDeltaNet {
-    in_proj_qkv: Linear,
-    in_proj_z: Linear,
-    in_proj_b: Linear,
-    in_proj_a: Linear,
+    in_proj: InProj,
     out_proj: Linear,
     /// [conv_dim, K, 1]
     conv_weight: Array,
@@ -53,11 +56,21 @@ impl GatedDeltaNet {
         let lin = |w: &mut Weights, name: &str, i, o| {
             Linear::load(w, &format!("{prefix}.{name}"), i, o, quant(&format!("{prefix}.{name}")))
         };
+        let parts = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"];
+        let in_proj = if fused_in_enabled() && fuse_outputs(w, prefix, &parts, "in_proj_fused", h, quant)? {
+            // The parts' storage was checked against the config; the stacked module has no entry.
+            let name = format!("{prefix}.in_proj_fused");
+            InProj::Fused(Linear::load(w, &name, h, conv_dim + hv * dv + 2 * hv, None)?)
+        } else {
+            InProj::Separate {
+                qkv: lin(w, "in_proj_qkv", h, conv_dim)?,
+                z: lin(w, "in_proj_z", h, hv * dv)?,
+                b: lin(w, "in_proj_b", h, hv)?,
+                a: lin(w, "in_proj_a", h, hv)?,
+            }
+        };
         Ok(Self {
-            in_proj_qkv: lin(w, "in_proj_qkv", h, conv_dim)?,
-            in_proj_z: lin(w, "in_proj_z", h, hv * dv)?,
-            in_proj_b: lin(w, "in_proj_b", h, hv)?,
-            in_proj_a: lin(w, "in_proj_a", h, hv)?,
+            in_proj,
             out_proj: lin(w, "out_proj", hv * dv, h)?,
             conv_weight: w
                 .take_shaped(&format!("{prefix}.conv1d.weight"), &[conv_dim, cfg.linear_conv_kernel_dim, 1])?,
@@ -100,7 +113,10 @@ impl GatedDeltaNet {
             }
             None => {
                 let params = [&self.conv_weight, &self.a_log, &self.dt_bias, &self.norm_weight];
-                let proj = |p: GdnProj, x: &Array| self.projection(p).forward(x);
+                let proj = |p: GdnProj, x: &Array| match self.projection(p) {
+                    Some(l) => l.forward(x),
+                    None => anyhow::bail!("the {p:?} projection is folded into the stacked input projection"),
+                };
                 mix(x, &tail, &state, params, &plan, &proj)?
             }
         };
@@ -133,13 +149,17 @@ impl GatedDeltaNet {
         Ok((out, positions))
     }
 
-    fn projection(&self, p: GdnProj) -> &Linear {
-        match p {
-            GdnProj::Qkv => &self.in_proj_qkv,
-            GdnProj::Z => &self.in_proj_z,
-            GdnProj::B => &self.in_proj_b,
-            GdnProj::A => &self.in_proj_a,
-            GdnProj::Out => &self.out_proj,
+    /// A projection's layer; `None` for one folded into the stacked input projection (which
+    /// stands in [`GdnProj::Qkv`]'s place).
+    fn projection(&self, p: GdnProj) -> Option<&Linear> {
+        match (&self.in_proj, p) {
+            (_, GdnProj::Out) => Some(&self.out_proj),
+            (InProj::Fused(all), GdnProj::Qkv) => Some(all),
+            (InProj::Fused(_), _) => None,
+            (InProj::Separate { qkv, .. }, GdnProj::Qkv) => Some(qkv),
+            (InProj::Separate { z, .. }, GdnProj::Z) => Some(z),
+            (InProj::Separate { b, .. }, GdnProj::B) => Some(b),
+            (InProj::Separate { a, .. }, GdnProj::A) => Some(a),
         }
     }
 
@@ -154,6 +174,7 @@ impl GatedDeltaNet {
             kernel: self.kernel,
             eps_bits: self.eps.to_bits(),
             fused_recurrence: gdn_kernel::enabled(),
+            fused_in: matches!(self.in_proj, InProj::Fused(_)),
             capture,
         }
     }
@@ -161,7 +182,10 @@ impl GatedDeltaNet {
     /// Every projection's storage and arrays in [`GdnProj`] order, when all of them are plain
     /// MLX storage (the compiled route cannot take the CPU kernel's).
     fn graph_weights(&self) -> Option<([Storage; 5], Vec<Array>)> {
-        let parts = GdnProj::ALL.map(|p| self.projection(p).graph_inputs());
+        let parts = GdnProj::ALL.map(|p| match self.projection(p) {
+            Some(l) => l.graph_inputs(),
+            None => Some((Storage::Folded, Vec::new())),
+        });
         let mut storage = [Storage::Dense; 5];
         let mut weights = Vec::new();
         for (i, part) in parts.into_iter().enumerate() {
@@ -173,10 +197,7 @@ impl GatedDeltaNet {
     }
 
     pub fn nbytes(&self) -> usize {
-        [&self.in_proj_qkv, &self.in_proj_z, &self.in_proj_b, &self.in_proj_a, &self.out_proj]
-            .iter()
-            .map(|l| l.nbytes())
-            .sum()
+        GdnProj::ALL.iter().filter_map(|&p| self.projection(p)).map(Linear::nbytes).sum()
     }
 }
 
@@ -207,10 +228,25 @@ pub struct GdnPlan {
     pub eps_bits: u32,
     /// The fused CUDA recurrence, else the plain-ops loop.
     pub fused_recurrence: bool,
+    /// The input projections as one stacked product ([`GdnProj::Qkv`]'s slot; the rest folded).
+    pub fused_in: bool,
     pub capture: bool,
 }
 
 static COMPILED: Switch = Switch::new("COHORT_COMPILE_GDN");
+
+static FUSED_IN: Switch = Switch::new("COHORT_FUSE_GDN_IN");
+
+/// Stack the mixer's four input projections into one product at load (`None`: back to the
+/// default, on for the CUDA backend only, where a product's launch is what it costs); models
+/// loaded afterwards follow it. Benchmarks and tests.
+pub fn set_fused_in(on: Option<bool>) {
+    FUSED_IN.set(on);
+}
+
+pub fn fused_in_enabled() -> bool {
+    FUSED_IN.enabled()
+}
 
 /// Force the compiled mixer on or off (`None`: back to the default); benchmarks and tests.
 pub fn set_compiled(on: Option<bool>) {
@@ -240,10 +276,16 @@ fn mix(
     let conv_dim = 2 * hk * dk + hv * dv;
     let dtype = x.dtype();
 
-    let qkv = proj(GdnProj::Qkv, x)?;
-    let z = proj(GdnProj::Z, x)?.reshape(&[b, t, hv, dv])?;
-    let beta = mlx_rs::ops::sigmoid(proj(GdnProj::B, x)?)?;
-    let a = proj(GdnProj::A, x)?;
+    let [qkv, z, beta_in, a] = if plan.fused_in {
+        let all = proj(GdnProj::Qkv, x)?;
+        let at = [conv_dim, conv_dim + hv * dv, conv_dim + hv * dv + hv];
+        <[Array; 4]>::try_from(mlx_rs::ops::split_at_indices(&all, &at, -1)?)
+            .map_err(|_| anyhow::anyhow!("the stacked input projection did not split in four"))?
+    } else {
+        [proj(GdnProj::Qkv, x)?, proj(GdnProj::Z, x)?, proj(GdnProj::B, x)?, proj(GdnProj::A, x)?]
+    };
+    let z = z.reshape(&[b, t, hv, dv])?;
+    let beta = mlx_rs::ops::sigmoid(beta_in)?;
 
     // Causal depthwise convolution over [carried tail | new rows].
     let conv_in = mlx_rs::ops::concatenate(&[tail.clone(), qkv], 1)?;

@@ -275,6 +275,43 @@ impl Embedding {
     }
 }
 
+/// Stack the output rows of `{prefix}.{part}` for each of `parts` (all mapping `input` features)
+/// into one module stored as `{prefix}.{fused}`, so a block that applies them to the same input
+/// takes one product and splits it: on MLX's CUDA backend each product is a kernel whose launch
+/// costs host time whatever its size (docs/benchmarks.md). Rows are independent in every product
+/// route, so each output is computed as before. Only when every part has the same storage (all
+/// float, or all packed with one bit width and group size); returns whether it fused.
+pub fn fuse_outputs(
+    w: &mut Weights,
+    prefix: &str,
+    parts: &[&str],
+    fused: &str,
+    input: i32,
+    quant: &dyn Fn(&str) -> Option<QuantSpec>,
+) -> Result<bool> {
+    let names: Vec<String> = parts.iter().map(|p| format!("{prefix}.{p}")).collect();
+    let packed = names.iter().filter(|n| w.contains(&format!("{n}.scales"))).count();
+    if !names.iter().all(|n| w.contains(&format!("{n}.weight"))) || (packed != 0 && packed != names.len()) {
+        return Ok(false);
+    }
+    let suffixes: &[&str] = if packed == 0 {
+        &["weight"]
+    } else {
+        let specs = names.iter().map(|n| stored_spec(w, n, input, quant(n))).collect::<Result<Vec<_>>>()?;
+        if specs.iter().any(|s| *s != specs[0]) {
+            return Ok(false);
+        }
+        &["weight", "scales", "biases"]
+    };
+    for suffix in suffixes {
+        let arrays = names.iter().map(|n| w.take(&format!("{n}.{suffix}"))).collect::<Result<Vec<_>>>()?;
+        let stacked = mlx_rs::ops::concatenate(&arrays, 0)?;
+        stacked.eval()?;
+        w.insert(format!("{prefix}.{fused}.{suffix}"), stacked);
+    }
+    Ok(true)
+}
+
 /// The quantization a stored module actually has, read from its tensors (bits from the packed
 /// width, group size from the scales, given the module's input width) and checked against what
 /// the config says when it says anything.

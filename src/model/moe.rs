@@ -9,7 +9,7 @@ use super::compiled::{self, Storage};
 use super::config::{QuantSpec, Qwen35Config};
 use super::linear::Linear;
 use super::mlp::Mlp;
-use super::moe_graph::{self, Plan, Proj};
+use super::moe_graph::{self, Plan, Proj, RowIndices};
 use super::weights::Weights;
 
 /// One stacked projection of every expert: [E, out, in] (packed when quantized), held as the
@@ -38,9 +38,9 @@ impl Experts {
         }
     }
 
-    /// x [N, 1, 1, in], indices [N, k] -> [N, k, 1, out]
-    fn apply(&self, x: &Array, indices: &Array) -> Result<Array> {
-        moe_graph::experts_op(x, indices, &self.arrays, self.storage)
+    /// x [N, 1, 1, in] or [N, k, 1, in], rows and indices [N, k] -> [N, k, 1, out]
+    fn apply(&self, x: &Array, rows: &Array, indices: &Array) -> Result<Array> {
+        moe_graph::experts_op(x, rows, indices, &self.arrays, self.storage)
     }
 
     fn graph_inputs(&self) -> (Storage, Vec<Array>) {
@@ -101,10 +101,11 @@ impl SparseMoe {
         let shape = x.shape().to_vec();
         let flat = x.reshape(&[-1, shape[2]])?;
         let serves = compiled::serves(moe_graph::enabled(), flat.shape()[0]);
+        let rows = RowIndices::get(flat.shape()[0], self.top_k);
         let out = match serves.then(|| self.graph()).flatten() {
             Some((plan, weights)) => {
-                let mut inputs = Vec::with_capacity(weights.len() + 1);
-                inputs.push(flat);
+                let mut inputs = Vec::with_capacity(weights.len() + 3);
+                inputs.extend([flat, rows.by_token, rows.by_pair]);
                 inputs.extend(weights);
                 moe_graph::run(&plan, &inputs)?
             }
@@ -113,13 +114,13 @@ impl SparseMoe {
                     Proj::Router => self.router.forward(x),
                     _ => self.shared_expert_gate.forward(x),
                 };
-                let experts = |p: Proj, x: &Array, idx: &Array| match p {
-                    Proj::Gate => self.gate_proj.apply(x, idx),
-                    Proj::Up => self.up_proj.apply(x, idx),
-                    _ => self.down_proj.apply(x, idx),
+                let experts = |p: Proj, x: &Array, rows: &Array, idx: &Array| match p {
+                    Proj::Gate => self.gate_proj.apply(x, rows, idx),
+                    Proj::Up => self.up_proj.apply(x, rows, idx),
+                    _ => self.down_proj.apply(x, rows, idx),
                 };
                 let shared = |x: &Array| self.shared_expert.forward(x);
-                moe_graph::block(&flat, self.top_k, self.norm_topk_prob, &linear, &experts, &shared)?
+                moe_graph::block(&flat, &rows, self.top_k, self.norm_topk_prob, &linear, &experts, &shared)?
             }
         };
         Ok(out.reshape(&shape)?)

@@ -4,6 +4,9 @@
 //! ~43 to ~33 ms (docs/benchmarks.md). On MLX's CPU backend compile JIT-builds C++ at run time;
 //! the tests run it there against mlx-lm's outputs.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use anyhow::Result;
 use mlx_rs::Array;
 
@@ -31,15 +34,50 @@ pub enum Proj {
     SharedExpertGate = 7,
 }
 
+/// Which activation row each (token, expert) pair of a block of N tokens with k experts each
+/// reads, [N, k] uint32: `by_token` for the gate and up projections (row n of [N, 1, 1, H]),
+/// `by_pair` for the down projection (row n * k + j of [N, k, 1, I]). These are the rows
+/// `gather_qmm` assumes when given none, but given none it builds them in every call: an arange
+/// node and a broadcast, 120 and more nodes a step at the real geometry, each costing host time
+/// on MLX's CUDA backend (docs/benchmarks.md). Made once per block size and held evaluated.
+#[derive(Clone)]
+pub struct RowIndices {
+    pub by_token: Array,
+    pub by_pair: Array,
+}
+
+thread_local! {
+    static ROW_INDICES: RefCell<HashMap<(i32, i32), RowIndices>> = RefCell::new(HashMap::new());
+}
+
+impl RowIndices {
+    pub fn get(n: i32, k: i32) -> RowIndices {
+        ROW_INDICES.with_borrow_mut(|cache| {
+            cache
+                .entry((n, k))
+                .or_insert_with(|| {
+                    let pairs = (0..n as u32).flat_map(|t| (0..k as u32).map(move |j| (t, t * k as u32 + j)));
+                    let (token, pair): (Vec<u32>, Vec<u32>) = pairs.unzip();
+                    RowIndices {
+                        by_token: Array::from_slice(&token, &[n, k]),
+                        by_pair: Array::from_slice(&pair, &[n, k]),
+                    }
+                })
+                .clone()
+        })
+    }
+}
+
 /// The block's arithmetic, written once for both routes: `linear` applies a dense projection,
-/// `experts` a stacked one ([N, 1, 1, in] rows, [N, k] expert ids -> [N, k, 1, out]),
-/// `shared` the shared expert. x is [N, H].
+/// `experts` a stacked one ([N, 1, 1, in] or [N, k, 1, in] rows, the [N, k] row each pair
+/// reads, [N, k] expert ids -> [N, k, 1, out]), `shared` the shared expert. x is [N, H].
 pub fn block(
     x: &Array,
+    rows: &RowIndices,
     top_k: i32,
     norm_topk_prob: bool,
     linear: &dyn Fn(Proj, &Array) -> Result<Array>,
-    experts: &dyn Fn(Proj, &Array, &Array) -> Result<Array>,
+    experts: &dyn Fn(Proj, &Array, &Array, &Array) -> Result<Array>,
     shared: &dyn Fn(&Array) -> Result<Array>,
 ) -> Result<Array> {
     let gates = mlx_rs::ops::softmax_axis(linear(Proj::Router, x)?, -1, true)?;
@@ -51,39 +89,46 @@ pub fn block(
         scores = scores.divide(scores.sum_axis(-1, true)?)?;
     }
     let xe = x.expand_dims_axes(&[-2, -3])?;
-    let act = mlx_rs::nn::silu(experts(Proj::Gate, &xe, &indices)?)?.multiply(experts(Proj::Up, &xe, &indices)?)?;
-    let y = experts(Proj::Down, &act, &indices)?.squeeze_axes(&[-2])?;
+    let (gate, up) =
+        (experts(Proj::Gate, &xe, &rows.by_token, &indices)?, experts(Proj::Up, &xe, &rows.by_token, &indices)?);
+    let act = mlx_rs::nn::silu(gate)?.multiply(up)?;
+    let y = experts(Proj::Down, &act, &rows.by_pair, &indices)?.squeeze_axes(&[-2])?;
     let routed = y.multiply(scores.expand_dims(-1)?.as_dtype(y.dtype())?)?.sum_axis(-2, None)?;
     let shared_gate = mlx_rs::ops::sigmoid(linear(Proj::SharedExpertGate, x)?)?;
     Ok(routed.add(shared(x)?.multiply(shared_gate)?)?)
 }
 
-/// A stacked expert projection given as its input arrays.
-pub fn experts_op(x: &Array, indices: &Array, w: &[Array], s: Storage) -> Result<Array> {
+/// A stacked expert projection given as its input arrays: `rows` says which row of x each
+/// (token, expert) pair reads ([`RowIndices`]), `indices` which expert.
+pub fn experts_op(x: &Array, rows: &Array, indices: &Array, w: &[Array], s: Storage) -> Result<Array> {
     Ok(match s {
-        Storage::Dense => mlx_rs::ops::gather_mm(x, w[0].swap_axes(-1, -2)?, None, indices, false)?,
+        Storage::Dense => mlx_rs::ops::gather_mm(x, w[0].swap_axes(-1, -2)?, rows, indices, false)?,
         Storage::Quantized(q) => {
-            mlx_rs::ops::gather_qmm(x, &w[0], &w[1], &w[2], None, indices, true, q.group_size, q.bits, false)?
+            mlx_rs::ops::gather_qmm(x, &w[0], &w[1], &w[2], rows, indices, true, q.group_size, q.bits, false)?
         }
+        Storage::Folded => anyhow::bail!("expert projections are never folded"),
     })
 }
 
-/// The block from its inputs `[x, weights in plan order...]`, as the compiled function traces it.
+/// The block from its inputs `[x, rows by token, rows by pair, weights in plan order...]`, as the
+/// compiled function traces it.
 pub(super) fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> {
-    let (at, next) = offsets(&plan.storage, 1);
+    let (at, next) = offsets(&plan.storage, 3);
     anyhow::ensure!(inputs.len() == next, "the MoE graph takes {next} inputs, got {}", inputs.len());
     let w = |p: Proj| &inputs[at[p as usize]..at[p as usize] + plan.storage[p as usize].inputs()];
     let st = |p: Proj| plan.storage[p as usize];
     let linear = |p: Proj, x: &Array| project(x, w(p), st(p));
-    let experts = |p: Proj, x: &Array, idx: &Array| experts_op(x, idx, w(p), st(p));
+    let experts = |p: Proj, x: &Array, rows: &Array, idx: &Array| experts_op(x, rows, idx, w(p), st(p));
     let shared = |x: &Array| {
         let h = mlx_rs::nn::silu(linear(Proj::SharedGate, x)?)?.multiply(linear(Proj::SharedUp, x)?)?;
         linear(Proj::SharedDown, &h)
     };
-    block(&inputs[0], plan.top_k, plan.norm_topk_prob, &linear, &experts, &shared)
+    let rows = RowIndices { by_token: inputs[1].clone(), by_pair: inputs[2].clone() };
+    block(&inputs[0], &rows, plan.top_k, plan.norm_topk_prob, &linear, &experts, &shared)
 }
 
-/// Run the compiled block for `plan` on `inputs` (`[x [N, H], weights in plan order...]`).
+/// Run the compiled block for `plan` on `inputs` (`[x [N, H], rows by token, rows by pair,
+/// weights in plan order...]`).
 pub fn run(plan: &Plan, inputs: &[Array]) -> Result<Array> {
     let mut out = compiled::run(GraphKey::Moe(*plan), inputs)?;
     out.pop().ok_or_else(|| anyhow::anyhow!("the compiled MoE block returned nothing"))
