@@ -51,20 +51,19 @@ thread_local! {
 }
 
 impl RowIndices {
+    /// Held for step-sized blocks ([`super::compiled::MAX_ROWS`]); a prefill chunk's are made for
+    /// it, so prompts of every length do not leave a pair of arrays each behind.
     pub fn get(n: i32, k: i32) -> RowIndices {
-        ROW_INDICES.with_borrow_mut(|cache| {
-            cache
-                .entry((n, k))
-                .or_insert_with(|| {
-                    let pairs = (0..n as u32).flat_map(|t| (0..k as u32).map(move |j| (t, t * k as u32 + j)));
-                    let (token, pair): (Vec<u32>, Vec<u32>) = pairs.unzip();
-                    RowIndices {
-                        by_token: Array::from_slice(&token, &[n, k]),
-                        by_pair: Array::from_slice(&pair, &[n, k]),
-                    }
-                })
-                .clone()
-        })
+        if n > super::compiled::MAX_ROWS {
+            return Self::make(n, k);
+        }
+        ROW_INDICES.with_borrow_mut(|cache| cache.entry((n, k)).or_insert_with(|| Self::make(n, k)).clone())
+    }
+
+    fn make(n: i32, k: i32) -> RowIndices {
+        let pairs = (0..n as u32).flat_map(|t| (0..k as u32).map(move |j| (t, t * k as u32 + j)));
+        let (token, pair): (Vec<u32>, Vec<u32>) = pairs.unzip();
+        RowIndices { by_token: Array::from_slice(&token, &[n, k]), by_pair: Array::from_slice(&pair, &[n, k]) }
     }
 }
 
