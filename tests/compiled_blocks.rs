@@ -35,6 +35,8 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
         // the CUDA backend loads them: the 4-bit MoE, qwen3_next's regrouped projections, bf16.
         let stacked = i % 2 == 0;
         gated_delta::set_fused_in(Some(stacked));
+        // The others with gather_qmm building its own rows (bench-step's `--moe-rows built`).
+        moe_graph::set_built_rows(!stacked);
         let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let refs = reference(name);
         for (pname, p) in refs["prompts"].as_object().unwrap() {
@@ -82,4 +84,5 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
     moe_graph::set_enabled(None);
     gated_delta::set_compiled(None);
     gated_delta::set_fused_in(None);
+    moe_graph::set_built_rows(false);
 }

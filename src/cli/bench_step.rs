@@ -58,6 +58,11 @@ pub struct BenchStepArgs {
     /// After the arms, time B1 steps of every `--compiled` arm in turn, each on its own row.
     #[arg(long)]
     interleave_b1: bool,
+    /// Where the MoE block's gather rows come from in the interleaved B1 arms (each `--compiled`
+    /// arm with each of these): `held` (evaluated inputs, the engine's way) or `built` (by
+    /// `gather_qmm` in every call, as before).
+    #[arg(long, value_delimiter = ',', default_value = "held")]
+    moe_rows: Vec<MoeRows>,
     /// Which steps each arm times: `b1` (AR steps), `b8` (draft, verify, commit cycles), or
     /// both; one alone keeps a profiler's trace to that step's kernels.
     #[arg(long, value_delimiter = ',', default_value = "b1,b8")]
@@ -85,6 +90,13 @@ pub enum GdnRoute {
 pub enum AttentionPath {
     Batched,
     Rows,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MoeRows {
+    Held,
+    Built,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum, serde::Serialize)]
@@ -250,10 +262,12 @@ fn print_graph_stats(what: &str, outputs: &[&Array]) -> Result<()> {
 
 /// B1 steps of every compiled-blocks arm taken in turn (mirrored order every other round), each
 /// arm on its own row: the arms see the same moments of a noisy host, which separate runs do not.
-fn interleaved_b1(model: &Qwen35Model, args: &BenchStepArgs, arms: &[CompiledBlocks]) -> Result<()> {
+fn interleaved_b1(model: &Qwen35Model, args: &BenchStepArgs, compiled: &[CompiledBlocks]) -> Result<()> {
+    let arms: Vec<(CompiledBlocks, MoeRows)> =
+        compiled.iter().flat_map(|&c| args.moe_rows.iter().map(move |&r| (c, r))).collect();
     let prompt = synthetic_ids(args.prefill, 1, model.cfg.vocab_size);
     let mut rows = Vec::new();
-    for _ in arms {
+    for _ in &arms {
         let mut row = model.new_row();
         model.prefill(&mut row, &prompt, args.prefill, false)?;
         rows.push((row, Array::from_slice(&[5i32], &[1, 1]), Vec::new(), Vec::new()));
@@ -262,7 +276,8 @@ fn interleaved_b1(model: &Qwen35Model, args: &BenchStepArgs, arms: &[CompiledBlo
         let order: Vec<usize> =
             if round % 2 == 0 { (0..arms.len()).collect() } else { (0..arms.len()).rev().collect() };
         for a in order {
-            arms[a].apply();
+            arms[a].0.apply();
+            crate::model::moe_graph::set_built_rows(arms[a].1 == MoeRows::Built);
             let (row, tok, steps, builds) = &mut rows[a];
             let (times, next) = b1_step(model, tok, row)?;
             *tok = next;
@@ -276,12 +291,13 @@ fn interleaved_b1(model: &Qwen35Model, args: &BenchStepArgs, arms: &[CompiledBlo
         "\nB1 AR steps interleaved ({} rounds, each arm's own row after a {}-token prefill)",
         args.iters, args.prefill
     );
-    println!("| compiled blocks | median step ms | min | max | median graph build ms |");
-    println!("| --- | --- | --- | --- | --- |");
-    for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
+    println!("| compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for ((blocks, moe_rows), (_, _, steps, builds)) in arms.iter().zip(rows) {
         let (lo, hi) = steps.iter().fold((f64::MAX, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
-        println!("| {arm:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |", median(steps), median(builds));
+        println!("| {blocks:?} | {moe_rows:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |", median(steps), median(builds));
     }
+    crate::model::moe_graph::set_built_rows(false);
     Ok(())
 }
 

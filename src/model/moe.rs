@@ -39,7 +39,7 @@ impl Experts {
     }
 
     /// x [N, 1, 1, in] or [N, k, 1, in], rows and indices [N, k] -> [N, k, 1, out]
-    fn apply(&self, x: &Array, rows: &Array, indices: &Array) -> Result<Array> {
+    fn apply(&self, x: &Array, rows: Option<&Array>, indices: &Array) -> Result<Array> {
         moe_graph::experts_op(x, rows, indices, &self.arrays, self.storage)
     }
 
@@ -114,13 +114,14 @@ impl SparseMoe {
                     Proj::Router => self.router.forward(x),
                     _ => self.shared_expert_gate.forward(x),
                 };
-                let experts = |p: Proj, x: &Array, rows: &Array, idx: &Array| match p {
+                let experts = |p: Proj, x: &Array, rows: Option<&Array>, idx: &Array| match p {
                     Proj::Gate => self.gate_proj.apply(x, rows, idx),
                     Proj::Up => self.up_proj.apply(x, rows, idx),
                     _ => self.down_proj.apply(x, rows, idx),
                 };
                 let shared = |x: &Array| self.shared_expert.forward(x);
-                moe_graph::block(&flat, &rows, self.top_k, self.norm_topk_prob, &linear, &experts, &shared)?
+                let held = moe_graph::held_rows().then_some(&rows);
+                moe_graph::block(&flat, held, self.top_k, self.norm_topk_prob, &linear, &experts, &shared)?
             }
         };
         Ok(out.reshape(&shape)?)
@@ -142,7 +143,9 @@ impl SparseMoe {
         ];
         let storage = parts.each_ref().map(|(s, _)| *s);
         let weights = parts.into_iter().flat_map(|(_, w)| w).collect();
-        Some((Plan { storage, top_k: self.top_k, norm_topk_prob: self.norm_topk_prob }, weights))
+        let plan =
+            Plan { storage, top_k: self.top_k, norm_topk_prob: self.norm_topk_prob, held_rows: moe_graph::held_rows() };
+        Some((plan, weights))
     }
 
     pub fn nbytes(&self) -> usize {

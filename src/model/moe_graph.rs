@@ -19,6 +19,8 @@ pub struct Plan {
     pub storage: [Storage; 8],
     pub top_k: i32,
     pub norm_topk_prob: bool,
+    /// The gather rows come in as inputs ([`RowIndices`]), else `gather_qmm` builds its own.
+    pub held_rows: bool,
 }
 
 /// The projections of a block in [`Plan::storage`] order.
@@ -50,6 +52,18 @@ thread_local! {
     static ROW_INDICES: RefCell<HashMap<(i32, i32), RowIndices>> = RefCell::new(HashMap::new());
 }
 
+static BUILT_ROWS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Let `gather_qmm` build its own rows again (`false`, the default: hand it held ones), so a
+/// benchmark can time both in one process.
+pub fn set_built_rows(on: bool) {
+    BUILT_ROWS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn held_rows() -> bool {
+    !BUILT_ROWS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl RowIndices {
     /// Held for step-sized blocks ([`super::compiled::MAX_ROWS`]); a prefill chunk's are made for
     /// it, so prompts of every length do not leave a pair of arrays each behind.
@@ -67,16 +81,19 @@ impl RowIndices {
     }
 }
 
+/// A stacked expert projection: (which, rows of x, the row each pair reads, expert ids).
+pub type ExpertsFn<'a> = dyn Fn(Proj, &Array, Option<&Array>, &Array) -> Result<Array> + 'a;
+
 /// The block's arithmetic, written once for both routes: `linear` applies a dense projection,
 /// `experts` a stacked one ([N, 1, 1, in] or [N, k, 1, in] rows, the [N, k] row each pair
 /// reads, [N, k] expert ids -> [N, k, 1, out]), `shared` the shared expert. x is [N, H].
 pub fn block(
     x: &Array,
-    rows: &RowIndices,
+    rows: Option<&RowIndices>,
     top_k: i32,
     norm_topk_prob: bool,
     linear: &dyn Fn(Proj, &Array) -> Result<Array>,
-    experts: &dyn Fn(Proj, &Array, &Array, &Array) -> Result<Array>,
+    experts: &ExpertsFn,
     shared: &dyn Fn(&Array) -> Result<Array>,
 ) -> Result<Array> {
     let gates = mlx_rs::ops::softmax_axis(linear(Proj::Router, x)?, -1, true)?;
@@ -88,10 +105,10 @@ pub fn block(
         scores = scores.divide(scores.sum_axis(-1, true)?)?;
     }
     let xe = x.expand_dims_axes(&[-2, -3])?;
-    let (gate, up) =
-        (experts(Proj::Gate, &xe, &rows.by_token, &indices)?, experts(Proj::Up, &xe, &rows.by_token, &indices)?);
+    let (by_token, by_pair) = (rows.map(|r| &r.by_token), rows.map(|r| &r.by_pair));
+    let (gate, up) = (experts(Proj::Gate, &xe, by_token, &indices)?, experts(Proj::Up, &xe, by_token, &indices)?);
     let act = mlx_rs::nn::silu(gate)?.multiply(up)?;
-    let y = experts(Proj::Down, &act, &rows.by_pair, &indices)?.squeeze_axes(&[-2])?;
+    let y = experts(Proj::Down, &act, by_pair, &indices)?.squeeze_axes(&[-2])?;
     let routed = y.multiply(scores.expand_dims(-1)?.as_dtype(y.dtype())?)?.sum_axis(-2, None)?;
     let shared_gate = mlx_rs::ops::sigmoid(linear(Proj::SharedExpertGate, x)?)?;
     Ok(routed.add(shared(x)?.multiply(shared_gate)?)?)
@@ -99,7 +116,7 @@ pub fn block(
 
 /// A stacked expert projection given as its input arrays: `rows` says which row of x each
 /// (token, expert) pair reads ([`RowIndices`]), `indices` which expert.
-pub fn experts_op(x: &Array, rows: &Array, indices: &Array, w: &[Array], s: Storage) -> Result<Array> {
+pub fn experts_op(x: &Array, rows: Option<&Array>, indices: &Array, w: &[Array], s: Storage) -> Result<Array> {
     Ok(match s {
         Storage::Dense => mlx_rs::ops::gather_mm(x, w[0].swap_axes(-1, -2)?, rows, indices, false)?,
         Storage::Quantized(q) => {
@@ -117,13 +134,13 @@ pub(super) fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> 
     let w = |p: Proj| &inputs[at[p as usize]..at[p as usize] + plan.storage[p as usize].inputs()];
     let st = |p: Proj| plan.storage[p as usize];
     let linear = |p: Proj, x: &Array| project(x, w(p), st(p));
-    let experts = |p: Proj, x: &Array, rows: &Array, idx: &Array| experts_op(x, rows, idx, w(p), st(p));
+    let experts = |p: Proj, x: &Array, rows: Option<&Array>, idx: &Array| experts_op(x, rows, idx, w(p), st(p));
     let shared = |x: &Array| {
         let h = mlx_rs::nn::silu(linear(Proj::SharedGate, x)?)?.multiply(linear(Proj::SharedUp, x)?)?;
         linear(Proj::SharedDown, &h)
     };
     let rows = RowIndices { by_token: inputs[1].clone(), by_pair: inputs[2].clone() };
-    block(&inputs[0], &rows, plan.top_k, plan.norm_topk_prob, &linear, &experts, &shared)
+    block(&inputs[0], plan.held_rows.then_some(&rows), plan.top_k, plan.norm_topk_prob, &linear, &experts, &shared)
 }
 
 /// Run the compiled block for `plan` on `inputs` (`[x [N, H], rows by token, rows by pair,
