@@ -242,12 +242,16 @@ fn b1_step(model: &Qwen35Model, tok: &Array, row: &mut RowCache) -> Result<(Step
     let out = model.forward(tok, &mut [&mut *row], Logits::Last, false)?;
     let next = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?.as_dtype(Dtype::Int32)?;
     let build = ms(t);
-    let mut arrays = row.arrays();
-    arrays.push(&next);
-    mlx_rs::transforms::async_eval(arrays.iter().copied())?;
-    let enqueued = ms(t);
-    mlx_rs::transforms::eval(arrays)?;
+    let enqueued = eval_timed(kv_slots::with_buffers(&[], row.arrays().into_iter().chain([&next])), t)?;
     Ok((StepTimes { build, enqueued, total: ms(t) }, next.reshape(&[1, 1])?))
+}
+
+/// Evaluate a step's outputs, handing them to the device first: ms from `t` to the handover.
+fn eval_timed(outputs: Vec<Array>, t: Instant) -> Result<f64> {
+    mlx_rs::transforms::async_eval(&outputs)?;
+    let handed = ms(t);
+    mlx_rs::transforms::eval(&outputs)?;
+    Ok(handed)
 }
 
 /// `--graph-stats`: one step's nodes by primitive, most frequent first, on one line each.
@@ -369,13 +373,7 @@ fn measure(
     progress(&format!("{} timed B1 steps", args.iters), b1.iter().sum::<f64>() / 1e3);
 
     // B8 cycles: draft at M8, verify at M16, commit (keep = 1 for every row), sampling readback.
-    let (mut draft, mut verify, mut commit, mut sample) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut b8_ar, mut verify_enqueued, mut b8_ar_enqueued) = (Vec::new(), Vec::new(), Vec::new());
-    if rounds(StepKind::B8) > 0 {
-        let times =
-            [&mut draft, &mut verify, &mut commit, &mut sample, &mut b8_ar, &mut verify_enqueued, &mut b8_ar_enqueued];
-        b8_cycles(model, args, &progress, times)?;
-    }
+    let b8 = if rounds(StepKind::B8) > 0 { b8_cycles(model, args, &progress)? } else { B8Times::default() };
     Ok(Figures {
         route,
         attention,
@@ -385,13 +383,13 @@ fn measure(
         b1_ms: median_or_nan(b1),
         b1_build_ms: median_or_nan(b1_build),
         b1_enqueued_ms: median_or_nan(b1_enqueued),
-        b8_ar_ms: median_or_nan(b8_ar),
-        verify_enqueued_ms: median_or_nan(verify_enqueued),
-        b8_ar_enqueued_ms: median_or_nan(b8_ar_enqueued),
-        draft_ms: median_or_nan(draft),
-        verify_ms: median_or_nan(verify),
-        commit_ms: median_or_nan(commit),
-        sample_ms: median_or_nan(sample),
+        b8_ar_ms: median_or_nan(b8.ar),
+        verify_enqueued_ms: median_or_nan(b8.verify_enqueued),
+        b8_ar_enqueued_ms: median_or_nan(b8.ar_enqueued),
+        draft_ms: median_or_nan(b8.draft),
+        verify_ms: median_or_nan(b8.verify),
+        commit_ms: median_or_nan(b8.commit),
+        sample_ms: median_or_nan(b8.sample),
     })
 }
 
@@ -400,16 +398,22 @@ fn median_or_nan(v: Vec<f64>) -> f64 {
     if v.is_empty() { f64::NAN } else { median(v) }
 }
 
-/// `iters` timed B8 cycles (after two untimed ones), each from the same packed state: pushes
-/// each cycle's draft, verify, commit and sampling readback ms onto `times`, then as many B8 AR
-/// steps' ms.
-fn b8_cycles(
-    model: &Qwen35Model,
-    args: &BenchStepArgs,
-    progress: &dyn Fn(&str, f64),
-    times: [&mut Vec<f64>; 7],
-) -> Result<()> {
-    let [draft, verify, commit, sample, ar, verify_enqueued, ar_enqueued] = times;
+/// Each timed B8 cycle's parts (the verify's handover too), then each B8 AR step's, in ms.
+#[derive(Default)]
+struct B8Times {
+    draft: Vec<f64>,
+    verify: Vec<f64>,
+    verify_enqueued: Vec<f64>,
+    commit: Vec<f64>,
+    sample: Vec<f64>,
+    ar: Vec<f64>,
+    ar_enqueued: Vec<f64>,
+}
+
+/// `iters` timed B8 cycles (after two untimed ones), each from the same packed state, then as
+/// many B8 AR steps.
+fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&str, f64)) -> Result<B8Times> {
+    let mut times = B8Times::default();
     let ids = |n: usize, salt: u32| synthetic_ids(n, salt, model.cfg.vocab_size);
     let t_rows = Instant::now();
     let mut rows: Vec<_> = (0..FIXED_WIDTH).map(|_| model.new_row()).collect();
@@ -440,13 +444,11 @@ fn b8_cycles(
         let t = Instant::now();
         let out = model.forward(&mlx_rs::ops::concatenate(&[x0.clone(), d], 1)?, &mut refs, Logits::All, true)?;
         let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
+        let outputs: Vec<_> = refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]).collect();
         if i == 0 && args.graph_stats {
-            let outputs: Vec<_> = refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]).collect();
             print_graph_stats("a B8 verify", &outputs)?;
         }
-        kv_slots::async_eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]))?;
-        let t_verify_enqueued = ms(t);
-        kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]))?;
+        let t_verify_enqueued = eval_timed(kv_slots::with_buffers(&slots, outputs), t)?;
         let t_verify = ms(t);
         let t = Instant::now();
         let picked = host_u32(&am)?;
@@ -462,11 +464,11 @@ fn b8_cycles(
         debug_assert_eq!(picked.len(), 2 * FIXED_WIDTH);
         rows = before; // every timed cycle starts from the same state
         if i >= 2 {
-            draft.push(t_draft);
-            verify.push(t_verify);
-            verify_enqueued.push(t_verify_enqueued);
-            commit.push(t_commit);
-            sample.push(t_sample);
+            times.draft.push(t_draft);
+            times.verify.push(t_verify);
+            times.verify_enqueued.push(t_verify_enqueued);
+            times.commit.push(t_commit);
+            times.sample.push(t_sample);
         } else {
             progress(
                 &format!("B8 cycle {} (draft {t_draft:.1} ms, verify {t_verify:.1} ms)", i + 1),
@@ -476,7 +478,7 @@ fn b8_cycles(
     }
     progress(
         &format!("{} timed B8 cycles", args.iters),
-        (draft.iter().chain(verify.iter()).chain(commit.iter()).chain(sample.iter())).sum::<f64>() / 1e3,
+        [&times.draft, &times.verify, &times.commit, &times.sample].iter().flat_map(|v| v.iter()).sum::<f64>() / 1e3,
     );
     // B8 AR steps on the same packed rows, each from the same state.
     for i in 0..args.iters + 2 {
@@ -485,20 +487,19 @@ fn b8_cycles(
         let t = Instant::now();
         let out = model.forward(&x0, &mut refs, Logits::Last, false)?;
         let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
+        let outputs: Vec<_> = refs.iter().flat_map(|r| r.arrays()).chain([&am]).collect();
         if i == 0 && args.graph_stats {
-            print_graph_stats("a B8 AR step", &refs.iter().flat_map(|r| r.arrays()).chain([&am]).collect::<Vec<_>>())?;
+            print_graph_stats("a B8 AR step", &outputs)?;
         }
-        kv_slots::async_eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am]))?;
-        let enqueued = ms(t);
-        kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()).chain([&am]))?;
+        let enqueued = eval_timed(kv_slots::with_buffers(&slots, outputs), t)?;
         host_u32(&am)?;
         if i >= 2 {
-            ar.push(ms(t));
-            ar_enqueued.push(enqueued);
+            times.ar.push(ms(t));
+            times.ar_enqueued.push(enqueued);
         }
         rows = before;
     }
-    Ok(())
+    Ok(times)
 }
 
 pub fn run(args: BenchStepArgs) -> Result<()> {

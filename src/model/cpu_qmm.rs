@@ -412,6 +412,23 @@ mod avx2 {
     fn finish8(v: [__m256; 8]) -> [f32; 8] {
         let abcd = quarters(halves(v[0], v[1]), halves(v[2], v[3]));
         let efgh = quarters(halves(v[4], v[5]), halves(v[6], v[7]));
+        last_pairs(abcd, efgh)
+    }
+
+    /// [`finish`] of four accumulators at once, as [`finish8`]: the second four lanes repeat the
+    /// first and are dropped.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn finish4(v: [__m256; 4]) -> [f32; 4] {
+        let abcd = quarters(halves(v[0], v[1]), halves(v[2], v[3]));
+        let l = last_pairs(abcd, abcd);
+        [l[0], l[1], l[2], l[3]]
+    }
+
+    /// The last addition of the sums held in `quarters` form, in accumulator order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn last_pairs(abcd: __m256, efgh: __m256) -> [f32; 8] {
         // [a c e g | b d f h]
         let s = _mm256_add_ps(
             _mm256_shuffle_ps::<0b10_00_10_00>(abcd, efgh),
@@ -421,22 +438,6 @@ mod avx2 {
         // SAFETY: `l` holds 8 floats.
         unsafe { _mm256_storeu_ps(l.as_mut_ptr(), s) };
         [l[0], l[4], l[1], l[5], l[2], l[6], l[3], l[7]]
-    }
-
-    /// [`finish`] of four accumulators at once, as [`finish8`].
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn finish4(v: [__m256; 4]) -> [f32; 4] {
-        let abcd = quarters(halves(v[0], v[1]), halves(v[2], v[3]));
-        // [a c a c | b d b d]
-        let s = _mm256_add_ps(
-            _mm256_shuffle_ps::<0b10_00_10_00>(abcd, abcd),
-            _mm256_shuffle_ps::<0b11_01_11_01>(abcd, abcd),
-        );
-        let mut l = [0f32; 8];
-        // SAFETY: `l` holds 8 floats.
-        unsafe { _mm256_storeu_ps(l.as_mut_ptr(), s) };
-        [l[0], l[4], l[1], l[5]]
     }
 
     /// Every accumulator's sum, in blocks of eight and four where they fill one: `put(i, r, sum)`

@@ -72,28 +72,18 @@ impl SlotBuffer {
 /// Evaluate `arrays` together with the buffers' current arrays, at a step boundary, so no
 /// pending graph is carried into the next step.
 pub fn eval_with<'a>(handles: &[SlotHandle], arrays: impl IntoIterator<Item = &'a Array>) -> Result<()> {
-    let buffers = buffers(handles);
-    let mut all: Vec<&Array> = arrays.into_iter().map(|a| a as &Array).collect();
-    all.extend(&buffers);
-    Ok(mlx_rs::transforms::eval(all)?)
+    Ok(mlx_rs::transforms::eval(&with_buffers(handles, arrays))?)
 }
 
-/// [`eval_with`] without waiting: the graph is handed to the device (benchmarks time that part).
-pub fn async_eval_with<'a>(handles: &[SlotHandle], arrays: impl IntoIterator<Item = &'a Array>) -> Result<()> {
-    let buffers = buffers(handles);
-    let mut all: Vec<&Array> = arrays.into_iter().map(|a| a as &Array).collect();
-    all.extend(&buffers);
-    Ok(mlx_rs::transforms::async_eval(all)?)
-}
-
-fn buffers(handles: &[SlotHandle]) -> Vec<Array> {
-    handles
-        .iter()
-        .flat_map(|h| {
-            let b = h.borrow();
-            [b.keys.clone(), b.values.clone()]
-        })
-        .collect()
+/// `arrays` and the buffers' current arrays: what [`eval_with`] evaluates (benchmarks that time
+/// the graph's handover to the device evaluate it themselves).
+pub fn with_buffers<'a>(handles: &[SlotHandle], arrays: impl IntoIterator<Item = &'a Array>) -> Vec<Array> {
+    let mut all: Vec<Array> = arrays.into_iter().cloned().collect();
+    for h in handles {
+        let b = h.borrow();
+        all.extend([b.keys.clone(), b.values.clone()]);
+    }
+    all
 }
 
 impl Slot {

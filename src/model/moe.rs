@@ -101,11 +101,12 @@ impl SparseMoe {
         let shape = x.shape().to_vec();
         let flat = x.reshape(&[-1, shape[2]])?;
         let serves = compiled::serves(moe_graph::enabled(), flat.shape()[0]);
-        let rows = RowIndices::get(flat.shape()[0], self.top_k);
-        let out = match serves.then(|| self.graph()).flatten() {
+        let rows = RowIndices::for_block(flat.shape()[0], self.top_k);
+        let out = match serves.then(|| self.graph(rows.is_some())).flatten() {
             Some((plan, weights)) => {
                 let mut inputs = Vec::with_capacity(weights.len() + 3);
-                inputs.extend([flat, rows.by_token, rows.by_pair]);
+                inputs.push(flat);
+                inputs.extend(rows.into_iter().flat_map(|r| [r.by_token, r.by_pair]));
                 inputs.extend(weights);
                 moe_graph::run(&plan, &inputs)?
             }
@@ -120,16 +121,15 @@ impl SparseMoe {
                     _ => self.down_proj.apply(x, rows, idx),
                 };
                 let shared = |x: &Array| self.shared_expert.forward(x);
-                let held = moe_graph::held_rows().then_some(&rows);
-                moe_graph::block(&flat, held, self.top_k, self.norm_topk_prob, &linear, &experts, &shared)?
+                moe_graph::block(&flat, rows.as_ref(), self.top_k, self.norm_topk_prob, &linear, &experts, &shared)?
             }
         };
         Ok(out.reshape(&shape)?)
     }
 
     /// The compiled block's plan and weights, when every projection is plain MLX storage (not
-    /// the CPU kernel's).
-    fn graph(&self) -> Option<(Plan, Vec<Array>)> {
+    /// the CPU kernel's); `held_rows`: the gather rows come in as inputs.
+    fn graph(&self, held_rows: bool) -> Option<(Plan, Vec<Array>)> {
         let lin = Linear::graph_inputs;
         let parts = [
             lin(&self.router)?,
@@ -143,8 +143,7 @@ impl SparseMoe {
         ];
         let storage = parts.each_ref().map(|(s, _)| *s);
         let weights = parts.into_iter().flat_map(|(_, w)| w).collect();
-        let plan =
-            Plan { storage, top_k: self.top_k, norm_topk_prob: self.norm_topk_prob, held_rows: moe_graph::held_rows() };
+        let plan = Plan { storage, top_k: self.top_k, norm_topk_prob: self.norm_topk_prob, held_rows };
         Some((plan, weights))
     }
 

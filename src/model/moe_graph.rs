@@ -41,7 +41,9 @@ pub enum Proj {
 /// `by_pair` for the down projection (row n * k + j of [N, k, 1, I]). These are the rows
 /// `gather_qmm` assumes when given none, but given none it builds them in every call: an arange
 /// node and a broadcast, 120 and more nodes a step at the real geometry, each costing host time
-/// on MLX's CUDA backend (docs/benchmarks.md). Made once per block size and held evaluated.
+/// on MLX's CUDA backend (docs/benchmarks.md). Made once per block size and held evaluated, for
+/// step-sized blocks only ([`RowIndices::for_block`]): a prefill chunk's few nodes do not matter,
+/// and prompts of every length would leave a pair of arrays each behind.
 #[derive(Clone)]
 pub struct RowIndices {
     pub by_token: Array,
@@ -60,24 +62,23 @@ pub fn set_built_rows(on: bool) {
     BUILT_ROWS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
-pub fn held_rows() -> bool {
+fn held_rows() -> bool {
     !BUILT_ROWS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 impl RowIndices {
-    /// Held for step-sized blocks ([`super::compiled::MAX_ROWS`]); a prefill chunk's are made for
-    /// it, so prompts of every length do not leave a pair of arrays each behind.
-    pub fn get(n: i32, k: i32) -> RowIndices {
-        if n > super::compiled::MAX_ROWS {
-            return Self::make(n, k);
+    /// The held rows for a block of `n` tokens with `k` experts each; `None` for blocks larger
+    /// than a step ([`super::compiled::MAX_ROWS`]) and while [`set_built_rows`] is on.
+    pub fn for_block(n: i32, k: i32) -> Option<RowIndices> {
+        if n > super::compiled::MAX_ROWS || !held_rows() {
+            return None;
         }
-        ROW_INDICES.with_borrow_mut(|cache| cache.entry((n, k)).or_insert_with(|| Self::make(n, k)).clone())
-    }
-
-    fn make(n: i32, k: i32) -> RowIndices {
-        let pairs = (0..n as u32).flat_map(|t| (0..k as u32).map(move |j| (t, t * k as u32 + j)));
-        let (token, pair): (Vec<u32>, Vec<u32>) = pairs.unzip();
-        RowIndices { by_token: Array::from_slice(&token, &[n, k]), by_pair: Array::from_slice(&pair, &[n, k]) }
+        let make = || {
+            let pairs = (0..n as u32).flat_map(|t| (0..k as u32).map(move |j| (t, t * k as u32 + j)));
+            let (token, pair): (Vec<u32>, Vec<u32>) = pairs.unzip();
+            RowIndices { by_token: Array::from_slice(&token, &[n, k]), by_pair: Array::from_slice(&pair, &[n, k]) }
+        };
+        Some(ROW_INDICES.with_borrow_mut(|cache| cache.entry((n, k)).or_insert_with(make).clone()))
     }
 }
 
@@ -126,10 +127,10 @@ pub fn experts_op(x: &Array, rows: Option<&Array>, indices: &Array, w: &[Array],
     })
 }
 
-/// The block from its inputs `[x, rows by token, rows by pair, weights in plan order...]`, as the
-/// compiled function traces it.
+/// The block from its inputs `[x, (rows by token, rows by pair when held), weights in plan
+/// order...]`, as the compiled function traces it.
 pub(super) fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> {
-    let (at, next) = offsets(&plan.storage, 3);
+    let (at, next) = offsets(&plan.storage, if plan.held_rows { 3 } else { 1 });
     anyhow::ensure!(inputs.len() == next, "the MoE graph takes {next} inputs, got {}", inputs.len());
     let w = |p: Proj| &inputs[at[p as usize]..at[p as usize] + plan.storage[p as usize].inputs()];
     let st = |p: Proj| plan.storage[p as usize];
@@ -139,12 +140,12 @@ pub(super) fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> 
         let h = mlx_rs::nn::silu(linear(Proj::SharedGate, x)?)?.multiply(linear(Proj::SharedUp, x)?)?;
         linear(Proj::SharedDown, &h)
     };
-    let rows = RowIndices { by_token: inputs[1].clone(), by_pair: inputs[2].clone() };
-    block(&inputs[0], plan.held_rows.then_some(&rows), plan.top_k, plan.norm_topk_prob, &linear, &experts, &shared)
+    let rows = plan.held_rows.then(|| RowIndices { by_token: inputs[1].clone(), by_pair: inputs[2].clone() });
+    block(&inputs[0], rows.as_ref(), plan.top_k, plan.norm_topk_prob, &linear, &experts, &shared)
 }
 
-/// Run the compiled block for `plan` on `inputs` (`[x [N, H], rows by token, rows by pair,
-/// weights in plan order...]`).
+/// Run the compiled block for `plan` on `inputs` (`[x [N, H], (rows by token, rows by pair when
+/// held), weights in plan order...]`).
 pub fn run(plan: &Plan, inputs: &[Array]) -> Result<Array> {
     let mut out = compiled::run(GraphKey::Moe(*plan), inputs)?;
     out.pop().ok_or_else(|| anyhow::anyhow!("the compiled MoE block returned nothing"))
