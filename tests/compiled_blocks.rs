@@ -16,9 +16,10 @@ use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::model::compiled::{GraphKey, compiled_here};
 use cohort::model::forward::LanguageModel;
+use cohort::model::moe_graph::Stacking;
 use cohort::model::qwen3_5::Qwen35Model;
 use cohort::model::tokenizer::TextTokenizer;
-use cohort::model::{gated_delta, moe_graph};
+use cohort::model::{gated_delta, linear, moe_graph};
 use common::*;
 use mlx_rs::Dtype;
 
@@ -31,10 +32,12 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
     gated_delta::set_compiled(Some(true));
     let fixtures = ["qwen35_moe_4bit", "qwen35_moe_hf", "qwen3_next_4bit", "qwen35_dense_8bit", "qwen35_dense_bf16"];
     for (i, name) in fixtures.into_iter().enumerate() {
-        // Every other fixture with the mixer's input projections stacked into one product, as
-        // the CUDA backend loads them: the 4-bit MoE, qwen3_next's regrouped projections, bf16.
+        // Every other fixture with the projections that share an input stacked into one product
+        // each, as the CUDA backend loads them (the mixer's four, attention's q/k/v, the MoE
+        // block's expert gate/up, shared expert gate/up, router and shared expert gate): the
+        // 4-bit MoE, qwen3_next's regrouped projections, bf16.
         let stacked = i % 2 == 0;
-        gated_delta::set_fused_in(Some(stacked));
+        linear::set_stacked(Some(stacked));
         // The others with gather_qmm building its own rows (bench-step's `--moe-rows built`).
         moe_graph::set_built_rows(!stacked);
         let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap_or_else(|e| panic!("{name}: {e:#}"));
@@ -72,7 +75,11 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
             "{name}: the compiled mixer (input projections stacked: {stacked}) never served"
         );
         if name.contains("moe") || name.contains("next") {
-            assert!(plans.iter().any(|k| matches!(k, GraphKey::Moe(_))), "{name}: the compiled MoE block never served");
+            let all_stacked = Stacking { router_gate: stacked, gate_up: stacked, shared_gate_up: stacked };
+            assert!(
+                plans.iter().any(|k| matches!(k, GraphKey::Moe(p) if Stacking::of(&p.storage) == all_stacked)),
+                "{name}: the compiled MoE block (stacked: {stacked}) never served"
+            );
         }
         if WITH_MTP.contains(&name) {
             assert!(
@@ -81,8 +88,26 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
             );
         }
     }
+    // The plain route over stacked projections, as prefill chunks of more than a step's rows
+    // run on the CUDA backend.
+    moe_graph::set_enabled(Some(false));
+    gated_delta::set_compiled(Some(false));
+    linear::set_stacked(Some(true));
+    for name in ["qwen35_moe_4bit", "qwen3_next_4bit", "qwen35_dense_bf16"] {
+        let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        for (pname, p) in reference(name)["prompts"].as_object().unwrap() {
+            let prompt = ids(&p["prompt_ids"]);
+            let mut row = model.new_row();
+            let (_, logits, _) = model.prefill(&mut row, &prompt, 32, false).unwrap();
+            let err = max_rel_err(&to_f32(&logits), &floats(&p["last_logits"]));
+            assert!(err <= 1e-4, "{name}/{pname}, plain ops, stacked: last logits differ from mlx-lm by {err:.2e}");
+            let want = ids(&p["greedy_tokens"]);
+            let got = ar::greedy(&model, &prompt, want.len(), 32).unwrap();
+            assert_eq!(got, want, "{name}/{pname}, plain ops, stacked: greedy continuation differs from mlx-lm");
+        }
+    }
     moe_graph::set_enabled(None);
     gated_delta::set_compiled(None);
-    gated_delta::set_fused_in(None);
+    linear::set_stacked(None);
     moe_graph::set_built_rows(false);
 }

@@ -37,3 +37,17 @@ fn the_fused_kernel_matches_the_reference_at_real_sizes() {
         assert!(r.worst() <= TOLERANCE, "{name}: {r:?}");
     }
 }
+
+#[test]
+fn the_fused_front_matches_the_reference_at_real_sizes() {
+    if Backend::detect() != Backend::Cuda {
+        eprintln!("skipped: the fused front needs MLX's CUDA backend (this MLX drives {:?})", Backend::detect());
+        return;
+    }
+    for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+        for (name, geo) in real_geometries() {
+            let r = cohort::model::gdn_check::check_fused(geo, 4, dtype, 9).unwrap();
+            assert!(r.recurrence.worst() <= TOLERANCE && r.conv_in_exact, "{name} ({dtype:?}): {r:?}");
+        }
+    }
+}

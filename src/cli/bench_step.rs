@@ -63,6 +63,15 @@ pub struct BenchStepArgs {
     /// `gather_qmm` in every call, as before).
     #[arg(long, value_delimiter = ',', default_value = "held")]
     moe_rows: Vec<MoeRows>,
+    /// Cohort's own CUDA kernels for the MoE router and the Gated DeltaNet mixer's front, on or
+    /// off, in the interleaved B1 arms (each with every other arm setting); default: the
+    /// engine's (on for CUDA).
+    #[arg(long, value_delimiter = ',')]
+    fused_kernels: Vec<OnOff>,
+    /// Projections that share an input stacked at load, on or off (`on,off` loads the model
+    /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
+    #[arg(long, value_delimiter = ',')]
+    stacking: Vec<OnOff>,
     /// Which steps each arm times: `b1` (AR steps), `b8` (draft, verify, commit cycles), or
     /// both; one alone keeps a profiler's trace to that step's kernels.
     #[arg(long, value_delimiter = ',', default_value = "b1,b8")]
@@ -97,6 +106,26 @@ pub enum AttentionPath {
 pub enum MoeRows {
     Held,
     Built,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    fn on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
+/// Set the fused CUDA kernels (router, mixer front) on or off for the steps that follow
+/// (`None`: the engine's default).
+fn apply_fused_kernels(k: Option<OnOff>) {
+    crate::model::moe_router::set_enabled(k.map(OnOff::on));
+    crate::model::gdn_kernel::set_fused_front(k.map(OnOff::on));
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum, serde::Serialize)]
@@ -264,26 +293,70 @@ fn print_graph_stats(what: &str, outputs: &[&Array]) -> Result<()> {
     Ok(())
 }
 
-/// B1 steps of every compiled-blocks arm taken in turn (mirrored order every other round), each
-/// arm on its own row: the arms see the same moments of a noisy host, which separate runs do not.
-fn interleaved_b1(model: &Qwen35Model, args: &BenchStepArgs, compiled: &[CompiledBlocks]) -> Result<()> {
-    let arms: Vec<(CompiledBlocks, MoeRows)> =
-        compiled.iter().flat_map(|&c| args.moe_rows.iter().map(move |&r| (c, r))).collect();
-    let prompt = synthetic_ids(args.prefill, 1, model.cfg.vocab_size);
+/// One interleaved B1 arm: which loaded model (by its stacking) and which switches.
+#[derive(Clone, Copy)]
+struct Arm {
+    model: usize,
+    stacking: Option<OnOff>,
+    compiled: CompiledBlocks,
+    moe_rows: MoeRows,
+    fused: Option<OnOff>,
+}
+
+/// B1 steps of every arm taken in turn (mirrored order every other round), each arm on its own
+/// row: the arms see the same moments of a noisy host, which separate runs do not. Arms cross
+/// the loaded models (`--stacking`) with `--compiled`, `--moe-rows` and `--fused-kernels`.
+fn interleaved_b1(
+    models: &[(Option<OnOff>, Box<Qwen35Model>)],
+    args: &BenchStepArgs,
+    compiled: &[CompiledBlocks],
+) -> Result<()> {
+    let mut arms = Vec::new();
+    for (model, (stacking, _)) in models.iter().enumerate() {
+        for &compiled in compiled {
+            for &moe_rows in &args.moe_rows {
+                let fused: Vec<Option<OnOff>> = if args.fused_kernels.is_empty() {
+                    vec![None]
+                } else {
+                    args.fused_kernels.iter().map(|&k| Some(k)).collect()
+                };
+                for fused in fused {
+                    arms.push(Arm { model, stacking: *stacking, compiled, moe_rows, fused });
+                }
+            }
+        }
+    }
+    let set = |arm: &Arm| {
+        arm.compiled.apply();
+        crate::model::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
+        apply_fused_kernels(arm.fused);
+    };
     let mut rows = Vec::new();
-    for _ in &arms {
+    for arm in &arms {
+        set(arm);
+        let model = &models[arm.model].1;
+        let prompt = synthetic_ids(args.prefill, 1, model.cfg.vocab_size);
         let mut row = model.new_row();
         model.prefill(&mut row, &prompt, args.prefill, false)?;
-        rows.push((row, Array::from_slice(&[5i32], &[1, 1]), Vec::new(), Vec::new()));
+        let tok = Array::from_slice(&[5i32], &[1, 1]);
+        if args.graph_stats {
+            let mut probe_row = row.clone();
+            let probe = model.forward(&tok, &mut [&mut probe_row], Logits::Last, false)?;
+            let next = mlx_rs::ops::indexing::argmax_axis(probe.logits.as_ref().unwrap(), -1, None)?;
+            let label = |k: Option<OnOff>| k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into());
+            let what = format!("a B1 step (stacking {}, fused kernels {})", label(arm.stacking), label(arm.fused));
+            print_graph_stats(&what, &probe_row.arrays().into_iter().chain([&next]).collect::<Vec<_>>())?;
+            mlx_rs::transforms::eval(probe_row.arrays().into_iter().chain([&next]))?;
+        }
+        rows.push((row, tok, Vec::new(), Vec::new()));
     }
     for round in 0..args.iters + 2 {
         let order: Vec<usize> =
             if round % 2 == 0 { (0..arms.len()).collect() } else { (0..arms.len()).rev().collect() };
         for a in order {
-            arms[a].0.apply();
-            crate::model::moe_graph::set_built_rows(arms[a].1 == MoeRows::Built);
+            set(&arms[a]);
             let (row, tok, steps, builds) = &mut rows[a];
-            let (times, next) = b1_step(model, tok, row)?;
+            let (times, next) = b1_step(&models[arms[a].model].1, tok, row)?;
             *tok = next;
             if round >= 2 {
                 steps.push(times.total);
@@ -295,13 +368,24 @@ fn interleaved_b1(model: &Qwen35Model, args: &BenchStepArgs, compiled: &[Compile
         "\nB1 AR steps interleaved ({} rounds, each arm's own row after a {}-token prefill)",
         args.iters, args.prefill
     );
-    println!("| compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |");
-    println!("| --- | --- | --- | --- | --- | --- |");
-    for ((blocks, moe_rows), (_, _, steps, builds)) in arms.iter().zip(rows) {
+    println!(
+        "| stacking | fused kernels | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
         let (lo, hi) = steps.iter().fold((f64::MAX, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
-        println!("| {blocks:?} | {moe_rows:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |", median(steps), median(builds));
+        let stacking = arm.stacking.map(|s| format!("{s:?}")).unwrap_or_else(|| "default".into());
+        println!(
+            "| {stacking} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
+            arm.fused.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into()),
+            arm.compiled,
+            arm.moe_rows,
+            median(steps),
+            median(builds)
+        );
     }
     crate::model::moe_graph::set_built_rows(false);
+    apply_fused_kernels(None);
     Ok(())
 }
 
@@ -526,22 +610,37 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         return Ok(());
     }
     let t_load = Instant::now();
-    let (model, cfg): (Box<Qwen35Model>, Qwen35Config) = match (&args.synthetic, &args.model) {
-        (Some(g), _) => {
-            let cfg = crate::model::synth::geometry(g, args.layers, args.vocab)?;
-            let mut w = crate::model::synth::make_weights(&cfg, dtype, 7)?;
-            (Box::new(Qwen35Model::from_weights(cfg.clone(), &mut w, dtype)?), cfg)
-        }
-        (None, m) => {
-            let dir = match m {
-                Some(m) => crate::model::load::resolve(m)?,
-                None => crate::model::load::default_model()?,
-            };
-            let cfg =
-                Qwen35Config::load(&dir.join("config.json")).context("bench-step measures Qwen3.5-family models")?;
-            (Box::new(Qwen35Model::load(&dir, dtype)?), cfg)
-        }
+    let load = || -> Result<(Box<Qwen35Model>, Qwen35Config)> {
+        Ok(match (&args.synthetic, &args.model) {
+            (Some(g), _) => {
+                let cfg = crate::model::synth::geometry(g, args.layers, args.vocab)?;
+                let mut w = crate::model::synth::make_weights(&cfg, dtype, 7)?;
+                (Box::new(Qwen35Model::from_weights(cfg.clone(), &mut w, dtype)?), cfg)
+            }
+            (None, m) => {
+                let dir = match m {
+                    Some(m) => crate::model::load::resolve(m)?,
+                    None => crate::model::load::default_model()?,
+                };
+                let cfg = Qwen35Config::load(&dir.join("config.json"))
+                    .context("bench-step measures Qwen3.5-family models")?;
+                (Box::new(Qwen35Model::load(&dir, dtype)?), cfg)
+            }
+        })
     };
+    let stackings: Vec<Option<OnOff>> =
+        if args.stacking.is_empty() { vec![None] } else { args.stacking.iter().map(|&s| Some(s)).collect() };
+    let mut models = Vec::new();
+    let mut cfg = None;
+    for &stacking in &stackings {
+        crate::model::linear::set_stacked(stacking.map(OnOff::on));
+        let (m, c) = load()?;
+        models.push((stacking, m));
+        cfg = Some(c);
+    }
+    crate::model::linear::set_stacked(None);
+    let cfg = cfg.expect("at least one model");
+    let model = &models[0].1;
     let load_s = t_load.elapsed().as_secs_f64();
     let mem_loaded = MemoryStats::read();
     let bw = bandwidth_gbs()?;
@@ -576,7 +675,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
                 eprintln!(
                     "measuring: {route:?} recurrence, {attention:?} cohort attention, compiled blocks: {compiled:?}"
                 );
-                let f = measure(&model, &cfg, &args, route, attention, compiled, &mut first_logits)?;
+                let f = measure(model, &cfg, &args, route, attention, compiled, &mut first_logits)?;
                 // Each arm as soon as it is measured, so a run cut short keeps the arms before.
                 print_figures(&f, &floors, args.prefill);
                 all.push(f);
@@ -584,7 +683,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         }
     }
     if args.interleave_b1 {
-        interleaved_b1(&model, &args, &compiled_arms)?;
+        interleaved_b1(&models, &args, &compiled_arms)?;
     }
     println!("\npeak memory {}", human_bytes(MemoryStats::read().peak));
     if let [a, b] = &all[..] {

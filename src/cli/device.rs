@@ -24,8 +24,9 @@ pub struct DeviceArgs {
     /// over 64, 300 and 1000 stored positions.
     #[arg(long, value_name = "HEADS,KV_HEADS,D", value_delimiter = ',')]
     attention: Vec<usize>,
-    /// Check the fused Gated DeltaNet kernel (CUDA only) and the plain-ops recurrence against a
-    /// float64 reference at the real Qwen3.6 geometry; exits 1 when one is off by more than 1e-4.
+    /// Check the Gated DeltaNet recurrence routes (the fused CUDA kernel and the plain ops), and
+    /// on CUDA the fused mixer front and the MoE router kernel, against float64 references at
+    /// the real Qwen3.6 geometry; exits 1 when one is off by more than its tolerance.
     #[arg(long)]
     check_kernels: bool,
     /// Print JSON instead of text.
@@ -144,6 +145,105 @@ fn check_kernels() -> Result<()> {
         worst <= KERNEL_TOLERANCE,
         "a recurrence route is off by {worst:.2e} (tolerance {KERNEL_TOLERANCE:e})"
     );
-    println!("all routes within {KERNEL_TOLERANCE:e} of the float64 reference");
+    println!("all recurrence routes within {KERNEL_TOLERANCE:e} of the float64 reference");
+    check_gather(dtype)?;
+    if runtime::Backend::detect() == runtime::Backend::Cuda {
+        check_fused_front(dtype)?;
+        check_router()?;
+    }
+    Ok(())
+}
+
+/// The MoE block's stacked-expert product (`gather_qmm`) against a float64 product, at the test
+/// fixtures' sizes (64 -> 64, 8 experts top-2, one group a row) and at the real geometry's
+/// (2048 -> 512, 256 experts top-8), in float32 and the model dtype. Reports; the tolerance
+/// decides the exit status.
+fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
+    use crate::model::moe_check::{GatherShape, check_gather};
+    let fixture = GatherShape { tokens: 32, top_k: 2, experts: 8, input: 64, output: 64, bits: 4, group: 64 };
+    let real = GatherShape { tokens: 16, top_k: 8, experts: 256, input: 2048, output: 512, bits: 4, group: 64 };
+    let mut worst: f64 = 0.0;
+    for (name, shape) in [
+        ("fixture size", fixture),
+        ("fixture size, one token", GatherShape { tokens: 1, ..fixture }),
+        ("real size", real),
+    ] {
+        let dtypes = if dtype == mlx_rs::Dtype::Float32 { vec![dtype] } else { vec![mlx_rs::Dtype::Float32, dtype] };
+        for dt in dtypes {
+            let r = check_gather(shape, dt, 3)?;
+            worst = worst.max(r.held_rows.max(r.built_rows) / if dt == mlx_rs::Dtype::Float32 { 1.0 } else { 100.0 });
+            println!(
+                "gather_qmm {name} ({dt:?}): relative error with held rows {:.2e}, with built rows {:.2e}",
+                r.held_rows, r.built_rows
+            );
+        }
+    }
+    // The narrow products at the fixtures' 64-wide hidden size and at the real 2048: router
+    // (8 / 256 outputs, 8-bit), shared expert gate (1), the two stacked (9 / 257).
+    for (input, outputs) in [(64, [8, 1, 9]), (2048, [256, 1, 257])] {
+        for output in outputs {
+            for tokens in [1, 32] {
+                let e = crate::model::moe_check::check_qmm(tokens, input, output, 8, 64, mlx_rs::Dtype::Float32, 5)?;
+                worst = worst.max(e);
+                println!(
+                    "quantized_matmul {tokens} x {input} -> {output}, 8-bit g64 (Float32): relative error {e:.2e}"
+                );
+            }
+        }
+    }
+    anyhow::ensure!(
+        worst <= KERNEL_TOLERANCE,
+        "a MoE product is off by {worst:.2e} (float32 tolerance {KERNEL_TOLERANCE:e}, 100x that in bf16)"
+    );
+    Ok(())
+}
+
+/// The fused front (convolution to recurrence in one kernel) at the real geometry, with
+/// Qwen3.6's 4-tap convolution.
+fn check_fused_front(dtype: mlx_rs::Dtype) -> Result<()> {
+    for (name, geo) in crate::model::gdn_check::real_geometries() {
+        let t = std::time::Instant::now();
+        let r = crate::model::gdn_check::check_fused(geo, 4, dtype, 2)?;
+        let rec = r.recurrence;
+        println!(
+            "fused front {name} ({dtype:?}): relative error y {:.2e}, state {:.2e}{}; convolution input exact: {} ({:.1} s)",
+            rec.y,
+            rec.state,
+            rec.per_position.map(|p| format!(", per-position states {p:.2e}")).unwrap_or_default(),
+            r.conv_in_exact,
+            t.elapsed().as_secs_f64()
+        );
+        anyhow::ensure!(
+            rec.worst() <= KERNEL_TOLERANCE && r.conv_in_exact,
+            "the fused Gated DeltaNet front is off on {name}: {r:?} (tolerance {KERNEL_TOLERANCE:e})"
+        );
+    }
+    println!("fused front within {KERNEL_TOLERANCE:e} of the float64 reference");
+    Ok(())
+}
+
+/// Largest score error the router kernel may show against the float64 reference (its softmax
+/// is float32 throughout).
+const ROUTER_TOLERANCE: f64 = 1e-5;
+
+/// The MoE router kernel at Qwen3.6-35B-A3B's 256 experts top-8: a B1 step, a B8 verify's 16
+/// rows, and a stacked product with the shared expert gate's column after the experts'.
+fn check_router() -> Result<()> {
+    for (name, n, extra, dtype) in [
+        ("B1 step", 1, 0, mlx_rs::Dtype::Bfloat16),
+        ("B8 verify, stacked with the shared expert gate", 16, 1, mlx_rs::Dtype::Bfloat16),
+        ("prefill block, float32", 512, 1, mlx_rs::Dtype::Float32),
+    ] {
+        let r = crate::model::moe_router::check(n, 256, extra, 8, dtype, 11)?;
+        println!(
+            "router kernel, {name} ({dtype:?}, {n} tokens): experts as the reference's: {}, scores {:.2e}",
+            r.indices_equal, r.scores
+        );
+        anyhow::ensure!(
+            r.indices_equal && r.scores <= ROUTER_TOLERANCE,
+            "the router kernel is off on {name}: {r:?} (tolerance {ROUTER_TOLERANCE:e})"
+        );
+    }
+    println!("router kernel within {ROUTER_TOLERANCE:e} of the float64 reference, experts identical");
     Ok(())
 }

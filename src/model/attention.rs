@@ -7,14 +7,18 @@ use mlx_rs::Array;
 use super::cache::KvCache;
 use super::config::{QuantSpec, Qwen35Config};
 use super::kv_slots::{self, Block, RopeSpec};
-use super::linear::Linear;
+use super::linear::{Linear, fuse_outputs, split_widths, stack_kind_enabled, stacked_enabled};
 use super::norm::RmsNorm;
 use super::weights::Weights;
 
+/// The query (with its gate), key and value projections, or one product of their stacked rows.
+enum QkvProj {
+    Separate { q: Linear, k: Linear, v: Linear },
+    Stacked(Linear),
+}
+
 pub struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    qkv: QkvProj,
     o_proj: Linear,
     q_norm: RmsNorm,
     k_norm: RmsNorm,
@@ -36,10 +40,21 @@ impl Attention {
         let lin = |w: &mut Weights, name: &str, i, o| {
             Linear::load(w, &format!("{prefix}.{name}"), i, o, quant(&format!("{prefix}.{name}")))
         };
+        let parts = ["q_proj", "k_proj", "v_proj"];
+        let qkv = if stacked_enabled()
+            && stack_kind_enabled("QKV")
+            && fuse_outputs(w, prefix, &parts, "qkv_proj_stacked", h, quant)?
+        {
+            QkvProj::Stacked(Linear::load(w, &format!("{prefix}.qkv_proj_stacked"), h, (2 * nh + 2 * nkv) * hd, None)?)
+        } else {
+            QkvProj::Separate {
+                q: lin(w, "q_proj", h, nh * hd * 2)?,
+                k: lin(w, "k_proj", h, nkv * hd)?,
+                v: lin(w, "v_proj", h, nkv * hd)?,
+            }
+        };
         Ok(Self {
-            q_proj: lin(w, "q_proj", h, nh * hd * 2)?,
-            k_proj: lin(w, "k_proj", h, nkv * hd)?,
-            v_proj: lin(w, "v_proj", h, nkv * hd)?,
+            qkv,
             o_proj: lin(w, "o_proj", nh * hd, h)?,
             q_norm: RmsNorm::load(w, &format!("{prefix}.q_norm.weight"), hd, cfg.rms_norm_eps)?,
             k_norm: RmsNorm::load(w, &format!("{prefix}.k_norm.weight"), hd, cfg.rms_norm_eps)?,
@@ -55,13 +70,19 @@ impl Attention {
     pub fn forward(&self, x: &Array, caches: &mut [&mut KvCache]) -> Result<Array> {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let q = self.q_proj.forward(x)?.reshape(&[b, t, nh, 2 * hd])?;
+        let [q, k, v] = match &self.qkv {
+            QkvProj::Separate { q, k, v } => [q.forward(x)?, k.forward(x)?, v.forward(x)?],
+            QkvProj::Stacked(all) => {
+                <[Array; 3]>::try_from(split_widths(&all.forward(x)?, &[2 * nh * hd, nkv * hd, nkv * hd])?)
+                    .map_err(|_| anyhow::anyhow!("the stacked q/k/v projection did not split in three"))?
+            }
+        };
+        let q = q.reshape(&[b, t, nh, 2 * hd])?;
         let halves = mlx_rs::ops::split_equal(&q, 2, -1)?;
         let queries = self.q_norm.forward(&halves[0])?.transpose_axes(&[0, 2, 1, 3])?;
         let gate = halves[1].reshape(&[b, t, nh * hd])?;
-        let keys =
-            self.k_norm.forward(&self.k_proj.forward(x)?.reshape(&[b, t, nkv, hd])?)?.transpose_axes(&[0, 2, 1, 3])?;
-        let values = self.v_proj.forward(x)?.reshape(&[b, t, nkv, hd])?.transpose_axes(&[0, 2, 1, 3])?;
+        let keys = self.k_norm.forward(&k.reshape(&[b, t, nkv, hd])?)?.transpose_axes(&[0, 2, 1, 3])?;
+        let values = v.reshape(&[b, t, nkv, hd])?.transpose_axes(&[0, 2, 1, 3])?;
         let scale = (hd as f32).powf(-0.5);
         let rope = RopeSpec { dims: self.rotary_dims, traditional: false, base: self.rope_theta };
         let block = Block { q: &queries, k: &keys, v: &values, rope, scale };
@@ -71,6 +92,10 @@ impl Attention {
     }
 
     pub fn nbytes(&self) -> usize {
-        [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj].iter().map(|l| l.nbytes()).sum()
+        let qkv = match &self.qkv {
+            QkvProj::Separate { q, k, v } => q.nbytes() + k.nbytes() + v.nbytes(),
+            QkvProj::Stacked(all) => all.nbytes(),
+        };
+        qkv + self.o_proj.nbytes()
     }
 }

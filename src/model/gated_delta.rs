@@ -13,7 +13,7 @@ use super::cache::{GdnState, gather_rows, row};
 use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
 use super::config::{QuantSpec, Qwen35Config};
 use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
-use super::linear::{Linear, fuse_outputs};
+use super::linear::{Linear, fuse_outputs, split_widths, stack_kind_enabled, stacked_enabled};
 use super::ops::{scalar_like, slice_axis};
 use super::weights::Weights;
 
@@ -57,7 +57,10 @@ impl GatedDeltaNet {
             Linear::load(w, &format!("{prefix}.{name}"), i, o, quant(&format!("{prefix}.{name}")))
         };
         let parts = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"];
-        let in_proj = if fused_in_enabled() && fuse_outputs(w, prefix, &parts, "in_proj_fused", h, quant)? {
+        let in_proj = if stacked_enabled()
+            && stack_kind_enabled("GDN")
+            && fuse_outputs(w, prefix, &parts, "in_proj_fused", h, quant)?
+        {
             // The parts' storage was checked against the config; the stacked module has no entry.
             let name = format!("{prefix}.in_proj_fused");
             InProj::Fused(Linear::load(w, &name, h, conv_dim + hv * dv + 2 * hv, None)?)
@@ -175,6 +178,7 @@ impl GatedDeltaNet {
             eps_bits: self.eps.to_bits(),
             fused_recurrence: gdn_kernel::enabled(),
             fused_in: matches!(self.in_proj, InProj::Fused(_)),
+            fused_front: matches!(self.in_proj, InProj::Fused(_)) && gdn_kernel::fused_front_enabled(),
             capture,
         }
     }
@@ -230,23 +234,13 @@ pub struct GdnPlan {
     pub fused_recurrence: bool,
     /// The input projections as one stacked product ([`GdnProj::Qkv`]'s slot; the rest folded).
     pub fused_in: bool,
+    /// Everything from the stacked product to the recurrence in one kernel
+    /// ([`gdn_kernel::recur_fused`]; needs `fused_in`).
+    pub fused_front: bool,
     pub capture: bool,
 }
 
 static COMPILED: Switch = Switch::new("COHORT_COMPILE_GDN");
-
-static FUSED_IN: Switch = Switch::new("COHORT_FUSE_GDN_IN");
-
-/// Stack the mixer's four input projections into one product at load (`None`: back to the
-/// default, on for the CUDA backend only, where a product's launch is what it costs); models
-/// loaded afterwards follow it. Benchmarks and tests.
-pub fn set_fused_in(on: Option<bool>) {
-    FUSED_IN.set(on);
-}
-
-pub fn fused_in_enabled() -> bool {
-    FUSED_IN.enabled()
-}
 
 /// Force the compiled mixer on or off (`None`: back to the default); benchmarks and tests.
 pub fn set_compiled(on: Option<bool>) {
@@ -276,10 +270,18 @@ fn mix(
     let conv_dim = 2 * hk * dk + hv * dv;
     let dtype = x.dtype();
 
-    let [qkv, z, beta_in, a] = if plan.fused_in {
+    if plan.fused_front {
         let all = proj(GdnProj::Qkv, x)?;
-        let at = [conv_dim, conv_dim + hv * dv, conv_dim + hv * dv + hv];
-        <[Array; 4]>::try_from(mlx_rs::ops::split_at_indices(&all, &at, -1)?)
+        let z = split_widths(&all, &[conv_dim, hv * dv, 2 * hv])?[1].reshape(&[b, t, hv, dv])?;
+        let inputs = gdn_kernel::FusedInputs { proj: &all, tail, conv_weight, a_log, dt_bias, state };
+        let heads =
+            gdn_kernel::Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: plan.kernel };
+        let (rec, conv_in) = gdn_kernel::recur_fused(&inputs, heads, plan.capture)?;
+        return finish(rec, &z, conv_in, norm_weight, plan, proj, dtype);
+    }
+    let [qkv, z, beta_in, a] = if plan.fused_in {
+        let parts = split_widths(&proj(GdnProj::Qkv, x)?, &[conv_dim, hv * dv, hv, hv])?;
+        <[Array; 4]>::try_from(parts)
             .map_err(|_| anyhow::anyhow!("the stacked input projection did not split in four"))?
     } else {
         [proj(GdnProj::Qkv, x)?, proj(GdnProj::Z, x)?, proj(GdnProj::B, x)?, proj(GdnProj::A, x)?]
@@ -312,6 +314,22 @@ fn mix(
     } else {
         recur_ops(&inputs, plan.capture)?
     };
+    finish(rec, &z, conv_in, norm_weight, plan, proj, dtype)
+}
+
+/// The mixer after the recurrence: the gated RMSNorm and the output projection, and the arrays
+/// `mix` returns.
+fn finish(
+    rec: Recurrence,
+    z: &Array,
+    conv_in: Array,
+    norm_weight: &Array,
+    plan: &GdnPlan,
+    proj: &dyn Fn(GdnProj, &Array) -> Result<Array>,
+    dtype: Dtype,
+) -> Result<Vec<Array>> {
+    let zs = z.shape();
+    let (b, t, hv, dv) = (zs[0], zs[1], zs[2], zs[3]);
     let y = rec.y.as_dtype(dtype)?; // [B, T, Hv, Dv]
 
     // Gated RMSNorm: normalise per head, then gate with silu(z) in float32.

@@ -163,13 +163,17 @@ pub fn check(route: Route, geo: Geometry, dtype: Dtype, seed: u64) -> Result<Che
         Route::Kernel => gdn_kernel::recur(&inputs, geo.capture)?,
         Route::Ops => recur_ops(&inputs, geo.capture)?,
     };
-    let (want_y, want_state, want_positions) = reference(&geo, &rounded);
+    compare(&Recurrence { y, state: last, per_position }, &reference(&geo, &rounded), geo.capture)
+}
+
+/// A route's outputs against the float64 reference's (y, final state, per-position states).
+fn compare(got: &Recurrence, want: &(Vec<f64>, Vec<f64>, Vec<f64>), capture: bool) -> Result<CheckReport> {
     Ok(CheckReport {
-        y: relative_error(&host_f32(&y)?, &want_y),
-        state: relative_error(&host_f32(&last)?, &want_state),
-        per_position: match per_position {
-            Some(p) => Some(relative_error(&host_f32(&p)?, &want_positions)),
-            None if geo.capture => Some(f64::INFINITY),
+        y: relative_error(&host_f32(&got.y)?, &want.0),
+        state: relative_error(&host_f32(&got.state)?, &want.1),
+        per_position: match &got.per_position {
+            Some(p) => Some(relative_error(&host_f32(p)?, &want.2)),
+            None if capture => Some(f64::INFINITY),
             None => None,
         },
     })
@@ -186,4 +190,92 @@ pub fn real_geometries() -> Vec<(&'static str, Geometry)> {
         ("B1 step, T=1", Geometry { rows: 1, positions: 1, capture: false, ..base }),
         ("B1 prefill, T=512", Geometry { rows: 1, positions: 512, capture: false, ..base }),
     ]
+}
+
+/// What [`check_fused`] found: the recurrence's outputs as [`CheckReport`], and whether the
+/// convolution input it returns is exactly [tail | qkv columns].
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct FusedReport {
+    pub recurrence: CheckReport,
+    pub conv_in_exact: bool,
+}
+
+/// The fused front (convolution, SiLU, q/k normalisation, gates and the recurrence in one
+/// kernel) on random inputs of `geo` with a width-`taps` convolution, against the float64 front
+/// written here from the mixer's definition, feeding the float64 recurrence above.
+pub fn check_fused(geo: Geometry, taps: i32, dtype: Dtype, seed: u64) -> Result<FusedReport> {
+    let (b, t, hk, hv, dk, dv) = (geo.rows, geo.positions, geo.key_heads, geo.value_heads, geo.key_dim, geo.value_dim);
+    let c = 2 * hk * dk + hv * dv;
+    let width = c + hv * dv + 2 * hv;
+    let tail_rows = taps - 1;
+    let mut rng = Rng::new(seed);
+    let mut random = |n: i32, scale: f32| -> Vec<f32> { (0..n).map(|_| normal(&mut rng) * scale).collect() };
+    let device = |data: &[f32], shape: &[i32], dt: Dtype| -> Result<(Array, Vec<f32>)> {
+        let a = Array::from_slice(data, shape).as_dtype(dt)?;
+        a.eval()?;
+        let seen = host_f32(&a)?;
+        Ok((a, seen))
+    };
+    let (proj, p) = device(&random(b * t * width, 1.0), &[b, t, width], dtype)?;
+    let (tail, tl) = device(&random(b * tail_rows * c, 1.0), &[b, tail_rows, c], dtype)?;
+    let (conv_w, w) = device(&random(c * taps, 0.5), &[c, taps, 1], dtype)?;
+    let (a_log, al) = device(&random(hv, 0.5).iter().map(|x| x.abs() + 0.5).collect::<Vec<_>>(), &[hv], dtype)?;
+    let (dt_bias, dtb) = device(&random(hv, 0.5), &[hv], dtype)?;
+    let (state, st) = device(&random(b * hv * dv * dk, 0.1), &[b, hv, dv, dk], Dtype::Float32)?;
+
+    // The front in float64 on exactly the values the device holds.
+    let input = |bi: i32, s: i32, ch: i32| -> f64 {
+        if s < tail_rows {
+            tl[((bi * tail_rows + s) * c + ch) as usize] as f64
+        } else {
+            p[((bi * t + s - tail_rows) * width + ch) as usize] as f64
+        }
+    };
+    let conv = |bi: i32, ti: i32, ch: i32| -> f64 {
+        let acc: f64 = (0..taps).map(|j| w[(ch * taps + j) as usize] as f64 * input(bi, ti + j, ch)).sum();
+        acc / (1.0 + (-acc).exp())
+    };
+    let (mut q, mut k, mut v, mut g, mut beta) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for bi in 0..b {
+        for ti in 0..t {
+            for h in 0..hk {
+                for (out, first, scale) in [(&mut q, h * dk, (dk as f64).powf(-0.5)), (&mut k, hk * dk + h * dk, 1.0)] {
+                    let raw: Vec<f64> = (0..dk).map(|d| conv(bi, ti, first + d)).collect();
+                    let norm = (raw.iter().map(|x| x * x).sum::<f64>() + 1e-6).sqrt();
+                    out.extend(raw.iter().map(|x| (x / norm * scale) as f32));
+                }
+            }
+            for h in 0..hv {
+                v.extend((0..dv).map(|ch| conv(bi, ti, 2 * hk * dk + h * dv + ch) as f32));
+                let row = ((bi * t + ti) * width) as usize;
+                let a = p[row + (c + hv * dv + hv + h) as usize] as f64 + dtb[h as usize] as f64;
+                let softplus = if a > 20.0 { a } else { a.exp().ln_1p() };
+                g.push((-(al[h as usize] as f64).exp() * softplus).exp() as f32);
+                beta.push((1.0 / (1.0 + (-(p[row + (c + hv * dv + h) as usize] as f64)).exp())) as f32);
+            }
+        }
+    }
+    let want = reference(&geo, &Inputs { q, k, v, g, beta, state: st });
+
+    let inputs = gdn_kernel::FusedInputs {
+        proj: &proj,
+        tail: &tail,
+        conv_weight: &conv_w,
+        a_log: &a_log,
+        dt_bias: &dt_bias,
+        state: &state,
+    };
+    let heads = gdn_kernel::Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: taps };
+    let (rec, conv_in) = gdn_kernel::recur_fused(&inputs, heads, geo.capture)?;
+    let got_conv = host_f32(&conv_in)?;
+    let mut conv_in_exact = got_conv.len() == (b * (tail_rows + t) * c) as usize;
+    for bi in 0..b {
+        for s in 0..tail_rows + t {
+            for ch in 0..c {
+                conv_in_exact &=
+                    got_conv.get(((bi * (tail_rows + t) + s) * c + ch) as usize) == Some(&(input(bi, s, ch) as f32));
+            }
+        }
+    }
+    Ok(FusedReport { recurrence: compare(&rec, &want, geo.capture)?, conv_in_exact })
 }

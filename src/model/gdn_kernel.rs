@@ -1,15 +1,14 @@
-//! The fused Gated DeltaNet recurrence on CUDA (`kernels/gated_delta.cu`), run through MLX's
-//! custom-kernel mechanism. mlx-rs wraps only Metal kernels, so this calls mlx-c's CUDA kernel
-//! functions directly. The plain-ops loop in `gated_delta.rs` stays the fallback (CPU, Metal,
+//! The fused Gated DeltaNet recurrence on CUDA (`kernels/gated_delta.cu`, through
+//! [`super::cuda_kernel`]). The plain-ops loop in `gated_delta.rs` stays the fallback (CPU, Metal,
 //! `COHORT_GDN_KERNEL=0`) and the reference the kernel is checked against.
 
-use std::ffi::CString;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
+use super::cuda_kernel::{self, CudaKernel, Launch};
 use crate::engine::runtime::Backend;
 
 const SOURCE: &str = include_str!("../../kernels/gated_delta.cu");
@@ -59,116 +58,9 @@ pub fn enabled() -> bool {
     }
 }
 
-struct CudaKernel {
-    raw: mlx_sys::mlx_fast_cuda_kernel,
-}
-
-// SAFETY: the handle wraps an immutable MLX kernel function object; applying it only reads it,
-// and the engine applies it from one thread at a time.
-unsafe impl Send for CudaKernel {}
-unsafe impl Sync for CudaKernel {}
-
-fn c_string(s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| anyhow!("kernel string contains a NUL byte"))
-}
-
-/// An mlx-c string vector freed on drop.
-struct Names(mlx_sys::mlx_vector_string);
-
-impl Names {
-    fn new(names: &[&str]) -> Result<Self> {
-        // SAFETY: the vector is created empty and each appended C string is copied by mlx-c.
-        unsafe {
-            let vec = Names(mlx_sys::mlx_vector_string_new());
-            for n in names {
-                let c = c_string(n)?;
-                if mlx_sys::mlx_vector_string_append_value(vec.0, c.as_ptr()) != 0 {
-                    bail!("could not build the kernel's argument names");
-                }
-            }
-            Ok(vec)
-        }
-    }
-}
-
-impl Drop for Names {
-    fn drop(&mut self) {
-        // SAFETY: created by mlx_vector_string_new and freed once.
-        unsafe { mlx_sys::mlx_vector_string_free(self.0) };
-    }
-}
-
 fn kernel() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    let built = KERNEL.get_or_init(|| {
-        let build = || -> Result<CudaKernel> {
-            let (inputs, outputs) = (Names::new(&INPUTS)?, Names::new(&OUTPUTS)?);
-            // COHORT_GDN_KERNEL_SOURCE points at an edited body to try without a rebuild.
-            let body = match std::env::var_os("COHORT_GDN_KERNEL_SOURCE") {
-                Some(path) => std::fs::read_to_string(&path)
-                    .map_err(|e| anyhow!("COHORT_GDN_KERNEL_SOURCE {}: {e}", path.to_string_lossy()))?,
-                None => SOURCE.to_owned(),
-            };
-            let (name, source, header) = (c_string("cohort_gated_delta")?, c_string(&body)?, c_string("")?);
-            // SAFETY: every pointer is valid for the call; mlx-c copies the names and sources.
-            let raw = unsafe {
-                mlx_sys::mlx_fast_cuda_kernel_new(
-                    name.as_ptr(),
-                    inputs.0,
-                    outputs.0,
-                    source.as_ptr(),
-                    header.as_ptr(),
-                    true,
-                    0,
-                )
-            };
-            if raw.ctx.is_null() {
-                bail!("MLX could not create the fused Gated DeltaNet kernel");
-            }
-            Ok(CudaKernel { raw })
-        };
-        build().map_err(|e| e.to_string())
-    });
-    built.as_ref().map_err(|e| anyhow!("{e}"))
-}
-
-/// A kernel launch configuration freed on drop.
-struct Config(mlx_sys::mlx_fast_cuda_kernel_config);
-
-impl Config {
-    fn check(status: i32, what: &str) -> Result<()> {
-        if status != 0 {
-            bail!("MLX refused the Gated DeltaNet kernel's {what}");
-        }
-        Ok(())
-    }
-
-    fn output(&self, shape: &[i32]) -> Result<()> {
-        // SAFETY: the shape pointer is valid for the call; mlx-c copies it.
-        let status = unsafe {
-            mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
-                self.0,
-                shape.as_ptr(),
-                shape.len(),
-                mlx_sys::mlx_dtype__MLX_FLOAT32,
-            )
-        };
-        Self::check(status, "output")
-    }
-
-    fn int(&self, name: &str, value: i32) -> Result<()> {
-        let c = c_string(name)?;
-        // SAFETY: the name is valid for the call; mlx-c copies it.
-        let status = unsafe { mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(self.0, c.as_ptr(), value) };
-        Self::check(status, name)
-    }
-}
-
-impl Drop for Config {
-    fn drop(&mut self) {
-        // SAFETY: created by mlx_fast_cuda_kernel_config_new and freed once.
-        unsafe { mlx_sys::mlx_fast_cuda_kernel_config_free(self.0) };
-    }
+    cuda_kernel::once(&KERNEL, || CudaKernel::new("cohort_gated_delta", "gated_delta.cu", &INPUTS, &OUTPUTS, SOURCE))
 }
 
 /// Run every position of a block through the recurrence in one launch.
@@ -181,57 +73,116 @@ pub fn recur(x: &RecurrenceInputs, capture: bool) -> Result<Recurrence> {
         bail!("the Gated DeltaNet kernel does not fit these shapes (q {qs:?}, v {vs:?}, state {ss:?})");
     }
     let state = state.as_dtype(Dtype::Float32)?;
-    // SAFETY: a fresh config, freed by Config's drop.
-    let config = Config(unsafe { mlx_sys::mlx_fast_cuda_kernel_config_new() });
-    config.output(&[b, t, hv, dv])?;
-    config.output(&[b, hv, dv, dk])?;
-    config.output(&if capture { vec![b, t, hv, dv, dk] } else { vec![1] })?;
-    // SAFETY: plain integer setters on a live config.
-    unsafe {
-        Config::check(mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config.0, 32, dv, b * hv), "grid")?;
-        Config::check(
-            mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config.0, 32, CHANNELS_PER_BLOCK, 1),
-            "thread group",
-        )?;
-    }
-    for (name, value) in [("HK", hk), ("HV", hv), ("DK", dk), ("DV", dv)] {
-        config.int(name, value)?;
-    }
-    let c = c_string("CAPTURE")?;
-    // SAFETY: the name is valid for the call; mlx-c copies it.
-    Config::check(
-        unsafe { mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_bool(config.0, c.as_ptr(), capture) },
-        "CAPTURE",
-    )?;
+    let f32 = Dtype::Float32;
+    let launch = Launch {
+        outputs: vec![
+            (vec![b, t, hv, dv], f32),
+            (vec![b, hv, dv, dk], f32),
+            (if capture { vec![b, t, hv, dv, dk] } else { vec![1] }, f32),
+        ],
+        grid: [32, dv, b * hv],
+        threads: [32, CHANNELS_PER_BLOCK, 1],
+        ints: &[("HK", hk), ("HV", hv), ("DK", dk), ("DV", dv)],
+        bools: &[("CAPTURE", capture)],
+    };
+    let mut arrays = kernel()?.apply(&[q, k, v, g, beta, &state], &launch)?;
+    let per_position = arrays.pop().filter(|_| capture);
+    let state = arrays.pop().expect("three outputs");
+    let y = arrays.pop().expect("three outputs");
+    Ok(Recurrence { y, state, per_position })
+}
 
-    let kernel = kernel()?;
-    let inputs = [q, k, v, g, beta, &state];
-    // SAFETY: the input vector holds new references to live arrays and is freed below; the output
-    // vector is filled by the call and each element is taken over by an owned Array. The kernel
-    // reads only within its inputs (shapes checked above) and writes each output element once.
-    unsafe {
-        let vec = mlx_sys::mlx_vector_array_new();
-        for a in inputs {
-            mlx_sys::mlx_vector_array_append_value(vec, a.as_ptr());
-        }
-        let mut out = mlx_sys::mlx_vector_array_new();
-        let stream = mlx_rs::Stream::gpu();
-        let status = mlx_sys::mlx_fast_cuda_kernel_apply(&mut out, kernel.raw, vec, config.0, stream.as_ptr());
-        mlx_sys::mlx_vector_array_free(vec);
-        if status != 0 || mlx_sys::mlx_vector_array_size(out) != OUTPUTS.len() {
-            mlx_sys::mlx_vector_array_free(out);
-            bail!("MLX could not apply the fused Gated DeltaNet kernel");
-        }
-        let mut arrays = Vec::with_capacity(OUTPUTS.len());
-        for i in 0..OUTPUTS.len() {
-            let mut a = mlx_sys::mlx_array_new();
-            mlx_sys::mlx_vector_array_get(&mut a, out, i);
-            arrays.push(Array::from_ptr(a));
-        }
-        mlx_sys::mlx_vector_array_free(out);
-        let per_position = arrays.pop().filter(|_| capture);
-        let state = arrays.pop().expect("three outputs");
-        let y = arrays.pop().expect("three outputs");
-        Ok(Recurrence { y, state, per_position })
+const FUSED_SOURCE: &str = include_str!("../../kernels/gated_delta_fused.cu");
+const FUSED_INPUTS: [&str; 6] = ["proj", "tail", "conv_w", "a_log", "dt_bias", "state_in"];
+const FUSED_OUTPUTS: [&str; 4] = ["y", "state_out", "states", "conv_in"];
+
+static FUSED_FRONT: super::compiled::Switch = super::compiled::Switch::new("COHORT_GDN_FUSED_FRONT");
+
+/// Force the fused front ([`recur_fused`]) on or off (`None`: back to the default, on wherever
+/// the recurrence kernel serves); benchmarks and tests.
+pub fn set_fused_front(on: Option<bool>) {
+    FUSED_FRONT.set(on);
+}
+
+/// Whether a mixer whose input projections are stacked runs its front in the recurrence kernel.
+pub fn fused_front_enabled() -> bool {
+    enabled() && FUSED_FRONT.enabled()
+}
+
+fn fused_kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new("cohort_gated_delta_fused", "gated_delta_fused.cu", &FUSED_INPUTS, &FUSED_OUTPUTS, FUSED_SOURCE)
+    })
+}
+
+/// What the fused front reads: the stacked input projection's product [B, T, C + Hv*Dv + 2Hv]
+/// ([qkv | z | b | a]), the carried convolution tail [B, K-1, C], the convolution weight
+/// [C, K, 1], A_log and dt_bias [Hv], and the carried state [B, Hv, Dv, Dk] float32.
+pub struct FusedInputs<'a> {
+    pub proj: &'a Array,
+    pub tail: &'a Array,
+    pub conv_weight: &'a Array,
+    pub a_log: &'a Array,
+    pub dt_bias: &'a Array,
+    pub state: &'a Array,
+}
+
+/// The mixer's head sizes and convolution width.
+#[derive(Clone, Copy, Debug)]
+pub struct Heads {
+    pub key_heads: i32,
+    pub key_dim: i32,
+    pub value_heads: i32,
+    pub value_dim: i32,
+    pub kernel: i32,
+}
+
+/// Convolution, SiLU, q/k normalisation, decay and write gates and the recurrence in one launch
+/// (`kernels/gated_delta_fused.cu`): the recurrence's outputs and the convolution's input
+/// [B, K-1+T, C] (for the next tails), as the ops front and [`recur`] give them.
+pub fn recur_fused(x: &FusedInputs, heads: Heads, capture: bool) -> Result<(Recurrence, Array)> {
+    let Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: ks } = heads;
+    let (ps, ts, ss) = (x.proj.shape(), x.tail.shape(), x.state.shape());
+    let c = 2 * hk * dk + hv * dv;
+    let (b, t) = (ps.first().copied().unwrap_or(0), ps.get(1).copied().unwrap_or(0));
+    let fits = dk % 32 == 0
+        && hk > 0
+        && hv % hk == 0
+        && ks >= 1
+        && ps.len() == 3
+        && ps[2] == c + hv * dv + 2 * hv
+        && ts == [b, ks - 1, c]
+        && ss == [b, hv, dv, dk]
+        && x.conv_weight.shape() == [c, ks, 1]
+        && x.a_log.shape() == [hv]
+        && x.dt_bias.shape() == [hv]
+        && x.tail.dtype() == x.proj.dtype();
+    if !fits {
+        bail!(
+            "the fused Gated DeltaNet front does not fit these shapes (proj {ps:?}, tail {ts:?}, state {ss:?}, conv {:?})",
+            x.conv_weight.shape()
+        );
     }
+    let state = x.state.as_dtype(Dtype::Float32)?;
+    let f32 = Dtype::Float32;
+    let launch = Launch {
+        outputs: vec![
+            (vec![b, t, hv, dv], f32),
+            (vec![b, hv, dv, dk], f32),
+            (if capture { vec![b, t, hv, dv, dk] } else { vec![1] }, f32),
+            (vec![b, ks - 1 + t, c], x.proj.dtype()),
+        ],
+        grid: [32, dv, b * hv],
+        threads: [32, CHANNELS_PER_BLOCK, 1],
+        ints: &[("HK", hk), ("HV", hv), ("DK", dk), ("DV", dv), ("KS", ks)],
+        bools: &[("CAPTURE", capture)],
+    };
+    let inputs = [x.proj, x.tail, x.conv_weight, x.a_log, x.dt_bias, &state];
+    let mut arrays = fused_kernel()?.apply(&inputs, &launch)?;
+    let conv_in = arrays.pop().expect("four outputs");
+    let per_position = arrays.pop().filter(|_| capture);
+    let state = arrays.pop().expect("four outputs");
+    let y = arrays.pop().expect("four outputs");
+    Ok((Recurrence { y, state, per_position }, conv_in))
 }

@@ -278,9 +278,11 @@ impl Embedding {
 /// Stack the output rows of `{prefix}.{part}` for each of `parts` (all mapping `input` features)
 /// into one module stored as `{prefix}.{fused}`, so a block that applies them to the same input
 /// takes one product and splits it: on MLX's CUDA backend each product is a kernel whose launch
-/// costs host time whatever its size (docs/benchmarks.md). Rows are independent in every product
-/// route, so each output is computed as before. Only when every part has the same storage (all
-/// float, or all packed with one bit width and group size); returns whether it fused.
+/// costs host time whatever its size (docs/benchmarks.md). Output rows are the second-to-last
+/// axis of every tensor, so this stacks plain projections ([out, in]) and stacked experts
+/// ([E, out, in]) alike. Rows are independent in every product route, so each output is computed
+/// as before. Only when every part has the same storage (all float, or all packed with one bit
+/// width and group size) and none has a bias; returns whether it fused.
 pub fn fuse_outputs(
     w: &mut Weights,
     prefix: &str,
@@ -291,7 +293,8 @@ pub fn fuse_outputs(
 ) -> Result<bool> {
     let names: Vec<String> = parts.iter().map(|p| format!("{prefix}.{p}")).collect();
     let packed = names.iter().filter(|n| w.contains(&format!("{n}.scales"))).count();
-    if !names.iter().all(|n| w.contains(&format!("{n}.weight"))) || (packed != 0 && packed != names.len()) {
+    let whole = names.iter().all(|n| w.contains(&format!("{n}.weight")) && !w.contains(&format!("{n}.bias")));
+    if !whole || (packed != 0 && packed != names.len()) {
         return Ok(false);
     }
     let suffixes: &[&str] = if packed == 0 {
@@ -305,11 +308,48 @@ pub fn fuse_outputs(
     };
     for suffix in suffixes {
         let arrays = names.iter().map(|n| w.take(&format!("{n}.{suffix}"))).collect::<Result<Vec<_>>>()?;
-        let stacked = mlx_rs::ops::concatenate(&arrays, 0)?;
+        let stacked = mlx_rs::ops::concatenate(&arrays, -2)?;
         stacked.eval()?;
         w.insert(format!("{prefix}.{fused}.{suffix}"), stacked);
     }
     Ok(true)
+}
+
+static STACKED: super::compiled::Switch = super::compiled::Switch::new("COHORT_STACK_PROJECTIONS");
+
+/// Stack projections that read the same input at load ([`fuse_outputs`]: the Gated DeltaNet
+/// mixer's four input projections, attention's q/k/v, the MoE block's expert gate/up, its shared
+/// expert's gate/up and its router with the shared expert's gate); `None`: back to the default,
+/// on for the CUDA backend only, where a product's launch is what it costs. Models loaded
+/// afterwards follow it. Benchmarks and tests.
+pub fn set_stacked(on: Option<bool>) {
+    STACKED.set(on);
+}
+
+pub fn stacked_enabled() -> bool {
+    STACKED.enabled()
+}
+
+/// One kind of stacking (`ROUTER`, `EXPERTS`, `SHARED`, `QKV`, `GDN`) while stacking is on,
+/// unless `COHORT_STACK_<kind>=0`: lets a run on another backend tell the kinds apart.
+pub fn stack_kind_enabled(kind: &str) -> bool {
+    std::env::var(format!("COHORT_STACK_{kind}")).as_deref() != Ok("0")
+}
+
+/// `x` split along its last axis into pieces of the given widths (views of one product).
+pub fn split_widths(x: &Array, widths: &[i32]) -> Result<Vec<Array>> {
+    let mut at = Vec::with_capacity(widths.len().saturating_sub(1));
+    let mut end = 0;
+    for w in &widths[..widths.len().saturating_sub(1)] {
+        end += w;
+        at.push(end);
+    }
+    let parts = mlx_rs::ops::split_at_indices(x, &at, -1)?;
+    let total: i32 = widths.iter().sum();
+    if x.shape().last() != Some(&total) || parts.len() != widths.len() {
+        bail!("a stacked product of width {:?} does not split into {widths:?}", x.shape().last());
+    }
+    Ok(parts)
 }
 
 /// The quantization a stored module actually has, read from its tensors (bits from the packed

@@ -7,9 +7,9 @@ use mlx_rs::Array;
 
 use super::compiled::{self, Storage};
 use super::config::{QuantSpec, Qwen35Config};
-use super::linear::Linear;
-use super::mlp::Mlp;
-use super::moe_graph::{self, Plan, Proj, RowIndices};
+use super::linear::{Linear, fuse_outputs, stack_kind_enabled, stacked_enabled};
+use super::moe_graph::{self, Block, Plan, Proj, RowIndices, Stacking};
+use super::moe_router;
 use super::weights::Weights;
 
 /// One stacked projection of every expert: [E, out, in] (packed when quantized), held as the
@@ -52,13 +52,21 @@ impl Experts {
     }
 }
 
+/// Projections that read the same input, stacked at load into one product
+/// ([`super::linear::stacked_enabled`]): the folded part's slot holds `None`.
 pub struct SparseMoe {
+    /// The router, or [router | shared expert gate] when `stacking.router_gate`.
     router: Linear,
+    shared_expert_gate: Option<Linear>,
+    /// The experts' gate projection, or [gate | up] when `stacking.gate_up`.
     gate_proj: Experts,
-    up_proj: Experts,
+    up_proj: Option<Experts>,
     down_proj: Experts,
-    shared_expert: Mlp,
-    shared_expert_gate: Linear,
+    /// The shared expert's gate projection, or [gate | up] when `stacking.shared_gate_up`.
+    shared_gate: Linear,
+    shared_up: Option<Linear>,
+    shared_down: Linear,
+    stacking: Stacking,
     top_k: i32,
     norm_topk_prob: bool,
 }
@@ -70,27 +78,51 @@ impl SparseMoe {
         cfg: &Qwen35Config,
         quant: &dyn Fn(&str) -> Option<QuantSpec>,
     ) -> Result<Self> {
-        let (h, e, i) = (cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size);
+        let (h, e, i, si) =
+            (cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size);
         let q = |name: &str| quant(&format!("{prefix}.{name}"));
+        let lin = |w: &mut Weights, name: &str, input, output| {
+            Linear::load(w, &format!("{prefix}.{name}"), input, output, q(name))
+        };
+        let stack = |w: &mut Weights, kind: &str, at: &str, parts: &[&str], fused: &str| -> Result<bool> {
+            Ok(stacked_enabled()
+                && stack_kind_enabled(kind)
+                && fuse_outputs(w, &format!("{prefix}{at}"), parts, fused, h, quant)?)
+        };
+        let stacking = Stacking {
+            router_gate: stack(w, "ROUTER", "", &["gate", "shared_expert_gate"], "router_stacked")?,
+            gate_up: stack(w, "EXPERTS", ".switch_mlp", &["gate_proj", "up_proj"], "gate_up_stacked")?,
+            shared_gate_up: stack(w, "SHARED", ".shared_expert", &["gate_proj", "up_proj"], "gate_up_stacked")?,
+        };
+        let experts = |w: &mut Weights, name: &str, input, output, spec| {
+            Experts::load(w, &format!("{prefix}.switch_mlp.{name}"), e, input, output, spec)
+        };
+        let (router, shared_expert_gate) = if stacking.router_gate {
+            (Linear::load(w, &format!("{prefix}.router_stacked"), h, e + 1, None)?, None)
+        } else {
+            (lin(w, "gate", h, e)?, Some(lin(w, "shared_expert_gate", h, 1)?))
+        };
+        let (gate_proj, up_proj) = if stacking.gate_up {
+            (experts(w, "gate_up_stacked", h, 2 * i, None)?, None)
+        } else {
+            let gate = experts(w, "gate_proj", h, i, q("switch_mlp.gate_proj"))?;
+            (gate, Some(experts(w, "up_proj", h, i, q("switch_mlp.up_proj"))?))
+        };
+        let (shared_gate, shared_up) = if stacking.shared_gate_up {
+            (Linear::load(w, &format!("{prefix}.shared_expert.gate_up_stacked"), h, 2 * si, None)?, None)
+        } else {
+            (lin(w, "shared_expert.gate_proj", h, si)?, Some(lin(w, "shared_expert.up_proj", h, si)?))
+        };
         Ok(Self {
-            router: Linear::load(w, &format!("{prefix}.gate"), h, e, q("gate"))?,
-            gate_proj: Experts::load(w, &format!("{prefix}.switch_mlp.gate_proj"), e, h, i, q("switch_mlp.gate_proj"))?,
-            up_proj: Experts::load(w, &format!("{prefix}.switch_mlp.up_proj"), e, h, i, q("switch_mlp.up_proj"))?,
-            down_proj: Experts::load(w, &format!("{prefix}.switch_mlp.down_proj"), e, i, h, q("switch_mlp.down_proj"))?,
-            shared_expert: Mlp::load(
-                w,
-                &format!("{prefix}.shared_expert"),
-                h,
-                cfg.shared_expert_intermediate_size,
-                quant,
-            )?,
-            shared_expert_gate: Linear::load(
-                w,
-                &format!("{prefix}.shared_expert_gate"),
-                h,
-                1,
-                q("shared_expert_gate"),
-            )?,
+            router,
+            shared_expert_gate,
+            gate_proj,
+            up_proj,
+            down_proj: experts(w, "down_proj", i, h, q("switch_mlp.down_proj"))?,
+            shared_gate,
+            shared_up,
+            shared_down: lin(w, "shared_expert.down_proj", si, h)?,
+            stacking,
             top_k: cfg.num_experts_per_tok,
             norm_topk_prob: cfg.norm_topk_prob,
         })
@@ -111,48 +143,76 @@ impl SparseMoe {
                 moe_graph::run(&plan, &inputs)?
             }
             None => {
-                let linear = |p: Proj, x: &Array| match p {
-                    Proj::Router => self.router.forward(x),
-                    _ => self.shared_expert_gate.forward(x),
+                let linear = |p: Proj, x: &Array| match self.linear(p) {
+                    Some(l) => l.forward(x),
+                    None => anyhow::bail!("the MoE block's {p:?} projection is folded into a stacked one"),
                 };
-                let experts = |p: Proj, x: &Array, rows: Option<&Array>, idx: &Array| match p {
-                    Proj::Gate => self.gate_proj.apply(x, rows, idx),
-                    Proj::Up => self.up_proj.apply(x, rows, idx),
-                    _ => self.down_proj.apply(x, rows, idx),
+                let experts = |p: Proj, x: &Array, rows: Option<&Array>, idx: &Array| match self.experts(p) {
+                    Some(ex) => ex.apply(x, rows, idx),
+                    None => anyhow::bail!("the MoE block's {p:?} experts are folded into the stacked gate"),
                 };
-                let shared = |x: &Array| self.shared_expert.forward(x);
-                moe_graph::block(&flat, rows.as_ref(), self.top_k, self.norm_topk_prob, &linear, &experts, &shared)?
+                let block = Block {
+                    top_k: self.top_k,
+                    norm_topk_prob: self.norm_topk_prob,
+                    stacking: self.stacking,
+                    router_kernel: moe_router::enabled(),
+                };
+                moe_graph::block(&flat, rows.as_ref(), &block, &linear, &experts)?
             }
         };
         Ok(out.reshape(&shape)?)
     }
 
+    /// A dense projection's layer; `None` for one folded into a stacked product.
+    fn linear(&self, p: Proj) -> Option<&Linear> {
+        match p {
+            Proj::Router => Some(&self.router),
+            Proj::SharedExpertGate => self.shared_expert_gate.as_ref(),
+            Proj::SharedGate => Some(&self.shared_gate),
+            Proj::SharedUp => self.shared_up.as_ref(),
+            Proj::SharedDown => Some(&self.shared_down),
+            Proj::Gate | Proj::Up | Proj::Down => None,
+        }
+    }
+
+    /// A stacked expert projection; `None` for one folded into the stacked gate.
+    fn experts(&self, p: Proj) -> Option<&Experts> {
+        match p {
+            Proj::Gate => Some(&self.gate_proj),
+            Proj::Up => self.up_proj.as_ref(),
+            Proj::Down => Some(&self.down_proj),
+            _ => None,
+        }
+    }
+
     /// The compiled block's plan and weights, when every projection is plain MLX storage (not
     /// the CPU kernel's); `held_rows`: the gather rows come in as inputs.
     fn graph(&self, held_rows: bool) -> Option<(Plan, Vec<Array>)> {
-        let lin = Linear::graph_inputs;
-        let parts = [
-            lin(&self.router)?,
-            self.gate_proj.graph_inputs(),
-            self.up_proj.graph_inputs(),
-            self.down_proj.graph_inputs(),
-            lin(&self.shared_expert.gate_proj)?,
-            lin(&self.shared_expert.up_proj)?,
-            lin(&self.shared_expert.down_proj)?,
-            lin(&self.shared_expert_gate)?,
-        ];
-        let storage = parts.each_ref().map(|(s, _)| *s);
-        let weights = parts.into_iter().flat_map(|(_, w)| w).collect();
-        let plan = Plan { storage, top_k: self.top_k, norm_topk_prob: self.norm_topk_prob, held_rows };
+        let parts = Proj::ALL.map(|p| match (self.linear(p), self.experts(p)) {
+            (Some(l), _) => l.graph_inputs(),
+            (None, Some(ex)) => Some(ex.graph_inputs()),
+            (None, None) => Some((Storage::Folded, Vec::new())),
+        });
+        let mut storage = [Storage::Folded; 8];
+        let mut weights = Vec::new();
+        for (i, part) in parts.into_iter().enumerate() {
+            let (s, w) = part?;
+            storage[i] = s;
+            weights.extend(w);
+        }
+        let plan = Plan {
+            storage,
+            top_k: self.top_k,
+            norm_topk_prob: self.norm_topk_prob,
+            held_rows,
+            router_kernel: moe_router::enabled(),
+        };
         Some((plan, weights))
     }
 
     pub fn nbytes(&self) -> usize {
-        self.router.nbytes()
-            + self.gate_proj.nbytes()
-            + self.up_proj.nbytes()
-            + self.down_proj.nbytes()
-            + self.shared_expert.nbytes()
-            + self.shared_expert_gate.nbytes()
+        let linears = Proj::ALL.iter().filter_map(|&p| self.linear(p)).map(Linear::nbytes);
+        let experts = Proj::ALL.iter().filter_map(|&p| self.experts(p)).map(Experts::nbytes);
+        linears.sum::<usize>() + experts.sum::<usize>()
     }
 }

@@ -11,6 +11,7 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
+use super::linear::split_widths;
 
 /// Everything about a block that is not an array: the storage of its projections in input order
 /// (router, experts gate/up/down, shared expert gate/up/down, shared expert gate), top-k.
@@ -21,6 +22,8 @@ pub struct Plan {
     pub norm_topk_prob: bool,
     /// The gather rows come in as inputs ([`RowIndices`]), else `gather_qmm` builds its own.
     pub held_rows: bool,
+    /// The router's softmax and top-k as one CUDA kernel ([`super::moe_router`]).
+    pub router_kernel: bool,
 }
 
 /// The projections of a block in [`Plan::storage`] order.
@@ -34,6 +37,53 @@ pub enum Proj {
     SharedUp = 5,
     SharedDown = 6,
     SharedExpertGate = 7,
+}
+
+impl Proj {
+    pub const ALL: [Proj; 8] = [
+        Proj::Router,
+        Proj::Gate,
+        Proj::Up,
+        Proj::Down,
+        Proj::SharedGate,
+        Proj::SharedUp,
+        Proj::SharedDown,
+        Proj::SharedExpertGate,
+    ];
+}
+
+/// Which projections that read the same input were stacked into one product at load
+/// ([`super::linear::fuse_outputs`]); the folded one's slot is [`Storage::Folded`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct Stacking {
+    /// [router | shared expert gate]: one product of E + 1 outputs.
+    pub router_gate: bool,
+    /// The experts' [gate | up]: one gather of 2I outputs.
+    pub gate_up: bool,
+    /// The shared expert's [gate | up].
+    pub shared_gate_up: bool,
+}
+
+impl Stacking {
+    /// As a compiled plan's storage records it.
+    pub fn of(storage: &[Storage; 8]) -> Self {
+        let folded = |p: Proj| storage[p as usize] == Storage::Folded;
+        Stacking {
+            router_gate: folded(Proj::SharedExpertGate),
+            gate_up: folded(Proj::Up),
+            shared_gate_up: folded(Proj::SharedUp),
+        }
+    }
+}
+
+/// What the block's arithmetic needs besides arrays.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    pub top_k: i32,
+    pub norm_topk_prob: bool,
+    pub stacking: Stacking,
+    /// Softmax, top-k and renormalisation in one CUDA kernel ([`super::moe_router`]).
+    pub router_kernel: bool,
 }
 
 /// Which activation row each (token, expert) pair of a block of N tokens with k experts each
@@ -87,32 +137,70 @@ pub type ExpertsFn<'a> = dyn Fn(Proj, &Array, Option<&Array>, &Array) -> Result<
 
 /// The block's arithmetic, written once for both routes: `linear` applies a dense projection,
 /// `experts` a stacked one ([N, 1, 1, in] or [N, k, 1, in] rows, the [N, k] row each pair
-/// reads, [N, k] expert ids -> [N, k, 1, out]), `shared` the shared expert. x is [N, H].
+/// reads, [N, k] expert ids -> [N, k, 1, out]). x is [N, H].
 pub fn block(
     x: &Array,
     rows: Option<&RowIndices>,
-    top_k: i32,
-    norm_topk_prob: bool,
+    spec: &Block,
     linear: &dyn Fn(Proj, &Array) -> Result<Array>,
     experts: &ExpertsFn,
-    shared: &dyn Fn(&Array) -> Result<Array>,
 ) -> Result<Array> {
-    let gates = mlx_rs::ops::softmax_axis(linear(Proj::Router, x)?, -1, true)?;
-    let e = gates.shape()[1];
-    let part = mlx_rs::ops::argpartition_axis(&gates, e - top_k, -1)?;
-    let indices = super::ops::slice_axis(&part, 1, e - top_k, e)?;
-    let mut scores = gates.take_along_axis(&indices, -1)?;
-    if norm_topk_prob {
-        scores = scores.divide(scores.sum_axis(-1, true)?)?;
-    }
+    let Block { top_k, norm_topk_prob, stacking, router_kernel } = *spec;
+    let product = linear(Proj::Router, x)?;
+    let (e, shared_logit) = if stacking.router_gate {
+        let e = product.shape()[1] - 1;
+        (e, halves(split_widths(&product, &[e, 1])?, "router")?[1].clone())
+    } else {
+        (product.shape()[1], linear(Proj::SharedExpertGate, x)?)
+    };
+    let (indices, scores) = if router_kernel {
+        // Reads the first E columns of the product in place, stacked or not.
+        super::moe_router::route(&product, e, top_k, norm_topk_prob)?
+    } else {
+        let logits = if stacking.router_gate { super::ops::slice_axis(&product, 1, 0, e)? } else { product };
+        let gates = mlx_rs::ops::softmax_axis(logits, -1, true)?;
+        let part = mlx_rs::ops::argpartition_axis(&gates, e - top_k, -1)?;
+        let indices = super::ops::slice_axis(&part, 1, e - top_k, e)?;
+        let mut scores = gates.take_along_axis(&indices, -1)?;
+        if norm_topk_prob {
+            scores = scores.divide(scores.sum_axis(-1, true)?)?;
+        }
+        (indices, scores)
+    };
     let xe = x.expand_dims_axes(&[-2, -3])?;
     let (by_token, by_pair) = (rows.map(|r| &r.by_token), rows.map(|r| &r.by_pair));
-    let (gate, up) = (experts(Proj::Gate, &xe, by_token, &indices)?, experts(Proj::Up, &xe, by_token, &indices)?);
-    let act = mlx_rs::nn::silu(gate)?.multiply(up)?;
+    let act = if stacking.gate_up {
+        swiglu(experts(Proj::Gate, &xe, by_token, &indices)?, None)?
+    } else {
+        let up = experts(Proj::Up, &xe, by_token, &indices)?;
+        swiglu(experts(Proj::Gate, &xe, by_token, &indices)?, Some(up))?
+    };
     let y = experts(Proj::Down, &act, by_pair, &indices)?.squeeze_axes(&[-2])?;
     let routed = y.multiply(scores.expand_dims(-1)?.as_dtype(y.dtype())?)?.sum_axis(-2, None)?;
-    let shared_gate = mlx_rs::ops::sigmoid(linear(Proj::SharedExpertGate, x)?)?;
-    Ok(routed.add(shared(x)?.multiply(shared_gate)?)?)
+    let h = if stacking.shared_gate_up {
+        swiglu(linear(Proj::SharedGate, x)?, None)?
+    } else {
+        swiglu(linear(Proj::SharedGate, x)?, Some(linear(Proj::SharedUp, x)?))?
+    };
+    let shared = linear(Proj::SharedDown, &h)?;
+    Ok(routed.add(shared.multiply(mlx_rs::ops::sigmoid(shared_logit)?)?)?)
+}
+
+/// `silu(gate) * up`; without `up`, `gate` is the stacked product [gate | up] (halves of its last
+/// axis).
+fn swiglu(gate: Array, up: Option<Array>) -> Result<Array> {
+    let (gate, up) = match up {
+        Some(up) => (gate, up),
+        None => {
+            let width = gate.shape().last().copied().unwrap_or(0) / 2;
+            halves(split_widths(&gate, &[width, width])?, "gate/up")?.into()
+        }
+    };
+    Ok(mlx_rs::nn::silu(gate)?.multiply(up)?)
+}
+
+fn halves(parts: Vec<Array>, what: &str) -> Result<[Array; 2]> {
+    <[Array; 2]>::try_from(parts).map_err(|_| anyhow::anyhow!("the stacked {what} product did not split in two"))
 }
 
 /// A stacked expert projection given as its input arrays: `rows` says which row of x each
@@ -136,12 +224,14 @@ pub(super) fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> 
     let st = |p: Proj| plan.storage[p as usize];
     let linear = |p: Proj, x: &Array| project(x, w(p), st(p));
     let experts = |p: Proj, x: &Array, rows: Option<&Array>, idx: &Array| experts_op(x, rows, idx, w(p), st(p));
-    let shared = |x: &Array| {
-        let h = mlx_rs::nn::silu(linear(Proj::SharedGate, x)?)?.multiply(linear(Proj::SharedUp, x)?)?;
-        linear(Proj::SharedDown, &h)
-    };
     let rows = plan.held_rows.then(|| RowIndices { by_token: inputs[1].clone(), by_pair: inputs[2].clone() });
-    block(&inputs[0], rows.as_ref(), plan.top_k, plan.norm_topk_prob, &linear, &experts, &shared)
+    let spec = Block {
+        top_k: plan.top_k,
+        norm_topk_prob: plan.norm_topk_prob,
+        stacking: Stacking::of(&plan.storage),
+        router_kernel: plan.router_kernel,
+    };
+    block(&inputs[0], rows.as_ref(), &spec, &linear, &experts)
 }
 
 /// Run the compiled block for `plan` on `inputs` (`[x [N, H], (rows by token, rows by pair when

@@ -1,0 +1,186 @@
+//! Cohort's own CUDA kernels (`kernels/*.cu`), run through MLX's custom-kernel mechanism. mlx-rs
+//! wraps only Metal kernels, so this calls mlx-c's CUDA kernel functions directly. Each `.cu` file
+//! is a kernel *body*: MLX generates the signature from the input and output names (adding
+//! `<name>_shape` where the body reads it) and turns the template arguments into constexprs.
+
+use std::ffi::CString;
+
+use anyhow::{Result, anyhow, bail};
+use mlx_rs::{Array, Dtype};
+
+/// A compiled-on-first-use kernel: its name, argument names and body.
+pub struct CudaKernel {
+    raw: mlx_sys::mlx_fast_cuda_kernel,
+    outputs: usize,
+    name: &'static str,
+}
+
+// SAFETY: the handle wraps an immutable MLX kernel function object; applying it only reads it,
+// and the engine applies it from one thread at a time.
+unsafe impl Send for CudaKernel {}
+unsafe impl Sync for CudaKernel {}
+
+fn c_string(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| anyhow!("kernel string contains a NUL byte"))
+}
+
+/// An mlx-c string vector freed on drop.
+struct Names(mlx_sys::mlx_vector_string);
+
+impl Names {
+    fn new(names: &[&str]) -> Result<Self> {
+        // SAFETY: the vector is created empty and each appended C string is copied by mlx-c.
+        unsafe {
+            let vec = Names(mlx_sys::mlx_vector_string_new());
+            for n in names {
+                let c = c_string(n)?;
+                if mlx_sys::mlx_vector_string_append_value(vec.0, c.as_ptr()) != 0 {
+                    bail!("could not build the kernel's argument names");
+                }
+            }
+            Ok(vec)
+        }
+    }
+}
+
+impl Drop for Names {
+    fn drop(&mut self) {
+        // SAFETY: created by mlx_vector_string_new and freed once.
+        unsafe { mlx_sys::mlx_vector_string_free(self.0) };
+    }
+}
+
+/// How one application launches: output shapes and dtypes, the grid in threads (as MLX counts
+/// it: blocks are `grid / threads`), the block shape, and the template arguments.
+pub struct Launch<'a> {
+    pub outputs: Vec<(Vec<i32>, Dtype)>,
+    pub grid: [i32; 3],
+    pub threads: [i32; 3],
+    pub ints: &'a [(&'a str, i32)],
+    pub bools: &'a [(&'a str, bool)],
+}
+
+/// A kernel launch configuration freed on drop.
+struct Config(mlx_sys::mlx_fast_cuda_kernel_config);
+
+impl Drop for Config {
+    fn drop(&mut self) {
+        // SAFETY: created by mlx_fast_cuda_kernel_config_new and freed once.
+        unsafe { mlx_sys::mlx_fast_cuda_kernel_config_free(self.0) };
+    }
+}
+
+impl CudaKernel {
+    /// `source` is the body; `COHORT_KERNEL_DIR`, when set, names a folder whose `<file>` replaces
+    /// it, so an edited body can be tried on the GPU machine without a rebuild.
+    pub fn new(name: &'static str, file: &str, inputs: &[&str], outputs: &[&str], source: &str) -> Result<Self> {
+        let (input_names, output_names) = (Names::new(inputs)?, Names::new(outputs)?);
+        let body = match std::env::var_os("COHORT_KERNEL_DIR") {
+            Some(dir) => {
+                let path = std::path::Path::new(&dir).join(file);
+                std::fs::read_to_string(&path).map_err(|e| anyhow!("COHORT_KERNEL_DIR: {}: {e}", path.display()))?
+            }
+            None => source.to_owned(),
+        };
+        let (c_name, c_source, header) = (c_string(name)?, c_string(&body)?, c_string("")?);
+        // SAFETY: every pointer is valid for the call; mlx-c copies the names and sources.
+        let raw = unsafe {
+            mlx_sys::mlx_fast_cuda_kernel_new(
+                c_name.as_ptr(),
+                input_names.0,
+                output_names.0,
+                c_source.as_ptr(),
+                header.as_ptr(),
+                true,
+                0,
+            )
+        };
+        if raw.ctx.is_null() {
+            bail!("MLX could not create the {name} kernel");
+        }
+        Ok(CudaKernel { raw, outputs: outputs.len(), name })
+    }
+
+    fn check(&self, status: i32, what: &str) -> Result<()> {
+        if status != 0 {
+            bail!("MLX refused the {} kernel's {what}", self.name);
+        }
+        Ok(())
+    }
+
+    /// Apply the kernel on the GPU stream: one lazy node with one output per declared output.
+    pub fn apply(&self, inputs: &[&Array], launch: &Launch) -> Result<Vec<Array>> {
+        if launch.outputs.len() != self.outputs {
+            bail!("the {} kernel has {} outputs, {} were shaped", self.name, self.outputs, launch.outputs.len());
+        }
+        // SAFETY: a fresh config, freed by Config's drop.
+        let config = Config(unsafe { mlx_sys::mlx_fast_cuda_kernel_config_new() });
+        for (shape, dtype) in &launch.outputs {
+            // SAFETY: the shape pointer is valid for the call; mlx-c copies it.
+            let status = unsafe {
+                mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
+                    config.0,
+                    shape.as_ptr(),
+                    shape.len(),
+                    *dtype as mlx_sys::mlx_dtype,
+                )
+            };
+            self.check(status, "output")?;
+        }
+        let [gx, gy, gz] = launch.grid;
+        let [tx, ty, tz] = launch.threads;
+        // SAFETY: plain integer setters on a live config.
+        unsafe {
+            self.check(mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config.0, gx, gy, gz), "grid")?;
+            self.check(mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config.0, tx, ty, tz), "thread group")?;
+        }
+        for (name, value) in launch.ints {
+            let c = c_string(name)?;
+            // SAFETY: the name is valid for the call; mlx-c copies it.
+            let status =
+                unsafe { mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(config.0, c.as_ptr(), *value) };
+            self.check(status, name)?;
+        }
+        for (name, value) in launch.bools {
+            let c = c_string(name)?;
+            // SAFETY: as above.
+            let status =
+                unsafe { mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_bool(config.0, c.as_ptr(), *value) };
+            self.check(status, name)?;
+        }
+        // SAFETY: the input vector holds new references to live arrays and is freed below; the
+        // output vector is filled by the call and each element is taken over by an owned Array.
+        // Each kernel reads only within its inputs (its caller checks the shapes) and writes each
+        // output element at most once.
+        unsafe {
+            let vec = mlx_sys::mlx_vector_array_new();
+            for a in inputs {
+                mlx_sys::mlx_vector_array_append_value(vec, a.as_ptr());
+            }
+            let mut out = mlx_sys::mlx_vector_array_new();
+            let stream = mlx_rs::Stream::gpu();
+            let status = mlx_sys::mlx_fast_cuda_kernel_apply(&mut out, self.raw, vec, config.0, stream.as_ptr());
+            mlx_sys::mlx_vector_array_free(vec);
+            if status != 0 || mlx_sys::mlx_vector_array_size(out) != self.outputs {
+                mlx_sys::mlx_vector_array_free(out);
+                bail!("MLX could not apply the {} kernel", self.name);
+            }
+            let mut arrays = Vec::with_capacity(self.outputs);
+            for i in 0..self.outputs {
+                let mut a = mlx_sys::mlx_array_new();
+                mlx_sys::mlx_vector_array_get(&mut a, out, i);
+                arrays.push(Array::from_ptr(a));
+            }
+            mlx_sys::mlx_vector_array_free(out);
+            Ok(arrays)
+        }
+    }
+}
+
+/// A kernel built once per process (the first caller builds it; an error is kept and repeated).
+pub fn once(
+    cell: &'static std::sync::OnceLock<std::result::Result<CudaKernel, String>>,
+    build: impl FnOnce() -> Result<CudaKernel>,
+) -> Result<&'static CudaKernel> {
+    cell.get_or_init(|| build().map_err(|e| format!("{e:#}"))).as_ref().map_err(|e| anyhow!("{e}"))
+}

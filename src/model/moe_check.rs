@@ -1,0 +1,120 @@
+//! Checks the MoE block's products: the stacked-expert product the MoE block runs (`gather_qmm`, with the gather rows held
+//! as `moe_graph::RowIndices` makes them and with `gather_qmm`'s own) against a float64 host
+//! product over weights dequantized here, and its narrow plain products (`quantized_matmul`), from MLX's affine layout (`value = scale * q + bias`, q
+//! packed low bits first into uint32 words). Used by `cohort device --check-kernels`, to tell
+//! what the backend does at the test fixtures' sizes from what it does at the real geometry.
+
+use anyhow::Result;
+use mlx_rs::{Array, Dtype};
+
+use super::moe_graph::RowIndices;
+use super::ops::{host_f32, host_u32};
+use crate::engine::sampler::Rng;
+
+/// One expert product's sizes: `tokens` rows routed to `top_k` of `experts` experts, each a
+/// [`output`, `input`] matrix quantized at `bits` with groups of `group`.
+#[derive(Debug, Clone, Copy)]
+pub struct GatherShape {
+    pub tokens: i32,
+    pub top_k: i32,
+    pub experts: i32,
+    pub input: i32,
+    pub output: i32,
+    pub bits: i32,
+    pub group: i32,
+}
+
+/// Largest |difference| from the float64 product relative to its largest magnitude, with the
+/// gather rows held and with `gather_qmm` building them.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct GatherReport {
+    pub held_rows: f64,
+    pub built_rows: f64,
+}
+
+/// The up-projection form: x [N, 1, 1, in], expert ids [N, k] -> [N, k, 1, out].
+pub fn check_gather(s: GatherShape, dtype: Dtype, seed: u64) -> Result<GatherReport> {
+    let GatherShape { tokens: n, top_k: k, experts: e, input, output, bits, group } = s;
+    let mut rng = Rng::new(seed);
+    let mut uniform = |count: i32| -> Vec<f32> { (0..count).map(|_| rng.next_f64() as f32 * 2.0 - 1.0).collect() };
+    let weights = Array::from_slice(&uniform(e * output * input), &[e, output, input]).as_dtype(dtype)?;
+    let (packed, scales, biases) = mlx_rs::ops::quantize(&weights, group, bits)?;
+    let x = Array::from_slice(&uniform(n * input), &[n, 1, 1, input]).as_dtype(dtype)?;
+    let ids: Vec<u32> = (0..n * k).map(|i| ((i as u64 * 2654435761 + seed) % e as u64) as u32).collect();
+    let indices = Array::from_slice(&ids, &[n, k]);
+    mlx_rs::transforms::eval([&packed, &scales, &biases, &x, &indices])?;
+
+    // The float64 product from the packed codes.
+    let xs = host_f32(&x)?;
+    let dequantized = Dequantized::new(&packed, &scales, &biases, input, bits, group)?;
+    let weight = |ex: i32, o: i32, i: i32| dequantized.at(ex * output + o, i);
+    let mut want = vec![0.0f64; (n * k * output) as usize];
+    for t in 0..n {
+        for j in 0..k {
+            let ex = ids[(t * k + j) as usize] as i32;
+            for o in 0..output {
+                let dot: f64 = (0..input).map(|i| xs[(t * input + i) as usize] as f64 * weight(ex, o, i)).sum();
+                want[((t * k + j) * output + o) as usize] = dot;
+            }
+        }
+    }
+    let error = |rows: Option<&Array>| -> Result<f64> {
+        let y = mlx_rs::ops::gather_qmm(&x, &packed, &scales, &biases, rows, &indices, true, group, bits, false)?;
+        relative_error(&host_f32(&y)?, &want)
+    };
+    let held = RowIndices::for_block(n, k).map(|r| r.by_token);
+    Ok(GatherReport { held_rows: error(held.as_ref())?, built_rows: error(None)? })
+}
+
+/// A plain quantized product (`quantized_matmul`, as every projection but the experts runs):
+/// `tokens` rows through an [`output`, `input`] matrix; the relative error against float64.
+/// Covers the MoE block's narrow products: the router (E outputs, 8-bit), the shared expert's
+/// gate (one output) and the two stacked (E + 1 outputs).
+pub fn check_qmm(tokens: i32, input: i32, output: i32, bits: i32, group: i32, dtype: Dtype, seed: u64) -> Result<f64> {
+    let mut rng = Rng::new(seed);
+    let mut uniform = |count: i32| -> Vec<f32> { (0..count).map(|_| rng.next_f64() as f32 * 2.0 - 1.0).collect() };
+    let weights = Array::from_slice(&uniform(output * input), &[output, input]).as_dtype(dtype)?;
+    let (packed, scales, biases) = mlx_rs::ops::quantize(&weights, group, bits)?;
+    let x = Array::from_slice(&uniform(tokens * input), &[tokens, input]).as_dtype(dtype)?;
+    mlx_rs::transforms::eval([&packed, &scales, &biases, &x])?;
+    let xs = host_f32(&x)?;
+    let dequantized = Dequantized::new(&packed, &scales, &biases, input, bits, group)?;
+    let want: Vec<f64> = (0..tokens)
+        .flat_map(|t| (0..output).map(move |o| (t, o)))
+        .map(|(t, o)| (0..input).map(|i| xs[(t * input + i) as usize] as f64 * dequantized.at(o, i)).sum())
+        .collect();
+    let y = mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, group, bits)?;
+    relative_error(&host_f32(&y)?, &want)
+}
+
+fn relative_error(got: &[f32], want: &[f64]) -> Result<f64> {
+    anyhow::ensure!(got.len() == want.len(), "the product gave {} values, not {}", got.len(), want.len());
+    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs())).max(1e-30);
+    Ok(got.iter().zip(want).fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs())) / scale)
+}
+
+/// Rows of a quantized matrix (any leading axes flattened into rows), read on the host.
+struct Dequantized {
+    codes: Vec<u32>,
+    scales: Vec<f32>,
+    biases: Vec<f32>,
+    input: i32,
+    bits: i32,
+    group: i32,
+}
+
+impl Dequantized {
+    fn new(packed: &Array, scales: &Array, biases: &Array, input: i32, bits: i32, group: i32) -> Result<Self> {
+        let (codes, scales, biases) = (host_u32(packed)?, host_f32(scales)?, host_f32(biases)?);
+        Ok(Dequantized { codes, scales, biases, input, bits, group })
+    }
+
+    /// Element (row, i) as `scale * q + bias`.
+    fn at(&self, row: i32, i: i32) -> f64 {
+        let per_word = 32 / self.bits;
+        let word = self.codes[(row * (self.input / per_word) + i / per_word) as usize];
+        let q = (word >> ((i % per_word) * self.bits)) & ((1u32 << self.bits) - 1);
+        let g = (row * (self.input / self.group) + i / self.group) as usize;
+        self.scales[g] as f64 * q as f64 + self.biases[g] as f64
+    }
+}

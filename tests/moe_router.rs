@@ -1,0 +1,35 @@
+//! The MoE router kernel (kernels/moe_router.cu) against a float64 reference of softmax, top-k
+//! and renormalisation (src/model/moe_router.rs), at Qwen3.6-35B-A3B's 256 experts top-8. The
+//! kernel needs MLX's CUDA backend; elsewhere the ops route serves and the compiled_blocks and
+//! qwen35_reference tests cover it against mlx-lm (on the GPU machine the same check runs as
+//! `cohort device --check-kernels`), and the MoE products it feeds against a float64 product
+//! over weights dequantized on the host (src/model/moe_check.rs), on whatever backend runs.
+
+use cohort::engine::runtime::Backend;
+use cohort::model::moe_router::check;
+use mlx_rs::Dtype;
+
+#[test]
+fn the_router_kernel_matches_the_reference() {
+    if Backend::detect() != Backend::Cuda {
+        eprintln!("skipped: the router kernel needs MLX's CUDA backend (this MLX drives {:?})", Backend::detect());
+        return;
+    }
+    for (n, extra, dtype) in [(1, 0, Dtype::Bfloat16), (16, 1, Dtype::Bfloat16), (64, 1, Dtype::Float32)] {
+        let r = check(n, 256, extra, 8, dtype, 5).unwrap();
+        assert!(r.indices_equal && r.scores <= 1e-5, "{n} tokens, {extra} extra columns, {dtype:?}: {r:?}");
+    }
+}
+
+#[test]
+fn the_moe_products_match_a_float64_product_on_this_backend() {
+    use cohort::model::moe_check::{GatherShape, check_gather, check_qmm};
+    // The fixtures' sizes: hidden 64, 8 experts top-2, one quantization group a row.
+    let shape = GatherShape { tokens: 5, top_k: 2, experts: 8, input: 64, output: 64, bits: 4, group: 64 };
+    let r = check_gather(shape, Dtype::Float32, 2).unwrap();
+    assert!(r.held_rows <= 1e-5 && r.built_rows <= 1e-5, "gather_qmm: {r:?}");
+    for output in [8, 1, 9] {
+        let e = check_qmm(3, 64, output, 8, 64, Dtype::Float32, 4).unwrap();
+        assert!(e <= 1e-5, "quantized_matmul 64 -> {output}: {e:.2e}");
+    }
+}
