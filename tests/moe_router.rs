@@ -25,9 +25,12 @@ fn the_router_kernel_matches_the_reference() {
 fn the_moe_products_match_a_float64_product_on_this_backend() {
     use cohort::model::moe_check::{GatherShape, check_gather, check_qmm};
     // The fixtures' sizes: hidden 64, 8 experts top-2, one quantization group a row.
-    let shape = GatherShape { tokens: 5, top_k: 2, experts: 8, input: 64, output: 64, bits: 4, group: 64 };
-    let r = check_gather(shape, Dtype::Float32, 2).unwrap();
-    assert!(r.held_rows <= 1e-5 && r.built_rows <= 1e-5, "gather_qmm: {r:?}");
+    let shape =
+        GatherShape { tokens: 5, top_k: 2, experts: 8, input: 64, output: 64, bits: 4, group: 64, per_pair: false };
+    for shape in [shape, GatherShape { per_pair: true, ..shape }] {
+        let r = check_gather(shape, Dtype::Float32, 2).unwrap();
+        assert!(r.held_rows <= 1e-5 && r.built_rows <= 1e-5, "gather_qmm {shape:?}: {r:?}");
+    }
     for output in [8, 1, 9] {
         let e = check_qmm(3, 64, output, 8, 64, Dtype::Float32, 4).unwrap();
         assert!(e <= 1e-5, "quantized_matmul 64 -> {output}: {e:.2e}");

@@ -160,13 +160,25 @@ fn check_kernels() -> Result<()> {
 /// decides the exit status.
 fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
     use crate::model::moe_check::{GatherShape, check_gather};
-    let fixture = GatherShape { tokens: 32, top_k: 2, experts: 8, input: 64, output: 64, bits: 4, group: 64 };
-    let real = GatherShape { tokens: 16, top_k: 8, experts: 256, input: 2048, output: 512, bits: 4, group: 64 };
+    let fixture =
+        GatherShape { tokens: 32, top_k: 2, experts: 8, input: 64, output: 64, bits: 4, group: 64, per_pair: false };
+    let real = GatherShape {
+        tokens: 16,
+        top_k: 8,
+        experts: 256,
+        input: 2048,
+        output: 512,
+        bits: 4,
+        group: 64,
+        per_pair: false,
+    };
     let mut worst: f64 = 0.0;
     for (name, shape) in [
         ("fixture size", fixture),
         ("fixture size, one token", GatherShape { tokens: 1, ..fixture }),
+        ("fixture size, down projection (a row per pair)", GatherShape { per_pair: true, ..fixture }),
         ("real size", real),
+        ("real size, down projection", GatherShape { input: 512, output: 2048, per_pair: true, ..real }),
     ] {
         let dtypes = if dtype == mlx_rs::Dtype::Float32 { vec![dtype] } else { vec![mlx_rs::Dtype::Float32, dtype] };
         for dt in dtypes {

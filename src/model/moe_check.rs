@@ -22,6 +22,9 @@ pub struct GatherShape {
     pub output: i32,
     pub bits: i32,
     pub group: i32,
+    /// The down-projection form: each (token, expert) pair reads its own row of x [N, k, 1, in]
+    /// (`RowIndices::by_pair`); else every pair of a token reads x [N, 1, 1, in]'s row.
+    pub per_pair: bool,
 }
 
 /// Largest |difference| from the float64 product relative to its largest magnitude, with the
@@ -32,14 +35,16 @@ pub struct GatherReport {
     pub built_rows: f64,
 }
 
-/// The up-projection form: x [N, 1, 1, in], expert ids [N, k] -> [N, k, 1, out].
+/// x [N, 1, 1, in] (or [N, k, 1, in] per pair), expert ids [N, k] -> [N, k, 1, out].
 pub fn check_gather(s: GatherShape, dtype: Dtype, seed: u64) -> Result<GatherReport> {
-    let GatherShape { tokens: n, top_k: k, experts: e, input, output, bits, group } = s;
+    let GatherShape { tokens: n, top_k: k, experts: e, input, output, bits, group, per_pair } = s;
+    let x_rows = if per_pair { n * k } else { n };
     let mut rng = Rng::new(seed);
     let mut uniform = |count: i32| -> Vec<f32> { (0..count).map(|_| rng.next_f64() as f32 * 2.0 - 1.0).collect() };
     let weights = Array::from_slice(&uniform(e * output * input), &[e, output, input]).as_dtype(dtype)?;
     let (packed, scales, biases) = mlx_rs::ops::quantize(&weights, group, bits)?;
-    let x = Array::from_slice(&uniform(n * input), &[n, 1, 1, input]).as_dtype(dtype)?;
+    let x_shape = if per_pair { [n, k, 1, input] } else { [n, 1, 1, input] };
+    let x = Array::from_slice(&uniform(x_rows * input), &x_shape).as_dtype(dtype)?;
     let ids: Vec<u32> = (0..n * k).map(|i| ((i as u64 * 2654435761 + seed) % e as u64) as u32).collect();
     let indices = Array::from_slice(&ids, &[n, k]);
     mlx_rs::transforms::eval([&packed, &scales, &biases, &x, &indices])?;
@@ -53,7 +58,8 @@ pub fn check_gather(s: GatherShape, dtype: Dtype, seed: u64) -> Result<GatherRep
         for j in 0..k {
             let ex = ids[(t * k + j) as usize] as i32;
             for o in 0..output {
-                let dot: f64 = (0..input).map(|i| xs[(t * input + i) as usize] as f64 * weight(ex, o, i)).sum();
+                let row = if per_pair { t * k + j } else { t };
+                let dot: f64 = (0..input).map(|i| xs[(row * input + i) as usize] as f64 * weight(ex, o, i)).sum();
                 want[((t * k + j) * output + o) as usize] = dot;
             }
         }
@@ -62,7 +68,7 @@ pub fn check_gather(s: GatherShape, dtype: Dtype, seed: u64) -> Result<GatherRep
         let y = mlx_rs::ops::gather_qmm(&x, &packed, &scales, &biases, rows, &indices, true, group, bits, false)?;
         relative_error(&host_f32(&y)?, &want)
     };
-    let held = RowIndices::for_block(n, k).map(|r| r.by_token);
+    let held = RowIndices::for_block(n, k).map(|r| if per_pair { r.by_pair } else { r.by_token });
     Ok(GatherReport { held_rows: error(held.as_ref())?, built_rows: error(None)? })
 }
 
