@@ -18,7 +18,7 @@
 // Layout: one warp per (row, value head, value channel), as in gated_delta.cu. Each warp
 // recomputes its key head's q and k rows (2 x DK channels x KS taps, from L1/L2) rather than
 // reading them from a node of their own: a few hundred multiply-adds a lane cost less than a
-// kernel launch does the host. conv_in is copied by every thread of the grid in turn.
+// kernel launch does the host. conv_in is copied by a grid-stride loop over all threads.
 constexpr int LANES = 32;
 constexpr int PER_LANE = DK / LANES;
 constexpr int C = 2 * HK * DK + HV * DV;

@@ -3,7 +3,10 @@
 //! plain-ops route runs everywhere; the fused CUDA kernel only where the loaded MLX drives CUDA
 //! (on the GPU machine the same check runs as `cohort device --check-kernels`).
 
-use cohort::engine::runtime::Backend;
+mod common;
+
+use common::cuda_here;
+
 use cohort::model::gdn_check::{Geometry, Route, check, real_geometries};
 use mlx_rs::Dtype;
 
@@ -28,8 +31,7 @@ fn the_ops_route_matches_the_reference_at_the_real_step_geometry() {
 
 #[test]
 fn the_fused_kernel_matches_the_reference_at_real_sizes() {
-    if Backend::detect() != Backend::Cuda {
-        eprintln!("skipped: the fused kernel needs MLX's CUDA backend (this MLX drives {:?})", Backend::detect());
+    if !cuda_here("the fused kernel") {
         return;
     }
     for (name, geo) in real_geometries() {
@@ -40,8 +42,7 @@ fn the_fused_kernel_matches_the_reference_at_real_sizes() {
 
 #[test]
 fn the_fused_front_matches_the_reference_at_real_sizes() {
-    if Backend::detect() != Backend::Cuda {
-        eprintln!("skipped: the fused front needs MLX's CUDA backend (this MLX drives {:?})", Backend::detect());
+    if !cuda_here("the fused front") {
         return;
     }
     for dtype in [Dtype::Bfloat16, Dtype::Float32] {
@@ -49,5 +50,45 @@ fn the_fused_front_matches_the_reference_at_real_sizes() {
             let r = cohort::model::gdn_check::check_fused(geo, 4, dtype, 9).unwrap();
             assert!(r.recurrence.worst() <= TOLERANCE && r.conv_in_exact, "{name} ({dtype:?}): {r:?}");
         }
+    }
+}
+
+/// The fused front inside the model, against the ops front the CPU tests hold to mlx-lm: a
+/// stacked fixture without MoE (so nothing but the mixer's front differs) prefilled, then a
+/// T=2 verify with per-position states, once each way; logits, carried tails and states, and
+/// the captured states must agree. This ties the kernel's reading of the stacked layout
+/// ([qkv | z | b | a]) to the ops route's, which the float64 check (written from the same
+/// reading) cannot.
+#[test]
+fn the_fused_front_gives_the_ops_fronts_logits_and_states_in_the_model() {
+    use cohort::model::forward::{LanguageModel, Logits};
+    use cohort::model::{gdn_kernel, linear, qwen3_5::Qwen35Model};
+    if !cuda_here("the fused front") {
+        return;
+    }
+    linear::set_stacked(Some(true));
+    let model = Qwen35Model::load(&common::fixture("qwen35_dense_bf16"), Dtype::Float32).unwrap();
+    linear::set_stacked(None);
+    let prompt: Vec<u32> = (0..37).map(|i| (i * 31 + 7) % 200).collect();
+    let run = |fused: bool| -> Vec<Vec<f32>> {
+        gdn_kernel::set_fused_front(Some(fused));
+        let mut row = model.new_row();
+        model.prefill(&mut row, &prompt, 16, false).unwrap();
+        let tokens = mlx_rs::Array::from_slice(&[3i32, 11], &[1, 2]);
+        let out = model.forward(&tokens, &mut [&mut row], Logits::All, true).unwrap();
+        let mut parts = vec![common::to_f32(out.logits.as_ref().unwrap())];
+        parts.extend(row.arrays().into_iter().map(common::to_f32));
+        for states in out.captures.iter().flatten().flatten().flatten() {
+            parts.extend(states.conv.iter().chain(states.ssm.iter()).map(common::to_f32));
+        }
+        gdn_kernel::set_fused_front(None);
+        parts
+    };
+    let (fused, ops) = (run(true), run(false));
+    assert_eq!(fused.len(), ops.len(), "the two fronts left different state");
+    assert!(fused.len() > 3, "no mixer state was compared");
+    for (i, (f, o)) in fused.iter().zip(&ops).enumerate() {
+        let err = common::max_rel_err(f, o);
+        assert!(err <= 1e-4, "part {i} (0: logits) differs between the fused and the ops front by {err:.2e}");
     }
 }

@@ -10,6 +10,7 @@ use clap::Args;
 use mlx_rs::{Array, Dtype};
 
 use crate::engine::cohort::FIXED_WIDTH;
+use crate::engine::cuda_profiler::Window;
 use crate::engine::runtime::{MemoryStats, human_bytes, median};
 use crate::engine::solo::restore_from_capture;
 use crate::model::cache::RowCache;
@@ -79,12 +80,48 @@ pub struct BenchStepArgs {
     /// Count the nodes of one B1 step's graph, one B8 draft's and one B8 verify's, by primitive.
     #[arg(long)]
     graph_stats: bool,
+    /// Bracket one step of this kind (the second of its kind, untimed) for Nsight Compute run as
+    /// `ncu --profile-from-start off`, so its report holds that step's kernels only
+    /// (scripts/gpu/ncu_step.sh; scripts/gpu/ncu_summary.py sums them by kernel).
+    #[arg(long)]
+    profile_step: Option<ProfiledStep>,
     /// Only time the host's cost of one node of each kind a step is made of (no model).
     #[arg(long)]
     node_costs: bool,
     /// Write the figures as JSON here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+pub enum ProfiledStep {
+    B1,
+    Draft,
+    Verify,
+    Ar,
+}
+
+/// The step that `--profile-step` names opens a window: the second of its kind (`round` 1), so
+/// the one-off work of the first (JIT compiles, graph caches) stays out and no timed step pays
+/// for ncu serialising its kernels.
+fn profile_window(args: &BenchStepArgs, kind: ProfiledStep, round: usize) -> Result<Option<Window>> {
+    if args.profile_step != Some(kind) || round != 1 {
+        return Ok(None);
+    }
+    eprintln!("  profiling window open: {kind:?} step {}", round + 1);
+    Window::open().map(Some)
+}
+
+/// Close a window after its step's outputs are evaluated.
+fn close_window(window: Option<Window>) -> Result<()> {
+    match window {
+        Some(w) => {
+            w.close()?;
+            eprintln!("  profiling window closed");
+            Ok(())
+        }
+        None => Ok(()),
+    }
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum, serde::Serialize)]
@@ -384,8 +421,6 @@ fn interleaved_b1(
             median(builds)
         );
     }
-    crate::model::moe_graph::set_built_rows(false);
-    apply_fused_kernels(None);
     Ok(())
 }
 
@@ -444,7 +479,9 @@ fn measure(
     let (mut b1, mut b1_build, mut b1_enqueued) = (Vec::new(), Vec::new(), Vec::new());
     let rounds = |kind: StepKind| if args.steps.contains(&kind) { args.iters + 2 } else { 0 };
     for i in 0..rounds(StepKind::B1) {
+        let window = profile_window(args, ProfiledStep::B1, i)?;
         let (times, next) = b1_step(model, &tok, &mut row)?;
+        close_window(window)?;
         if i >= 2 {
             b1.push(times.total);
             b1_build.push(times.build);
@@ -516,6 +553,7 @@ fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&str, 
     for i in 0..args.iters + 2 {
         let before = rows.clone();
         let mut refs: Vec<_> = rows.iter_mut().collect();
+        let window = profile_window(args, ProfiledStep::Draft, i)?;
         let t = Instant::now();
         let q = model.mtp_forward(&hidden, &x0, &mut refs)?;
         let d = mlx_rs::ops::indexing::argmax_axis(&q.reshape(&[FIXED_WIDTH as i32, -1])?, -1, true)?
@@ -525,6 +563,8 @@ fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&str, 
         }
         kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.mtp.arrays()).chain([&d]))?;
         let t_draft = ms(t);
+        close_window(window)?;
+        let window = profile_window(args, ProfiledStep::Verify, i)?;
         let t = Instant::now();
         let out = model.forward(&mlx_rs::ops::concatenate(&[x0.clone(), d], 1)?, &mut refs, Logits::All, true)?;
         let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
@@ -534,6 +574,7 @@ fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&str, 
         }
         let t_verify_enqueued = eval_timed(kv_slots::with_buffers(&slots, outputs), t)?;
         let t_verify = ms(t);
+        close_window(window)?;
         let t = Instant::now();
         let picked = host_u32(&am)?;
         let t_sample = ms(t);
@@ -568,6 +609,7 @@ fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&str, 
     for i in 0..args.iters + 2 {
         let before = rows.clone();
         let mut refs: Vec<_> = rows.iter_mut().collect();
+        let window = profile_window(args, ProfiledStep::Ar, i)?;
         let t = Instant::now();
         let out = model.forward(&x0, &mut refs, Logits::Last, false)?;
         let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
@@ -577,6 +619,7 @@ fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&str, 
         }
         let enqueued = eval_timed(kv_slots::with_buffers(&slots, outputs), t)?;
         host_u32(&am)?;
+        close_window(window)?;
         if i >= 2 {
             times.ar.push(ms(t));
             times.ar_enqueued.push(enqueued);
@@ -597,6 +640,19 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             || crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
         "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
     );
+    if let Some(kind) = args.profile_step {
+        anyhow::ensure!(
+            crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
+            "--profile-step brackets a step for Nsight Compute, which needs MLX's CUDA backend"
+        );
+        let needs = if kind == ProfiledStep::B1 { StepKind::B1 } else { StepKind::B8 };
+        anyhow::ensure!(
+            args.steps.contains(&needs),
+            "--profile-step {} profiles a step that --steps leaves out: add {} to --steps",
+            format!("{kind:?}").to_lowercase(),
+            format!("{needs:?}").to_lowercase()
+        );
+    }
     let dtype = match &args.dtype {
         Some(d) => crate::model::load::parse_dtype(d)?,
         None => crate::model::load::default_dtype(),
@@ -683,7 +739,11 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         }
     }
     if args.interleave_b1 {
-        interleaved_b1(&models, &args, &compiled_arms)?;
+        let interleaved = interleaved_b1(&models, &args, &compiled_arms);
+        // The arms' switches are process-wide: back to the engine's defaults, whatever happened.
+        crate::model::moe_graph::set_built_rows(false);
+        apply_fused_kernels(None);
+        interleaved?;
     }
     println!("\npeak memory {}", human_bytes(MemoryStats::read().peak));
     if let [a, b] = &all[..] {

@@ -3,6 +3,7 @@
 pub mod ar;
 pub mod cohort;
 pub mod construction;
+pub mod cuda_profiler;
 pub mod graph_stats;
 pub mod handle;
 pub mod memory_guard;

@@ -8,7 +8,8 @@ use std::ffi::CString;
 use anyhow::{Result, anyhow, bail};
 use mlx_rs::{Array, Dtype};
 
-/// A compiled-on-first-use kernel: its name, argument names and body.
+/// A compiled-on-first-use kernel: its name, argument names and body. It is never freed: each
+/// lives in a process-wide static ([`once`]).
 pub struct CudaKernel {
     raw: mlx_sys::mlx_fast_cuda_kernel,
     outputs: usize,
@@ -50,6 +51,11 @@ impl Drop for Names {
     }
 }
 
+/// FNV-1a: stable across processes and toolchains, unlike std's hasher, as a cache key must be.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// How one application launches: output shapes and dtypes, the grid in threads (as MLX counts
 /// it: blocks are `grid / threads`), the block shape, and the template arguments.
 pub struct Launch<'a> {
@@ -73,7 +79,7 @@ impl Drop for Config {
 impl CudaKernel {
     /// `source` is the body; `COHORT_KERNEL_DIR`, when set, names a folder whose `<file>` replaces
     /// it, so an edited body can be tried on the GPU machine without a rebuild.
-    pub fn new(name: &'static str, file: &str, inputs: &[&str], outputs: &[&str], source: &str) -> Result<Self> {
+    pub(crate) fn new(name: &'static str, file: &str, inputs: &[&str], outputs: &[&str], source: &str) -> Result<Self> {
         let (input_names, output_names) = (Names::new(inputs)?, Names::new(outputs)?);
         let body = match std::env::var_os("COHORT_KERNEL_DIR") {
             Some(dir) => {
@@ -82,7 +88,11 @@ impl CudaKernel {
             }
             None => source.to_owned(),
         };
-        let (c_name, c_source, header) = (c_string(name)?, c_string(&body)?, c_string("")?);
+        // The body's hash joins the name MLX compiles and caches the kernel under (in memory and
+        // in its on-disk JIT cache, which the GPU scripts carry between machines), so an edited
+        // body is compiled afresh rather than served from a cache entry of the old one.
+        let (c_name, c_source, header) =
+            (c_string(&format!("{name}_{:016x}", fnv1a(body.as_bytes())))?, c_string(&body)?, c_string("")?);
         // SAFETY: every pointer is valid for the call; mlx-c copies the names and sources.
         let raw = unsafe {
             mlx_sys::mlx_fast_cuda_kernel_new(
@@ -155,7 +165,10 @@ impl CudaKernel {
         unsafe {
             let vec = mlx_sys::mlx_vector_array_new();
             for a in inputs {
-                mlx_sys::mlx_vector_array_append_value(vec, a.as_ptr());
+                if mlx_sys::mlx_vector_array_append_value(vec, a.as_ptr()) != 0 {
+                    mlx_sys::mlx_vector_array_free(vec);
+                    bail!("MLX could not take the {} kernel's inputs", self.name);
+                }
             }
             let mut out = mlx_sys::mlx_vector_array_new();
             let stream = mlx_rs::Stream::gpu();

@@ -273,7 +273,10 @@ fn mix(
     if plan.fused_front {
         let all = proj(GdnProj::Qkv, x)?;
         let z = split_widths(&all, &[conv_dim, hv * dv, 2 * hv])?[1].reshape(&[b, t, hv, dv])?;
-        let inputs = gdn_kernel::FusedInputs { proj: &all, tail, conv_weight, a_log, dt_bias, state };
+        // A fresh row's tail is zeros in the activation dtype, which the product's can differ
+        // from (float32 scales promote it); the kernel reads both as one type.
+        let tail = if tail.dtype() == all.dtype() { tail.clone() } else { tail.as_dtype(all.dtype())? };
+        let inputs = gdn_kernel::FusedInputs { proj: &all, tail: &tail, conv_weight, a_log, dt_bias, state };
         let heads =
             gdn_kernel::Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: plan.kernel };
         let (rec, conv_in) = gdn_kernel::recur_fused(&inputs, heads, plan.capture)?;

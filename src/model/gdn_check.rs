@@ -7,7 +7,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::gated_delta::recur_ops;
 use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
-use super::ops::host_f32;
+use super::ops::{host_f32, relative_error};
 use crate::engine::sampler::Rng;
 
 #[derive(Debug, Clone, Copy)]
@@ -125,12 +125,6 @@ fn reference(geo: &Geometry, x: &Inputs) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
         }
     }
     (y, state, per_position)
-}
-
-fn relative_error(got: &[f32], want: &[f64]) -> f64 {
-    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs())).max(1e-30);
-    let worst = got.iter().zip(want).fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs()));
-    if got.len() != want.len() { f64::INFINITY } else { worst / scale }
 }
 
 /// Run `route` on random inputs (q, k, v in `dtype`, as the model feeds them) and compare.

@@ -67,9 +67,21 @@ fn kernel() -> Result<&'static CudaKernel> {
 pub fn recur(x: &RecurrenceInputs, capture: bool) -> Result<Recurrence> {
     let RecurrenceInputs { q, k, v, g, beta, state } = *x;
     let (qs, vs, ss) = (q.shape(), v.shape(), state.shape());
+    if qs.len() != 4 || vs.len() != 4 {
+        bail!("the Gated DeltaNet kernel takes q, k, v as [B, T, heads, dim] (q {qs:?}, v {vs:?})");
+    }
     let (b, t, hk, dk) = (qs[0], qs[1], qs[2], qs[3]);
     let (hv, dv) = (vs[2], vs[3]);
-    if dk % 32 != 0 || hv % hk != 0 || ss != [b, hv, dv, dk] || g.shape() != [b, t, hv] {
+    // Every input the kernel indexes is checked: a mismatch would read past a buffer on the device.
+    if dk % 32 != 0
+        || hk == 0
+        || hv % hk != 0
+        || k.shape() != qs
+        || vs[..2] != qs[..2]
+        || ss != [b, hv, dv, dk]
+        || g.shape() != [b, t, hv]
+        || beta.shape() != [b, t, hv]
+    {
         bail!("the Gated DeltaNet kernel does not fit these shapes (q {qs:?}, v {vs:?}, state {ss:?})");
     }
     let state = state.as_dtype(Dtype::Float32)?;

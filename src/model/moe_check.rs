@@ -1,14 +1,16 @@
-//! Checks the MoE block's products: the stacked-expert product the MoE block runs (`gather_qmm`, with the gather rows held
-//! as `moe_graph::RowIndices` makes them and with `gather_qmm`'s own) against a float64 host
-//! product over weights dequantized here, and its narrow plain products (`quantized_matmul`), from MLX's affine layout (`value = scale * q + bias`, q
-//! packed low bits first into uint32 words). Used by `cohort device --check-kernels`, to tell
-//! what the backend does at the test fixtures' sizes from what it does at the real geometry.
+//! Float64 references for the MoE block's products and routing, on whatever backend runs:
+//! the stacked-expert product (`gather_qmm`, with the gather rows held as
+//! `moe_graph::RowIndices` makes them and with `gather_qmm`'s own), the plain narrow products
+//! (`quantized_matmul`), both over weights dequantized here from MLX's affine layout (`value =
+//! scale * q + bias`, q packed low bits first into uint32 words), and the router kernel's
+//! softmax, top-k and renormalisation. Used by `cohort device --check-kernels` and the tests, to
+//! tell what the backend does at the test fixtures' sizes from what it does at the real geometry.
 
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::moe_graph::RowIndices;
-use super::ops::{host_f32, host_u32};
+use super::ops::{host_f32, host_u32, relative_error};
 use crate::engine::sampler::Rng;
 
 /// One expert product's sizes: `tokens` rows routed to `top_k` of `experts` experts, each a
@@ -33,6 +35,34 @@ pub struct GatherShape {
 pub struct GatherReport {
     pub held_rows: f64,
     pub built_rows: f64,
+    /// Of `REPEATS` more runs with held rows, how many differ bitwise from the first.
+    pub unrepeatable: usize,
+}
+
+/// A plain product's error against float64, and how many of `REPEATS` more runs differ bitwise
+/// from the first.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct QmmReport {
+    pub error: f64,
+    pub unrepeatable: usize,
+}
+
+/// Repeated runs of one product on the same inputs. A deterministic kernel gives the same bits
+/// every time; a race inside one (a pipeline's shared memory reused before its asynchronous
+/// copies land is the known kind) shows as runs that differ, which an error bound alone can
+/// miss when the race is rare or its damage small.
+const REPEATS: usize = 8;
+
+fn unrepeatable(product: impl Fn() -> Result<Array>) -> Result<usize> {
+    let first = host_f32(&product()?)?;
+    let mut differing = 0;
+    for _ in 0..REPEATS {
+        let again = host_f32(&product()?)?;
+        if again.iter().zip(&first).any(|(a, b)| a.to_bits() != b.to_bits()) {
+            differing += 1;
+        }
+    }
+    Ok(differing)
 }
 
 /// x [N, 1, 1, in] (or [N, k, 1, in] per pair), expert ids [N, k] -> [N, k, 1, out].
@@ -64,19 +94,31 @@ pub fn check_gather(s: GatherShape, dtype: Dtype, seed: u64) -> Result<GatherRep
             }
         }
     }
-    let error = |rows: Option<&Array>| -> Result<f64> {
-        let y = mlx_rs::ops::gather_qmm(&x, &packed, &scales, &biases, rows, &indices, true, group, bits, false)?;
-        relative_error(&host_f32(&y)?, &want)
+    let product = |rows: Option<&Array>| -> Result<Array> {
+        Ok(mlx_rs::ops::gather_qmm(&x, &packed, &scales, &biases, rows, &indices, true, group, bits, false)?)
     };
+    let error = |rows: Option<&Array>| -> Result<f64> { Ok(relative_error(&host_f32(&product(rows)?)?, &want)) };
     let held = RowIndices::for_block(n, k).map(|r| if per_pair { r.by_pair } else { r.by_token });
-    Ok(GatherReport { held_rows: error(held.as_ref())?, built_rows: error(None)? })
+    Ok(GatherReport {
+        held_rows: error(held.as_ref())?,
+        built_rows: error(None)?,
+        unrepeatable: unrepeatable(|| product(held.as_ref()))?,
+    })
 }
 
 /// A plain quantized product (`quantized_matmul`, as every projection but the experts runs):
 /// `tokens` rows through an [`output`, `input`] matrix; the relative error against float64.
 /// Covers the MoE block's narrow products: the router (E outputs, 8-bit), the shared expert's
 /// gate (one output) and the two stacked (E + 1 outputs).
-pub fn check_qmm(tokens: i32, input: i32, output: i32, bits: i32, group: i32, dtype: Dtype, seed: u64) -> Result<f64> {
+pub fn check_qmm(
+    tokens: i32,
+    input: i32,
+    output: i32,
+    bits: i32,
+    group: i32,
+    dtype: Dtype,
+    seed: u64,
+) -> Result<QmmReport> {
     let mut rng = Rng::new(seed);
     let mut uniform = |count: i32| -> Vec<f32> { (0..count).map(|_| rng.next_f64() as f32 * 2.0 - 1.0).collect() };
     let weights = Array::from_slice(&uniform(output * input), &[output, input]).as_dtype(dtype)?;
@@ -89,14 +131,8 @@ pub fn check_qmm(tokens: i32, input: i32, output: i32, bits: i32, group: i32, dt
         .flat_map(|t| (0..output).map(move |o| (t, o)))
         .map(|(t, o)| (0..input).map(|i| xs[(t * input + i) as usize] as f64 * dequantized.at(o, i)).sum())
         .collect();
-    let y = mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, group, bits)?;
-    relative_error(&host_f32(&y)?, &want)
-}
-
-fn relative_error(got: &[f32], want: &[f64]) -> Result<f64> {
-    anyhow::ensure!(got.len() == want.len(), "the product gave {} values, not {}", got.len(), want.len());
-    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs())).max(1e-30);
-    Ok(got.iter().zip(want).fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs())) / scale)
+    let product = || Ok(mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, group, bits)?);
+    Ok(QmmReport { error: relative_error(&host_f32(&product()?)?, &want), unrepeatable: unrepeatable(product)? })
 }
 
 /// Rows of a quantized matrix (any leading axes flattened into rows), read on the host.
@@ -111,6 +147,8 @@ struct Dequantized {
 
 impl Dequantized {
     fn new(packed: &Array, scales: &Array, biases: &Array, input: i32, bits: i32, group: i32) -> Result<Self> {
+        // Codes never straddle a word only when the width divides 32 (2, 4, 8 bits).
+        anyhow::ensure!(32 % bits == 0, "the float64 reference reads whole-word codes only, not {bits}-bit");
         let (codes, scales, biases) = (host_u32(packed)?, host_f32(scales)?, host_f32(biases)?);
         Ok(Dequantized { codes, scales, biases, input, bits, group })
     }
@@ -123,4 +161,44 @@ impl Dequantized {
         let g = (row * (self.input / self.group) + i / self.group) as usize;
         self.scales[g] as f64 * q as f64 + self.biases[g] as f64
     }
+}
+
+/// What `check_router` found: whether every token's experts came out as the reference's, in order, and
+/// the largest score difference relative to the largest score.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct RouterReport {
+    pub indices_equal: bool,
+    pub scores: f64,
+}
+
+/// The router on random logits [n, experts + extra] in `dtype` against a float64 host reference
+/// (softmax, top k by probability with ties to the lower id, renormalised).
+pub fn check_router(n: i32, experts: i32, extra: i32, k: i32, dtype: Dtype, seed: u64) -> Result<RouterReport> {
+    let width = experts + extra;
+    let mut rng = Rng::new(seed);
+    let host: Vec<f32> = (0..n * width).map(|_| (rng.next_f64() as f32 - 0.5) * 8.0).collect();
+    let logits = Array::from_slice(&host, &[n, width]).as_dtype(dtype)?;
+    logits.eval()?;
+    let seen = host_f32(&logits)?;
+    let (indices, scores) = super::moe_router::route(&logits, experts, k, true)?;
+    let got_ids: Vec<u32> = host_u32(&indices)?;
+    let got_scores = host_f32(&scores)?;
+    let (mut equal, mut worst, mut largest) = (true, 0.0f64, 0.0f64);
+    for t in 0..n as usize {
+        let row: Vec<f64> = seen[t * width as usize..][..experts as usize].iter().map(|&v| v as f64).collect();
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = row.iter().map(|v| (v - m).exp()).sum();
+        let probs: Vec<f64> = row.iter().map(|v| (v - m).exp() / total).collect();
+        let mut order: Vec<usize> = (0..experts as usize).collect();
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+        let kept: f64 = order[..k as usize].iter().map(|&i| probs[i]).sum();
+        for (j, &id) in order[..k as usize].iter().enumerate() {
+            let at = t * k as usize + j;
+            equal &= got_ids[at] as usize == id;
+            let want = probs[id] / kept;
+            worst = worst.max((got_scores[at] as f64 - want).abs());
+            largest = largest.max(want);
+        }
+    }
+    Ok(RouterReport { indices_equal: equal, scores: worst / largest.max(1e-30) })
 }

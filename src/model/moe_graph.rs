@@ -153,7 +153,7 @@ pub fn block(
     } else {
         (product.shape()[1], linear(Proj::SharedExpertGate, x)?)
     };
-    let (indices, scores) = if router_kernel {
+    let (indices, scores) = if router_kernel && x.shape()[0] <= super::moe_router::MAX_TOKENS {
         // Reads the first E columns of the product in place, stacked or not.
         super::moe_router::route(&product, e, top_k, norm_topk_prob)?
     } else {

@@ -2,7 +2,7 @@
 //! (`kernels/moe_router.cu`): on MLX's CUDA backend each node costs host time whatever its size
 //! (docs/benchmarks.md), and the ops route builds five kernel nodes per MoE layer for this. The
 //! ops route in `moe_graph` stays the CPU and Metal route and the fallback (`COHORT_ROUTER_KERNEL=0`);
-//! `check` compares the kernel with a float64 host reference (`cohort device --check-kernels`).
+//! `moe_check::check_router` compares the kernel with a float64 host reference.
 
 use std::sync::OnceLock;
 
@@ -11,13 +11,15 @@ use mlx_rs::{Array, Dtype};
 
 use super::compiled::Switch;
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use super::ops::host_f32;
-use crate::engine::sampler::Rng;
 
 const SOURCE: &str = include_str!("../../kernels/moe_router.cu");
 
 /// The kernel's block holds one thread per expert.
 const MAX_EXPERTS: i32 = 1024;
+
+/// Tokens one launch can route: each is a block along the grid's y axis, which CUDA caps. A
+/// larger block of tokens (a long prefill chunk) takes the ops route.
+pub const MAX_TOKENS: i32 = 65535;
 
 static SWITCH: Switch = Switch::new("COHORT_ROUTER_KERNEL");
 
@@ -42,7 +44,8 @@ fn kernel() -> Result<&'static CudaKernel> {
 /// to sum to one when `renormalise`.
 pub fn route(logits: &Array, experts: i32, k: i32, renormalise: bool) -> Result<(Array, Array)> {
     let shape = logits.shape();
-    if shape.len() != 2 || shape[1] < experts || experts > MAX_EXPERTS || k < 1 || k > experts {
+    if shape.len() != 2 || shape[0] > MAX_TOKENS || shape[1] < experts || experts > MAX_EXPERTS || k < 1 || k > experts
+    {
         bail!("the router kernel does not fit logits {shape:?} with {experts} experts, top {k}");
     }
     let n = shape[0];
@@ -58,44 +61,4 @@ pub fn route(logits: &Array, experts: i32, k: i32, renormalise: bool) -> Result<
     let scores = out.pop().expect("two outputs");
     let indices = out.pop().expect("two outputs");
     Ok((indices, scores))
-}
-
-/// What `check` found: whether every token's experts came out as the reference's, in order, and
-/// the largest score difference relative to the largest score.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
-pub struct RouterReport {
-    pub indices_equal: bool,
-    pub scores: f64,
-}
-
-/// The router on random logits [n, experts + extra] in `dtype` against a float64 host reference
-/// (softmax, top k by probability with ties to the lower id, renormalised).
-pub fn check(n: i32, experts: i32, extra: i32, k: i32, dtype: Dtype, seed: u64) -> Result<RouterReport> {
-    let width = experts + extra;
-    let mut rng = Rng::new(seed);
-    let host: Vec<f32> = (0..n * width).map(|_| (rng.next_f64() as f32 - 0.5) * 8.0).collect();
-    let logits = Array::from_slice(&host, &[n, width]).as_dtype(dtype)?;
-    logits.eval()?;
-    let seen = host_f32(&logits)?;
-    let (indices, scores) = route(&logits, experts, k, true)?;
-    let got_ids: Vec<u32> = super::ops::host_u32(&indices)?;
-    let got_scores = host_f32(&scores)?;
-    let (mut equal, mut worst, mut largest) = (true, 0.0f64, 0.0f64);
-    for t in 0..n as usize {
-        let row: Vec<f64> = seen[t * width as usize..][..experts as usize].iter().map(|&v| v as f64).collect();
-        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let total: f64 = row.iter().map(|v| (v - m).exp()).sum();
-        let probs: Vec<f64> = row.iter().map(|v| (v - m).exp() / total).collect();
-        let mut order: Vec<usize> = (0..experts as usize).collect();
-        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
-        let kept: f64 = order[..k as usize].iter().map(|&i| probs[i]).sum();
-        for (j, &id) in order[..k as usize].iter().enumerate() {
-            let at = t * k as usize + j;
-            equal &= got_ids[at] as usize == id;
-            let want = probs[id] / kept;
-            worst = worst.max((got_scores[at] as f64 - want).abs());
-            largest = largest.max(want);
-        }
-    }
-    Ok(RouterReport { indices_equal: equal, scores: worst / largest.max(1e-30) })
 }

@@ -108,3 +108,11 @@ pub fn dtype_bytes(dtype: mlx_rs::Dtype) -> usize {
         Uint64 | Int64 | Float64 | Complex64 => 8,
     }
 }
+
+/// Largest |got - want| over the largest |want|: how far a result is from a float64 reference
+/// (infinite when the lengths differ, so a misshapen result fails any tolerance).
+pub fn relative_error(got: &[f32], want: &[f64]) -> f64 {
+    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs())).max(1e-30);
+    let worst = got.iter().zip(want).fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs()));
+    if got.len() != want.len() { f64::INFINITY } else { worst / scale }
+}

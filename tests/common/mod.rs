@@ -104,3 +104,20 @@ impl Lcg {
         (mlx_rs::Array::from_slice(&data, shape), data)
     }
 }
+
+/// Whether a CUDA-only test can run here. Elsewhere it says so and is skipped, unless
+/// `COHORT_REQUIRE_CUDA=1` (the GPU machine's scripts set it): there a skip would hide a
+/// misdetected backend, so it fails instead.
+pub fn cuda_here(what: &str) -> bool {
+    use cohort::engine::runtime::Backend;
+    let backend = Backend::detect();
+    if backend == Backend::Cuda {
+        return true;
+    }
+    assert!(
+        std::env::var("COHORT_REQUIRE_CUDA").as_deref() != Ok("1"),
+        "COHORT_REQUIRE_CUDA=1, but this MLX drives {backend:?}: {what} cannot run"
+    );
+    eprintln!("skipped: {what} needs MLX's CUDA backend (this MLX drives {backend:?})");
+    false
+}

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Run here, before a session's first GPU call: everything the calls carry, under the ignored .gpu/
+# (a fresh checkout has none of it). The machine is given back 30 s after a call ends, so nothing
+# may need building between calls.
+#   .gpu/w1/wheel.a, .gpu/w2/wheel.b + wheel.sha256   mlx-cuda-13==0.32.2 from PyPI, in two parts
+#   .gpu/bin/cohort.xz                                 the release binary, stripped
+#   .gpu/tbin/<test>.xz                                each test binary named on the command line
+#   .gpu/ptx/                                          MLX's JIT cache, filled by save_ptx's returns
+# Usage: bash scripts/gpu/prepare.sh [test ...]   e.g. qwen35_reference moe_router
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+eval "$(./setup.sh env)"
+mkdir -p .gpu/w1 .gpu/w2 .gpu/bin .gpu/tbin .gpu/ptx
+WHEEL=mlx_cuda_13-0.32.2-py3-none-manylinux_2_35_x86_64.whl
+if [ ! -s .gpu/w2/wheel.sha256 ]; then
+  # 46 MiB a part: each call's carry (the tree is ~15 MiB) stays under its 64 MiB.
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_35_x86_64 \
+    mlx-cuda-13==0.32.2 -d "$tmp"
+  sha256sum "$tmp/$WHEEL" | cut -d' ' -f1 > .gpu/w2/wheel.sha256
+  head -c 46M "$tmp/$WHEEL" > .gpu/w1/wheel.a
+  tail -c +$((46 * 1024 * 1024 + 1)) "$tmp/$WHEEL" > .gpu/w2/wheel.b
+  rm -rf "$tmp"
+fi
+cargo build --release
+strip -o /tmp/cohort.stripped target/release/cohort
+xz -T2 -c /tmp/cohort.stripped > .gpu/bin/cohort.xz
+for t in "$@"; do
+  exe=$(cargo test --release --no-run --test "$t" --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys; print([j["executable"] for j in map(json.loads, sys.stdin) if j.get("executable")][-1])')
+  strip -o "/tmp/$t.stripped" "$exe"
+  xz -T2 -c "/tmp/$t.stripped" > ".gpu/tbin/$t.xz"
+done
+du -sh .gpu/*
