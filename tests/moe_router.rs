@@ -38,3 +38,37 @@ fn the_moe_products_match_a_float64_product_on_this_backend() {
         assert!(r.error <= 1e-5 && r.unrepeatable == 0, "quantized_matmul 64 -> {output}: {r:?}");
     }
 }
+
+/// The expert kernels' float64 reference itself, against MLX's own products composed as the ops
+/// route composes them (so the device check of the kernels rests on a checked reference).
+#[test]
+fn the_experts_reference_matches_mlx_products() {
+    use cohort::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
+    let shape =
+        ExpertsShape { tokens: 3, hidden: 128, experts: 8, top_k: 2, inter: 64, shared: 128, bits: 4, group: 64 };
+    for s in [shape, ExpertsShape { bits: 8, group: 32, ..shape }] {
+        let r = check_experts(ExpertsRoute::Ops, s, Dtype::Float32, 6).unwrap();
+        assert!(r.error <= 1e-5 && r.unrepeatable == 0, "{s:?}: {r:?}");
+    }
+}
+
+#[test]
+fn the_expert_kernels_match_the_reference() {
+    use cohort::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
+    if !cuda_here("the expert kernels") {
+        return;
+    }
+    let fixture =
+        ExpertsShape { tokens: 5, hidden: 64, experts: 8, top_k: 2, inter: 64, shared: 64, bits: 4, group: 64 };
+    let real =
+        ExpertsShape { tokens: 16, hidden: 2048, experts: 16, top_k: 8, inter: 512, shared: 512, bits: 4, group: 64 };
+    for (s, dtype, tolerance) in [
+        (fixture, Dtype::Float32, 1e-5),
+        (ExpertsShape { tokens: 1, ..real }, Dtype::Bfloat16, 1e-2),
+        (real, Dtype::Bfloat16, 1e-2),
+        (ExpertsShape { bits: 8, ..real }, Dtype::Float32, 1e-5),
+    ] {
+        let r = check_experts(ExpertsRoute::Kernel, s, dtype, 8).unwrap();
+        assert!(r.error <= tolerance && r.unrepeatable == 0, "{s:?} ({dtype:?}): {r:?}");
+    }
+}

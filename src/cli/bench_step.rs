@@ -69,6 +69,10 @@ pub struct BenchStepArgs {
     /// engine's (on for CUDA).
     #[arg(long, value_delimiter = ',')]
     fused_kernels: Vec<OnOff>,
+    /// The MoE expert kernels (`model/moe_experts.rs`; off by default) on or off in the
+    /// interleaved B1 arms, each with every other arm setting.
+    #[arg(long, value_delimiter = ',')]
+    experts_kernel: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]
@@ -338,6 +342,7 @@ struct Arm {
     compiled: CompiledBlocks,
     moe_rows: MoeRows,
     fused: Option<OnOff>,
+    experts: Option<OnOff>,
 }
 
 /// B1 steps of every arm taken in turn (mirrored order every other round), each arm on its own
@@ -357,8 +362,15 @@ fn interleaved_b1(
                 } else {
                     args.fused_kernels.iter().map(|&k| Some(k)).collect()
                 };
+                let experts: Vec<Option<OnOff>> = if args.experts_kernel.is_empty() {
+                    vec![None]
+                } else {
+                    args.experts_kernel.iter().map(|&k| Some(k)).collect()
+                };
                 for fused in fused {
-                    arms.push(Arm { model, stacking: *stacking, compiled, moe_rows, fused });
+                    for &experts in &experts {
+                        arms.push(Arm { model, stacking: *stacking, compiled, moe_rows, fused, experts });
+                    }
                 }
             }
         }
@@ -367,6 +379,7 @@ fn interleaved_b1(
         arm.compiled.apply();
         crate::model::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
         apply_fused_kernels(arm.fused);
+        crate::model::moe_experts::set_enabled(arm.experts.map(OnOff::on));
     };
     let mut rows = Vec::new();
     for arm in &arms {
@@ -381,7 +394,12 @@ fn interleaved_b1(
             let probe = model.forward(&tok, &mut [&mut probe_row], Logits::Last, false)?;
             let next = mlx_rs::ops::indexing::argmax_axis(probe.logits.as_ref().unwrap(), -1, None)?;
             let label = |k: Option<OnOff>| k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into());
-            let what = format!("a B1 step (stacking {}, fused kernels {})", label(arm.stacking), label(arm.fused));
+            let what = format!(
+                "a B1 step (stacking {}, fused kernels {}, expert kernels {})",
+                label(arm.stacking),
+                label(arm.fused),
+                label(arm.experts)
+            );
             print_graph_stats(&what, &probe_row.arrays().into_iter().chain([&next]).collect::<Vec<_>>())?;
             mlx_rs::transforms::eval(probe_row.arrays().into_iter().chain([&next]))?;
         }
@@ -406,15 +424,17 @@ fn interleaved_b1(
         args.iters, args.prefill
     );
     println!(
-        "| stacking | fused kernels | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |"
+        "| stacking | fused kernels | expert kernels | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
         let (lo, hi) = steps.iter().fold((f64::MAX, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
-        let stacking = arm.stacking.map(|s| format!("{s:?}")).unwrap_or_else(|| "default".into());
+        let label = |k: Option<OnOff>| k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into());
         println!(
-            "| {stacking} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
-            arm.fused.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into()),
+            "| {} | {} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
+            label(arm.stacking),
+            label(arm.fused),
+            label(arm.experts),
             arm.compiled,
             arm.moe_rows,
             median(steps),
@@ -743,6 +763,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         // The arms' switches are process-wide: back to the engine's defaults, whatever happened.
         crate::model::moe_graph::set_built_rows(false);
         apply_fused_kernels(None);
+        crate::model::moe_experts::set_enabled(None);
         interleaved?;
     }
     println!("\npeak memory {}", human_bytes(MemoryStats::read().peak));

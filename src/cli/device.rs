@@ -147,10 +147,51 @@ fn check_kernels() -> Result<()> {
     );
     println!("all recurrence routes within {KERNEL_TOLERANCE:e} of the float64 reference");
     check_gather(dtype)?;
+    check_experts(dtype)?;
     if runtime::Backend::detect() == runtime::Backend::Cuda {
         check_fused_front(dtype)?;
         check_router()?;
     }
+    Ok(())
+}
+
+/// The MoE block after routing, at the fixtures' sizes and the real geometry's (16 experts of
+/// real width stand in for 256: the kernels index the ones routed to), against float64: MLX's
+/// own products everywhere, the expert kernels (`model/moe_experts.rs`) on CUDA.
+fn check_experts(dtype: mlx_rs::Dtype) -> Result<()> {
+    use crate::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
+    let fixture =
+        ExpertsShape { tokens: 32, hidden: 64, experts: 8, top_k: 2, inter: 64, shared: 64, bits: 4, group: 64 };
+    let real =
+        ExpertsShape { tokens: 16, hidden: 2048, experts: 16, top_k: 8, inter: 512, shared: 512, bits: 4, group: 64 };
+    let mut routes = vec![ExpertsRoute::Ops];
+    if runtime::Backend::detect() == runtime::Backend::Cuda {
+        routes.push(ExpertsRoute::Kernel);
+    }
+    let dtypes = if dtype == mlx_rs::Dtype::Float32 { vec![dtype] } else { vec![mlx_rs::Dtype::Float32, dtype] };
+    let (mut worst, mut unrepeatable) = (0.0f64, 0);
+    for route in routes {
+        for (name, shape) in [
+            ("fixture size", fixture),
+            ("real size, one token", ExpertsShape { tokens: 1, ..real }),
+            ("real size, B8 verify", real),
+            ("real size, 8-bit", ExpertsShape { bits: 8, ..real }),
+        ] {
+            for &dt in &dtypes {
+                let r = check_experts(route, shape, dt, 4)?;
+                worst = worst.max(r.error / if dt == mlx_rs::Dtype::Float32 { 1.0 } else { 100.0 });
+                unrepeatable += r.unrepeatable;
+                println!(
+                    "MoE experts, {route:?} route, {name} ({dt:?}): relative error {:.2e}; runs differing from the first: {}",
+                    r.error, r.unrepeatable
+                );
+            }
+        }
+    }
+    anyhow::ensure!(
+        worst <= KERNEL_TOLERANCE && unrepeatable == 0,
+        "a MoE experts route is off by {worst:.2e} (float32 tolerance {KERNEL_TOLERANCE:e}, 100x that in bf16) or unrepeatable ({unrepeatable} runs)"
+    );
     Ok(())
 }
 

@@ -122,15 +122,21 @@ pub fn compiled_here() -> Vec<GraphKey> {
 }
 
 /// A process-wide on/off for one compiled block: forced by tests and benchmarks, else from its
-/// environment variable, else on for the CUDA backend only.
+/// environment variable, else on for the CUDA backend only (or off everywhere, for a route not
+/// yet measured to pay: [`Switch::off_by_default`]).
 pub struct Switch {
     state: AtomicU8,
     env: &'static str,
+    on_cuda: bool,
 }
 
 impl Switch {
     pub const fn new(env: &'static str) -> Self {
-        Switch { state: AtomicU8::new(0), env }
+        Switch { state: AtomicU8::new(0), env, on_cuda: true }
+    }
+
+    pub const fn off_by_default(env: &'static str) -> Self {
+        Switch { state: AtomicU8::new(0), env, on_cuda: false }
     }
 
     /// Force it on or off (`None`: back to the default).
@@ -154,7 +160,7 @@ impl Switch {
                 let on = match std::env::var(self.env).as_deref() {
                     Ok("1") => true,
                     Ok("0") => false,
-                    _ => Backend::detect() == Backend::Cuda,
+                    _ => self.on_cuda && Backend::detect() == Backend::Cuda,
                 };
                 let _ = self.state.compare_exchange(0, if on { 3 } else { 4 }, Ordering::Relaxed, Ordering::Relaxed);
                 on

@@ -52,8 +52,19 @@ impl Drop for Names {
 }
 
 /// FNV-1a: stable across processes and toolchains, unlike std's hasher, as a cache key must be.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+fn fnv1a<'a>(bytes: impl Iterator<Item = &'a u8>) -> u64 {
+    bytes.fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// A kernel file's text: the copy built in, or `COHORT_KERNEL_DIR`'s when that is set.
+fn kernel_text(file: &str, built_in: &str) -> Result<String> {
+    match std::env::var_os("COHORT_KERNEL_DIR") {
+        Some(dir) => {
+            let path = std::path::Path::new(&dir).join(file);
+            std::fs::read_to_string(&path).map_err(|e| anyhow!("COHORT_KERNEL_DIR: {}: {e}", path.display()))
+        }
+        None => Ok(built_in.to_owned()),
+    }
 }
 
 /// How one application launches: output shapes and dtypes, the grid in threads (as MLX counts
@@ -77,22 +88,30 @@ impl Drop for Config {
 }
 
 impl CudaKernel {
-    /// `source` is the body; `COHORT_KERNEL_DIR`, when set, names a folder whose `<file>` replaces
-    /// it, so an edited body can be tried on the GPU machine without a rebuild.
-    pub(crate) fn new(name: &'static str, file: &str, inputs: &[&str], outputs: &[&str], source: &str) -> Result<Self> {
+    /// `source` is the body and `header` what MLX puts ahead of the kernel (shared device
+    /// functions, or none), each with the file it comes from in kernels/.
+    /// `COHORT_KERNEL_DIR`, when set, names a folder whose files replace them, so an edited kernel
+    /// can be tried on the GPU machine without a rebuild.
+    pub(crate) fn new(
+        name: &'static str,
+        file: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        source: &str,
+        header: Option<(&str, &str)>,
+    ) -> Result<Self> {
         let (input_names, output_names) = (Names::new(inputs)?, Names::new(outputs)?);
-        let body = match std::env::var_os("COHORT_KERNEL_DIR") {
-            Some(dir) => {
-                let path = std::path::Path::new(&dir).join(file);
-                std::fs::read_to_string(&path).map_err(|e| anyhow!("COHORT_KERNEL_DIR: {}: {e}", path.display()))?
-            }
-            None => source.to_owned(),
+        let body = kernel_text(file, source)?;
+        let header = match header {
+            Some((file, text)) => kernel_text(file, text)?,
+            None => String::new(),
         };
         // The body's hash joins the name MLX compiles and caches the kernel under (in memory and
         // in its on-disk JIT cache, which the GPU scripts carry between machines), so an edited
         // body is compiled afresh rather than served from a cache entry of the old one.
+        let hash = fnv1a(header.as_bytes().iter().chain(body.as_bytes()));
         let (c_name, c_source, header) =
-            (c_string(&format!("{name}_{:016x}", fnv1a(body.as_bytes())))?, c_string(&body)?, c_string("")?);
+            (c_string(&format!("{name}_{hash:016x}"))?, c_string(&body)?, c_string(&header)?);
         // SAFETY: every pointer is valid for the call; mlx-c copies the names and sources.
         let raw = unsafe {
             mlx_sys::mlx_fast_cuda_kernel_new(

@@ -60,7 +60,9 @@ pub fn enabled() -> bool {
 
 fn kernel() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || CudaKernel::new("cohort_gated_delta", "gated_delta.cu", &INPUTS, &OUTPUTS, SOURCE))
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new("cohort_gated_delta", "gated_delta.cu", &INPUTS, &OUTPUTS, SOURCE, None)
+    })
 }
 
 /// Run every position of a block through the recurrence in one launch.
@@ -124,7 +126,14 @@ pub fn fused_front_enabled() -> bool {
 fn fused_kernel() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
     cuda_kernel::once(&KERNEL, || {
-        CudaKernel::new("cohort_gated_delta_fused", "gated_delta_fused.cu", &FUSED_INPUTS, &FUSED_OUTPUTS, FUSED_SOURCE)
+        CudaKernel::new(
+            "cohort_gated_delta_fused",
+            "gated_delta_fused.cu",
+            &FUSED_INPUTS,
+            &FUSED_OUTPUTS,
+            FUSED_SOURCE,
+            None,
+        )
     })
 }
 

@@ -24,6 +24,7 @@ pub mod load;
 pub mod mlp;
 pub mod moe;
 pub mod moe_check;
+pub mod moe_experts;
 pub mod moe_graph;
 pub mod moe_router;
 pub mod norm;

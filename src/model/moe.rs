@@ -8,6 +8,7 @@ use mlx_rs::Array;
 use super::compiled::{self, Storage};
 use super::config::{QuantSpec, Qwen35Config};
 use super::linear::{Linear, fuse_outputs, stack_kind_enabled, stacked_enabled};
+use super::moe_experts::{self, ExpertWeights};
 use super::moe_graph::{self, Block, Plan, Proj, RowIndices, Stacking};
 use super::moe_router;
 use super::weights::Weights;
@@ -143,6 +144,7 @@ impl SparseMoe {
                 moe_graph::run(&plan, &inputs)?
             }
             None => {
+                let fused = self.expert_weights();
                 let linear = |p: Proj, x: &Array| match self.linear(p) {
                     Some(l) => l.forward(x),
                     None => anyhow::bail!("the MoE block's {p:?} projection is folded into a stacked one"),
@@ -156,6 +158,7 @@ impl SparseMoe {
                     norm_topk_prob: self.norm_topk_prob,
                     stacking: self.stacking,
                     router_kernel: moe_router::enabled(),
+                    experts_kernel: fused.as_ref(),
                 };
                 moe_graph::block(&flat, rows.as_ref(), &block, &linear, &experts)?
             }
@@ -206,8 +209,27 @@ impl SparseMoe {
             norm_topk_prob: self.norm_topk_prob,
             held_rows,
             router_kernel: moe_router::enabled(),
+            experts_kernel: self.expert_weights().is_some(),
         };
         Some((plan, weights))
+    }
+
+    /// The expert kernels' weights, when the kernels are on and this block's layout fits them.
+    fn expert_weights(&self) -> Option<ExpertWeights> {
+        if !moe_experts::enabled() {
+            return None;
+        }
+        const PARTS: [Proj; 4] = [Proj::Gate, Proj::Down, Proj::SharedGate, Proj::SharedDown];
+        let held = PARTS.map(|p| match (self.linear(p), self.experts(p)) {
+            (Some(l), _) => l.graph_inputs(),
+            (None, Some(ex)) => Some(ex.graph_inputs()),
+            (None, None) => None,
+        });
+        let held: Vec<(Storage, Vec<Array>)> = held.into_iter().collect::<Option<_>>()?;
+        moe_graph::expert_weights(self.stacking, |p| {
+            let (storage, arrays) = &held[PARTS.iter().position(|&q| q == p).expect("one of the four")];
+            (arrays.as_slice(), *storage)
+        })
     }
 
     pub fn nbytes(&self) -> usize {

@@ -202,3 +202,121 @@ pub fn check_router(n: i32, experts: i32, extra: i32, k: i32, dtype: Dtype, seed
     }
     Ok(RouterReport { indices_equal: equal, scores: worst / largest.max(1e-30) })
 }
+
+/// The expert kernels' sizes: `tokens` rows, `experts` experts of which `top_k` per token,
+/// hidden `hidden`, expert width `inter`, shared expert width `shared`, at `bits` / `group`.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertsShape {
+    pub tokens: i32,
+    pub hidden: i32,
+    pub experts: i32,
+    pub top_k: i32,
+    pub inter: i32,
+    pub shared: i32,
+    pub bits: i32,
+    pub group: i32,
+}
+
+/// Which route [`check_experts`] runs: the expert kernels (CUDA only), or MLX's own products
+/// (`gather_qmm`, `quantized_matmul`) composed as the ops route composes them, which runs
+/// everywhere and so checks the float64 reference itself on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ExpertsRoute {
+    Kernel,
+    Ops,
+}
+
+/// The block after routing through `route` on random weights and inputs against a float64 host
+/// product: each routed expert's and the shared expert's SwiGLU, their down products weighted by
+/// the scores and by the sigmoid of the gate logit, summed.
+pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u64) -> Result<QmmReport> {
+    let ExpertsShape { tokens: n, hidden: h, experts: e, top_k: k, inter: i, shared: si, bits, group } = s;
+    anyhow::ensure!(k <= e, "top {k} of {e} experts");
+    let mut rng = Rng::new(seed);
+    let mut uniform = |count: i32, scale: f32| -> Vec<f32> {
+        (0..count).map(|_| (rng.next_f64() as f32 * 2.0 - 1.0) * scale).collect()
+    };
+    let mut matrix = |shape: &[i32]| -> Result<[Array; 3]> {
+        let count = shape.iter().product();
+        let dense = Array::from_slice(&uniform(count, 1.0), shape).as_dtype(dtype)?;
+        let (w, sc, b) = mlx_rs::ops::quantize(&dense, group, bits)?;
+        mlx_rs::transforms::eval([&w, &sc, &b])?;
+        Ok([w, sc, b])
+    };
+    let gate_up = matrix(&[e, 2 * i, h])?;
+    let down = matrix(&[e, h, i])?;
+    let shared_gate_up = matrix(&[2 * si, h])?;
+    let shared_down = matrix(&[h, si])?;
+    let x = Array::from_slice(&uniform(n * h, 1.0), &[n, h]).as_dtype(dtype)?;
+    // Distinct experts per token, spread over all of them.
+    let ids: Vec<u32> = (0..n).flat_map(|t| (0..k).map(move |j| ((t * 7 + j * (e / k)) % e) as u32)).collect();
+    let scores = Array::from_slice(&uniform(n * k, 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>(), &[n, k]);
+    let gate = Array::from_slice(&uniform(n * 3, 2.0), &[n, 3]).as_dtype(dtype)?;
+    let ids_array = Array::from_slice(&ids, &[n, k]);
+    mlx_rs::transforms::eval([&x, &scores, &gate, &ids_array])?;
+
+    let (xs, ss, gs) = (host_f32(&x)?, host_f32(&scores)?, host_f32(&gate)?);
+    let deq = |m: &[Array; 3], input: i32| Dequantized::new(&m[0], &m[1], &m[2], input, bits, group);
+    let (gu, dn, sgu, sdn) = (deq(&gate_up, h)?, deq(&down, i)?, deq(&shared_gate_up, h)?, deq(&shared_down, si)?);
+    let silu = |v: f64| v / (1.0 + (-v).exp());
+    let mut want = vec![0.0f64; (n * h) as usize];
+    for t in 0..n {
+        let xrow = &xs[(t * h) as usize..][..h as usize];
+        let dot = |d: &Dequantized, row: i32| -> f64 { (0..h).map(|c| xrow[c as usize] as f64 * d.at(row, c)).sum() };
+        let mut add = |weight: f64, act: &[f64], d: &Dequantized, first_row: i32| {
+            for o in 0..h {
+                let v: f64 = act.iter().enumerate().map(|(c, a)| a * d.at(first_row + o, c as i32)).sum();
+                want[(t * h + o) as usize] += weight * v;
+            }
+        };
+        for j in 0..k {
+            let ex = ids[(t * k + j) as usize] as i32;
+            let act: Vec<f64> = (0..i).map(|c| silu(dot(&gu, ex * 2 * i + c)) * dot(&gu, ex * 2 * i + i + c)).collect();
+            add(ss[(t * k + j) as usize] as f64, &act, &dn, ex * h);
+        }
+        let act: Vec<f64> = (0..si).map(|c| silu(dot(&sgu, c)) * dot(&sgu, si + c)).collect();
+        let logit = gs[(t * 3 + 2) as usize] as f64;
+        add(1.0 / (1.0 + (-logit).exp()), &act, &sdn, 0);
+    }
+    let weights = super::moe_experts::ExpertWeights {
+        gate_up,
+        down,
+        shared_gate_up,
+        shared_down,
+        spec: super::config::QuantSpec { bits, group_size: group },
+    };
+    let product = || match route {
+        ExpertsRoute::Kernel => super::moe_experts::apply(&x, &ids_array, &scores, &gate, &weights),
+        ExpertsRoute::Ops => experts_by_ops(&x, &ids_array, &scores, &gate, &weights),
+    };
+    Ok(QmmReport { error: relative_error(&host_f32(&product()?)?, &want), unrepeatable: unrepeatable(product)? })
+}
+
+/// The same block with MLX's products: [N, 1, 1, H] rows gathered per expert, SwiGLU, the
+/// [N, K, 1, I] rows gathered again for the down product, then the weighted sums.
+fn experts_by_ops(
+    x: &Array,
+    ids: &Array,
+    scores: &Array,
+    gate: &Array,
+    w: &super::moe_experts::ExpertWeights,
+) -> Result<Array> {
+    use mlx_rs::ops::{gather_qmm, quantized_matmul};
+    let (g, b) = (w.spec.group_size, w.spec.bits);
+    let swiglu = |both: Array| -> Result<Array> {
+        let half = both.shape().last().copied().unwrap_or(0) / 2;
+        let parts = super::linear::split_widths(&both, &[half, half])?;
+        Ok(mlx_rs::nn::silu(&parts[0])?.multiply(&parts[1])?)
+    };
+    let [gw, gs, gb] = &w.gate_up;
+    let act = swiglu(gather_qmm(x.expand_dims_axes(&[-2, -3])?, gw, gs, gb, None, ids, true, g, b, false)?)?;
+    let [dw, ds, db] = &w.down;
+    let routed = gather_qmm(&act, dw, ds, db, None, ids, true, g, b, false)?.squeeze_axes(&[-2])?;
+    let routed = routed.multiply(scores.expand_dims(-1)?.as_dtype(routed.dtype())?)?.sum_axis(-2, None)?;
+    let [sw, ss, sb] = &w.shared_gate_up;
+    let [tw, ts, tb] = &w.shared_down;
+    let shared = quantized_matmul(&swiglu(quantized_matmul(x, sw, ss, sb, true, g, b)?)?, tw, ts, tb, true, g, b)?;
+    let width = gate.shape()[1];
+    let weight = mlx_rs::ops::sigmoid(super::ops::slice_axis(gate, 1, width - 1, width)?)?;
+    Ok(routed.add(shared.multiply(weight)?)?)
+}

@@ -12,6 +12,7 @@ use mlx_rs::Array;
 
 use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
 use super::linear::split_widths;
+use super::moe_experts::ExpertWeights;
 
 /// Everything about a block that is not an array: the storage of its projections in input order
 /// (router, experts gate/up/down, shared expert gate/up/down, shared expert gate), top-k.
@@ -24,6 +25,9 @@ pub struct Plan {
     pub held_rows: bool,
     /// The router's softmax and top-k as one CUDA kernel ([`super::moe_router`]).
     pub router_kernel: bool,
+    /// Everything after routing in two CUDA kernels ([`super::moe_experts`]); set only where
+    /// the experts' and the shared expert's gate/up are stacked and all four are quantized alike.
+    pub experts_kernel: bool,
 }
 
 /// The projections of a block in [`Plan::storage`] order.
@@ -76,14 +80,17 @@ impl Stacking {
     }
 }
 
-/// What the block's arithmetic needs besides arrays.
-#[derive(Clone, Copy, Debug)]
-pub struct Block {
+/// What the block's arithmetic needs besides its projections.
+#[derive(Clone, Copy)]
+pub struct Block<'a> {
     pub top_k: i32,
     pub norm_topk_prob: bool,
     pub stacking: Stacking,
     /// Softmax, top-k and renormalisation in one CUDA kernel ([`super::moe_router`]).
     pub router_kernel: bool,
+    /// The experts after routing in two CUDA kernels, over these weights
+    /// ([`super::moe_experts`]); blocks of more tokens than a launch takes keep the ops route.
+    pub experts_kernel: Option<&'a ExpertWeights>,
 }
 
 /// Which activation row each (token, expert) pair of a block of N tokens with k experts each
@@ -145,7 +152,7 @@ pub fn block(
     linear: &dyn Fn(Proj, &Array) -> Result<Array>,
     experts: &ExpertsFn,
 ) -> Result<Array> {
-    let Block { top_k, norm_topk_prob, stacking, router_kernel } = *spec;
+    let Block { top_k, norm_topk_prob, stacking, router_kernel, experts_kernel } = *spec;
     let product = linear(Proj::Router, x)?;
     let (e, shared_logit) = if stacking.router_gate {
         let e = product.shape()[1] - 1;
@@ -157,7 +164,7 @@ pub fn block(
         // Reads the first E columns of the product in place, stacked or not.
         super::moe_router::route(&product, e, top_k, norm_topk_prob)?
     } else {
-        let logits = if stacking.router_gate { super::ops::slice_axis(&product, 1, 0, e)? } else { product };
+        let logits = if stacking.router_gate { super::ops::slice_axis(&product, 1, 0, e)? } else { product.clone() };
         let gates = mlx_rs::ops::softmax_axis(logits, -1, true)?;
         let part = mlx_rs::ops::argpartition_axis(&gates, e - top_k, -1)?;
         let indices = super::ops::slice_axis(&part, 1, e - top_k, e)?;
@@ -167,6 +174,12 @@ pub fn block(
         }
         (indices, scores)
     };
+    if let Some(weights) = experts_kernel.filter(|_| x.shape()[0] <= super::moe_experts::MAX_TOKENS) {
+        // The stacked router product carries the shared expert's gate logit as its last column,
+        // which the kernel reads in place (the split view would be copied to be contiguous).
+        let gate = if stacking.router_gate { &product } else { &shared_logit };
+        return super::moe_experts::apply(x, &indices, &scores, gate, weights);
+    }
     let xe = x.expand_dims_axes(&[-2, -3])?;
     let (by_token, by_pair) = (rows.map(|r| &r.by_token), rows.map(|r| &r.by_pair));
     let act = if stacking.gate_up {
@@ -203,6 +216,15 @@ fn halves(parts: Vec<Array>, what: &str) -> Result<[Array; 2]> {
     <[Array; 2]>::try_from(parts).map_err(|_| anyhow::anyhow!("the stacked {what} product did not split in two"))
 }
 
+/// The expert kernels' weights from a block's projections (`part` gives each one's arrays and
+/// storage); `None` unless both gate/up pairs are stacked and all four are quantized alike.
+pub fn expert_weights<'a>(stacking: Stacking, part: impl Fn(Proj) -> (&'a [Array], Storage)) -> Option<ExpertWeights> {
+    if !(stacking.gate_up && stacking.shared_gate_up) {
+        return None;
+    }
+    ExpertWeights::of([Proj::Gate, Proj::Down, Proj::SharedGate, Proj::SharedDown].map(part))
+}
+
 /// A stacked expert projection given as its input arrays: `rows` says which row of x each
 /// (token, expert) pair reads ([`RowIndices`]), `indices` which expert.
 pub fn experts_op(x: &Array, rows: Option<&Array>, indices: &Array, w: &[Array], s: Storage) -> Result<Array> {
@@ -225,11 +247,15 @@ pub(super) fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> 
     let linear = |p: Proj, x: &Array| project(x, w(p), st(p));
     let experts = |p: Proj, x: &Array, rows: Option<&Array>, idx: &Array| experts_op(x, rows, idx, w(p), st(p));
     let rows = plan.held_rows.then(|| RowIndices { by_token: inputs[1].clone(), by_pair: inputs[2].clone() });
+    let stacking = Stacking::of(&plan.storage);
+    let fused = if plan.experts_kernel { expert_weights(stacking, |p| (w(p), st(p))) } else { None };
+    anyhow::ensure!(fused.is_some() == plan.experts_kernel, "the MoE plan's experts do not fit the expert kernels");
     let spec = Block {
         top_k: plan.top_k,
         norm_topk_prob: plan.norm_topk_prob,
-        stacking: Stacking::of(&plan.storage),
+        stacking,
         router_kernel: plan.router_kernel,
+        experts_kernel: fused.as_ref(),
     };
     block(&inputs[0], rows.as_ref(), &spec, &linear, &experts)
 }

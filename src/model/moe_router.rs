@@ -35,7 +35,7 @@ pub fn enabled() -> bool {
 fn kernel() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
     cuda_kernel::once(&KERNEL, || {
-        CudaKernel::new("cohort_moe_router", "moe_router.cu", &["logits"], &["indices", "scores"], SOURCE)
+        CudaKernel::new("cohort_moe_router", "moe_router.cu", &["logits"], &["indices", "scores"], SOURCE, None)
     })
 }
 

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Compile cohort's CUDA kernel bodies (kernels/*.cu) with NVRTC here, without a GPU.
+
+MLX compiles each body on the GPU machine inside a signature it generates from the kernel's
+input and output names, with the template arguments as constants. This wraps each body the same
+way (an approximation of MLX's wrapper: typed pointers, `<name>_shape` as const int*, constants
+declared before the body) and compiles it for sm_90, so a syntax or type error costs no device
+time. Passing here does not prove the kernel right: the float64 checks on the device do that.
+
+Setup (package registries only): pip download --no-deps nvidia-cuda-nvrtc-cu12 and
+nvidia-cuda-runtime-cu12 (for cuda_bf16.h), unzip both into one folder, and pass it:
+    python3 scripts/gpu/nvrtc_check.py /tmp/nvrtc/site
+"""
+
+import ctypes
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# name: (file, [(input, C type)], [(output, C type)], {constant: value}); kernels whose Rust
+# wrapper hands MLX a header name it in HEADERS.
+HEADERS = {"moe_experts_up": "affine_dot.cuh", "moe_experts_down": "affine_dot.cuh"}
+KERNELS = {
+    "moe_router": (
+        "moe_router.cu",
+        [("logits", "__nv_bfloat16")],
+        [("indices", "unsigned int"), ("scores", "float")],
+        {"E": 256, "K": 8, "NORM": "true"},
+    ),
+    "gated_delta": (
+        "gated_delta.cu",
+        [("q", "__nv_bfloat16"), ("k", "__nv_bfloat16"), ("v", "__nv_bfloat16"), ("g", "float"),
+         ("beta", "__nv_bfloat16"), ("state_in", "float")],
+        [("y", "float"), ("state_out", "float"), ("states", "float")],
+        {"HK": 16, "HV": 32, "DK": 128, "DV": 128, "CAPTURE": "true"},
+    ),
+    "gated_delta_fused": (
+        "gated_delta_fused.cu",
+        [("proj", "__nv_bfloat16"), ("tail", "__nv_bfloat16"), ("conv_w", "__nv_bfloat16"),
+         ("a_log", "__nv_bfloat16"), ("dt_bias", "__nv_bfloat16"), ("state_in", "float")],
+        [("y", "float"), ("state_out", "float"), ("states", "float"), ("conv_in", "__nv_bfloat16")],
+        {"HK": 16, "HV": 32, "DK": 128, "DV": 128, "KS": 4, "CAPTURE": "true"},
+    ),
+    "moe_experts_up": (
+        "moe_experts_up.cu",
+        [("x", "__nv_bfloat16"), ("ids", "unsigned int"), ("gu_w", "unsigned int"), ("gu_s", "__nv_bfloat16"),
+         ("gu_b", "__nv_bfloat16"), ("sgu_w", "unsigned int"), ("sgu_s", "__nv_bfloat16"), ("sgu_b", "__nv_bfloat16")],
+        [("act", "float")],
+        {"H": 2048, "I": 512, "IS": 512, "K": 8, "BITS": 4, "G": 64},
+    ),
+    "moe_experts_down": (
+        "moe_experts_down.cu",
+        [("act", "float"), ("ids", "unsigned int"), ("scores", "float"), ("gate", "__nv_bfloat16"),
+         ("d_w", "unsigned int"), ("d_s", "__nv_bfloat16"), ("d_b", "__nv_bfloat16"),
+         ("sd_w", "unsigned int"), ("sd_s", "__nv_bfloat16"), ("sd_b", "__nv_bfloat16")],
+        [("y", "__nv_bfloat16")],
+        {"H": 2048, "I": 512, "IS": 512, "K": 8, "BITS": 4, "G": 64},
+    ),
+}
+
+
+def source(name, dtype):
+    file, inputs, outputs, constants = KERNELS[name]
+    inputs = [(a, dtype if t == "__nv_bfloat16" else t) for a, t in inputs]
+    outputs = [(a, dtype if t == "__nv_bfloat16" else t) for a, t in outputs]
+    body = (ROOT / "kernels" / file).read_text()
+    params = []
+    for arg, ctype in inputs:
+        params += [f"const {ctype}* {arg}", f"const int* {arg}_shape"]
+    for arg, ctype in outputs:
+        params.append(f"{ctype}* {arg}")
+    consts = "".join(
+        f"constexpr {'bool' if v in ('true', 'false') else 'int'} {k} = {v};\n" for k, v in constants.items()
+    )
+    header = (ROOT / "kernels" / HEADERS[name]).read_text() if name in HEADERS else ""
+    return (
+        "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
+        + header
+        + consts
+        + f'extern "C" __global__ void custom_kernel_{name}({", ".join(params)}) {{\n{body}\n}}\n'
+    )
+
+
+def main():
+    site = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/nvrtc/site")
+    lib = ctypes.CDLL(str(site / "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"))
+    include = site / "nvidia/cuda_runtime/include"
+    failed = 0
+    # Each kernel in the model dtypes MLX may hand it: bf16 (the GPU default), float32, fp16.
+    for name, dtype in [(k, d) for k in (sys.argv[2:] or KERNELS) for d in ("__nv_bfloat16", "float", "__half")]:
+        prog = ctypes.c_void_p()
+        src = source(name, dtype).encode()
+        assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, f"{name}.cu".encode(), 0, None, None) == 0
+        opts = [b"--gpu-architecture=compute_90", b"--std=c++17", f"-I{include}".encode()]
+        arr = (ctypes.c_char_p * len(opts))(*opts)
+        status = lib.nvrtcCompileProgram(prog, len(opts), arr)
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        text = log.value.decode(errors="replace").strip()
+        print(f"{name} ({dtype}): {'compiles' if status == 0 else 'FAILS'}" + (f"\n{text}" if text else ""))
+        failed += status != 0
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+//! The MoE block after routing as two CUDA kernels (`kernels/moe_experts_up.cu`,
+//! `kernels/moe_experts_down.cu`): the routed and shared experts' stacked gate/up products with
+//! SwiGLU in one launch, their down products with the router's weights, the shared expert's
+//! sigmoid gate and the sum in the other. On MLX's CUDA backend a step is bound by the host's
+//! cost per node (docs/benchmarks.md), and the ops route builds about eight kernel nodes and as
+//! many views here per MoE layer.
+//!
+//! Off by default (`COHORT_MOE_KERNEL=1` or [`set_enabled`] turns it on): it has not yet been
+//! checked or timed on the GPU machine. `moe_check::check_experts` compares it with a float64
+//! host product (`cohort device --check-kernels`); the ops route stays the reference and the
+//! route everywhere else.
+
+use std::sync::OnceLock;
+
+use anyhow::{Result, bail};
+use mlx_rs::{Array, Dtype};
+
+use super::compiled::{Storage, Switch};
+use super::config::QuantSpec;
+use super::cuda_kernel::{self, CudaKernel, Launch};
+
+const UP_SOURCE: &str = include_str!("../../kernels/moe_experts_up.cu");
+const DOWN_SOURCE: &str = include_str!("../../kernels/moe_experts_down.cu");
+/// The affine dot product both kernels share.
+const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../kernels/affine_dot.cuh"));
+const UP_INPUTS: [&str; 8] = ["x", "ids", "gu_w", "gu_s", "gu_b", "sgu_w", "sgu_s", "sgu_b"];
+const DOWN_INPUTS: [&str; 10] = ["act", "ids", "scores", "gate", "d_w", "d_s", "d_b", "sd_w", "sd_s", "sd_b"];
+
+/// Warps (one output channel each) in a thread block.
+const WARPS: i32 = 8;
+
+static SWITCH: Switch = Switch::off_by_default("COHORT_MOE_KERNEL");
+
+/// Force the kernels on or off (`None`: back to the default, off).
+pub fn set_enabled(on: Option<bool>) {
+    SWITCH.set(on);
+}
+
+/// On only where MLX drives CUDA: the kernels have no other backend, so the switch cannot send
+/// a CPU or Metal run into a launch that fails.
+pub fn enabled() -> bool {
+    static CUDA: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda);
+    SWITCH.enabled() && *CUDA
+}
+
+/// Tokens one launch can take: the up kernel's grid has a block per (token, slot) along z,
+/// which CUDA caps at 65535, with up to 64 slots.
+pub const MAX_TOKENS: i32 = 1024;
+
+fn up_kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new("cohort_moe_experts_up", "moe_experts_up.cu", &UP_INPUTS, &["act"], UP_SOURCE, Some(HEADER))
+    })
+}
+
+fn down_kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new(
+            "cohort_moe_experts_down",
+            "moe_experts_down.cu",
+            &DOWN_INPUTS,
+            &["y"],
+            DOWN_SOURCE,
+            Some(HEADER),
+        )
+    })
+}
+
+/// The four quantized matrices the kernels read, each `[weight, scales, biases]`: the experts'
+/// stacked [gate | up] [E, 2I, ·] and down [E, H, ·], the shared expert's stacked [gate | up]
+/// [2IS, ·] and down [H, ·], all at one quantization.
+#[derive(Clone)]
+pub struct ExpertWeights {
+    pub gate_up: [Array; 3],
+    pub down: [Array; 3],
+    pub shared_gate_up: [Array; 3],
+    pub shared_down: [Array; 3],
+    pub spec: QuantSpec,
+}
+
+impl ExpertWeights {
+    /// From the four projections' arrays and storage, in the order above; `None` unless all
+    /// four are quantized alike (the kernels read one layout), so the caller keeps the ops route.
+    pub fn of(parts: [(&[Array], Storage); 4]) -> Option<ExpertWeights> {
+        let spec = match parts[0].1 {
+            Storage::Quantized(q) => q,
+            _ => return None,
+        };
+        if parts.iter().any(|(_, s)| *s != Storage::Quantized(spec)) || ![4, 8].contains(&spec.bits) {
+            return None;
+        }
+        let three = |a: &[Array]| -> Option<[Array; 3]> { <[Array; 3]>::try_from(a.to_vec()).ok() };
+        Some(ExpertWeights {
+            gate_up: three(parts[0].0)?,
+            down: three(parts[1].0)?,
+            shared_gate_up: three(parts[2].0)?,
+            shared_down: three(parts[3].0)?,
+            spec,
+        })
+    }
+}
+
+/// The block's output [N, H] from its input x [N, H], the router's experts `ids` [N, K] and
+/// weights `scores` [N, K], and `gate` [N, GW], whose last column is the shared expert's gate
+/// logit.
+pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWeights) -> Result<Array> {
+    let QuantSpec { bits, group_size: g } = w.spec;
+    let per_word = 32 / bits;
+    let (xs, gu, dn, sgu, sdn) =
+        (x.shape(), w.gate_up[0].shape(), w.down[0].shape(), w.shared_gate_up[0].shape(), w.shared_down[0].shape());
+    let fits_shapes = xs.len() == 2
+        && ids.shape().len() == 2
+        && gu.len() == 3
+        && dn.len() == 3
+        && sgu.len() == 2
+        && sdn.len() == 2
+        && gate.shape().len() == 2;
+    if !fits_shapes {
+        bail!("the MoE expert kernels take 2-D activations and 3-D / 2-D weights (x {xs:?}, experts {gu:?})");
+    }
+    let (n, h, k) = (xs[0], xs[1], ids.shape()[1]);
+    let (e, i, is) = (gu[0], gu[1] / 2, sgu[0] / 2);
+    // Every size the kernels index by is checked here: a mismatch would read past a buffer.
+    let fits = n <= MAX_TOKENS
+        && k >= 1
+        && (k + 1) * n <= 65535
+        && h % g == 0
+        && i % g == 0
+        && is % g == 0
+        && g % per_word == 0
+        && gu == [e, 2 * i, h / per_word]
+        && dn == [e, h, i / per_word]
+        && sgu == [2 * is, h / per_word]
+        && sdn == [h, is / per_word]
+        && ids.shape() == [n, k]
+        && scores.shape() == [n, k]
+        && gate.shape()[0] == n
+        && w.gate_up[1].shape() == [e, 2 * i, h / g]
+        && w.down[1].shape() == [e, h, i / g]
+        && w.shared_gate_up[1].shape() == [2 * is, h / g]
+        && w.shared_down[1].shape() == [h, is / g];
+    if !fits {
+        bail!(
+            "the MoE expert kernels do not fit these shapes (x {xs:?}, ids {:?}, gate/up {gu:?}, down {dn:?}, shared {sgu:?} / {sdn:?}, {bits}-bit g{g})",
+            ids.shape()
+        );
+    }
+    let ids = if ids.dtype() == Dtype::Uint32 { ids.clone() } else { ids.as_dtype(Dtype::Uint32)? };
+    let width = i.max(is);
+    let round = |v: i32| (v + WARPS - 1) / WARPS * WARPS;
+    let ints = [("H", h), ("I", i), ("IS", is), ("K", k), ("BITS", bits), ("G", g)];
+    let up = Launch {
+        outputs: vec![(vec![n, k + 1, width], Dtype::Float32)],
+        grid: [32, round(width), n * (k + 1)],
+        threads: [32, WARPS, 1],
+        ints: &ints,
+        bools: &[],
+    };
+    let [gw, gs, gb] = &w.gate_up;
+    let [sw, ss, sb] = &w.shared_gate_up;
+    let act = up_kernel()?.apply(&[x, &ids, gw, gs, gb, sw, ss, sb], &up)?.pop().expect("one output");
+    let down = Launch {
+        outputs: vec![(vec![n, h], x.dtype())],
+        grid: [32, round(h), n],
+        threads: [32, WARPS, 1],
+        ints: &ints,
+        bools: &[],
+    };
+    let [dw, ds, db] = &w.down;
+    let [tw, ts, tb] = &w.shared_down;
+    let mut y = down_kernel()?.apply(&[&act, &ids, scores, gate, dw, ds, db, tw, ts, tb], &down)?;
+    Ok(y.pop().expect("one output"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Forcing the kernels on sends only a CUDA run to them: elsewhere the launch would fail.
+    #[test]
+    fn forcing_the_kernels_on_takes_effect_only_on_cuda() {
+        set_enabled(Some(true));
+        let cuda = crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda;
+        assert_eq!(enabled(), cuda);
+        set_enabled(None);
+    }
+
+    /// The kernels read one affine layout: a dense part, or parts quantized differently, keep
+    /// the block on the ops route.
+    #[test]
+    fn weights_of_mixed_storage_are_refused() {
+        let a = || Array::from_slice(&[0u32], &[1]);
+        let q4 = Storage::Quantized(QuantSpec { bits: 4, group_size: 64 });
+        let q8 = Storage::Quantized(QuantSpec { bits: 8, group_size: 64 });
+        let three = [a(), a(), a()];
+        let one = [a()];
+        assert!(ExpertWeights::of([(&three, q4), (&three, q4), (&three, q4), (&three, q4)]).is_some());
+        assert!(ExpertWeights::of([(&three, q4), (&three, q8), (&three, q4), (&three, q4)]).is_none());
+        assert!(ExpertWeights::of([(&three, q4), (&three, q4), (&one, Storage::Dense), (&three, q4)]).is_none());
+    }
+}
