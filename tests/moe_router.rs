@@ -44,9 +44,18 @@ fn the_moe_products_match_a_float64_product_on_this_backend() {
 #[test]
 fn the_experts_reference_matches_mlx_products() {
     use cohort::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
-    let shape =
-        ExpertsShape { tokens: 3, hidden: 128, experts: 8, top_k: 2, inter: 64, shared: 128, bits: 4, group: 64 };
-    for s in [shape, ExpertsShape { bits: 8, group: 32, ..shape }] {
+    let shape = ExpertsShape {
+        tokens: 3,
+        hidden: 128,
+        experts: 8,
+        top_k: 2,
+        inter: 64,
+        shared: 128,
+        bits: 4,
+        group: 64,
+        gate_columns: 9,
+    };
+    for s in [shape, ExpertsShape { bits: 8, group: 32, gate_columns: 1, ..shape }] {
         let r = check_experts(ExpertsRoute::Ops, s, Dtype::Float32, 6).unwrap();
         assert!(r.error <= 1e-5 && r.unrepeatable == 0, "{s:?}: {r:?}");
     }
@@ -58,17 +67,67 @@ fn the_expert_kernels_match_the_reference() {
     if !cuda_here("the expert kernels") {
         return;
     }
-    let fixture =
-        ExpertsShape { tokens: 5, hidden: 64, experts: 8, top_k: 2, inter: 64, shared: 64, bits: 4, group: 64 };
-    let real =
-        ExpertsShape { tokens: 16, hidden: 2048, experts: 16, top_k: 8, inter: 512, shared: 512, bits: 4, group: 64 };
+    let fixture = ExpertsShape {
+        tokens: 5,
+        hidden: 64,
+        experts: 8,
+        top_k: 2,
+        inter: 64,
+        shared: 128,
+        bits: 4,
+        group: 64,
+        gate_columns: 9,
+    };
+    let real = ExpertsShape {
+        tokens: 16,
+        hidden: 2048,
+        experts: 16,
+        top_k: 8,
+        inter: 512,
+        shared: 512,
+        bits: 4,
+        group: 64,
+        gate_columns: 257,
+    };
     for (s, dtype, tolerance) in [
         (fixture, Dtype::Float32, 1e-5),
         (ExpertsShape { tokens: 1, ..real }, Dtype::Bfloat16, 1e-2),
         (real, Dtype::Bfloat16, 1e-2),
-        (ExpertsShape { bits: 8, ..real }, Dtype::Float32, 1e-5),
+        (ExpertsShape { bits: 8, gate_columns: 1, ..real }, Dtype::Float32, 1e-5),
+        (ExpertsShape { shared: 256, ..real }, Dtype::Float32, 1e-5),
     ] {
         let r = check_experts(ExpertsRoute::Kernel, s, dtype, 8).unwrap();
         assert!(r.error <= tolerance && r.unrepeatable == 0, "{s:?} ({dtype:?}): {r:?}");
+    }
+}
+
+/// The expert kernels inside the model, against the ops route they replace: a two-layer model at
+/// the real geometry (random weights, float32 activations), a 100-token prefill (the plain
+/// route) and a one-token step (the compiled block), each way; the logits must agree. This
+/// covers what the float64 check cannot: which gate product the block hands the kernels, the
+/// stacking, and the token limit.
+#[test]
+fn the_expert_kernels_give_the_ops_routes_logits_in_the_model() {
+    use cohort::model::forward::{LanguageModel, Logits};
+    use cohort::model::{moe_experts, qwen3_5::Qwen35Model, synth};
+    if !cuda_here("the expert kernels") {
+        return;
+    }
+    let cfg = synth::geometry("qwen36-35b-a3b", Some(2), Some(512)).unwrap();
+    let mut weights = synth::make_weights(&cfg, Dtype::Float32, 3).unwrap();
+    let model = Qwen35Model::from_weights(cfg, &mut weights, Dtype::Float32).unwrap();
+    let prompt: Vec<u32> = (0..100).map(|i| (i * 37 + 5) % 512).collect();
+    let run = |kernels: bool| -> Vec<Vec<f32>> {
+        moe_experts::set_enabled(Some(kernels));
+        let mut row = model.new_row();
+        let (_, prefill_logits, _) = model.prefill(&mut row, &prompt, 100, false).unwrap();
+        let step = model.forward(&mlx_rs::Array::from_slice(&[7i32], &[1, 1]), &mut [&mut row], Logits::Last, false);
+        moe_experts::set_enabled(None);
+        vec![common::to_f32(&prefill_logits), common::to_f32(step.unwrap().logits.as_ref().unwrap())]
+    };
+    let (kernels, ops) = (run(true), run(false));
+    for (what, (k, o)) in ["prefill", "step"].iter().zip(kernels.iter().zip(&ops)) {
+        let err = common::max_rel_err(k, o);
+        assert!(err <= 1e-3, "{what}: the expert kernels' logits differ from the ops route's by {err:.2e}");
     }
 }

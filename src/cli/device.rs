@@ -160,10 +160,28 @@ fn check_kernels() -> Result<()> {
 /// own products everywhere, the expert kernels (`model/moe_experts.rs`) on CUDA.
 fn check_experts(dtype: mlx_rs::Dtype) -> Result<()> {
     use crate::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
-    let fixture =
-        ExpertsShape { tokens: 32, hidden: 64, experts: 8, top_k: 2, inter: 64, shared: 64, bits: 4, group: 64 };
-    let real =
-        ExpertsShape { tokens: 16, hidden: 2048, experts: 16, top_k: 8, inter: 512, shared: 512, bits: 4, group: 64 };
+    let fixture = ExpertsShape {
+        tokens: 32,
+        hidden: 64,
+        experts: 8,
+        top_k: 2,
+        inter: 64,
+        shared: 128,
+        bits: 4,
+        group: 64,
+        gate_columns: 9,
+    };
+    let real = ExpertsShape {
+        tokens: 16,
+        hidden: 2048,
+        experts: 16,
+        top_k: 8,
+        inter: 512,
+        shared: 512,
+        bits: 4,
+        group: 64,
+        gate_columns: 257,
+    };
     let mut routes = vec![ExpertsRoute::Ops];
     if runtime::Backend::detect() == runtime::Backend::Cuda {
         routes.push(ExpertsRoute::Kernel);
@@ -175,11 +193,16 @@ fn check_experts(dtype: mlx_rs::Dtype) -> Result<()> {
             ("fixture size", fixture),
             ("real size, one token", ExpertsShape { tokens: 1, ..real }),
             ("real size, B8 verify", real),
-            ("real size, 8-bit", ExpertsShape { bits: 8, ..real }),
+            ("real size, 8-bit, the shared gate's own product", ExpertsShape { bits: 8, gate_columns: 1, ..real }),
         ] {
             for &dt in &dtypes {
                 let r = check_experts(route, shape, dt, 4)?;
-                worst = worst.max(r.error / if dt == mlx_rs::Dtype::Float32 { 1.0 } else { 100.0 });
+                // MLX's products round every intermediate to bf16, so in bf16 their line is a
+                // report only; in float32 they check the reference, and the kernels are held to
+                // the bound in both.
+                if route == ExpertsRoute::Kernel || dt == mlx_rs::Dtype::Float32 {
+                    worst = worst.max(r.error / if dt == mlx_rs::Dtype::Float32 { 1.0 } else { 100.0 });
+                }
                 unrepeatable += r.unrepeatable;
                 println!(
                     "MoE experts, {route:?} route, {name} ({dt:?}): relative error {:.2e}; runs differing from the first: {}",

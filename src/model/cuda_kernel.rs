@@ -163,6 +163,17 @@ impl CudaKernel {
             self.check(mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config.0, gx, gy, gz), "grid")?;
             self.check(mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config.0, tx, ty, tz), "thread group")?;
         }
+        // MLX names a compiled kernel by its name and template values only, and caches it by that
+        // name (in memory and on disk), while the signature it generates depends on the arrays'
+        // dtypes: one more template value, from every input's and output's dtype, keeps a launch
+        // in other dtypes from being served a module compiled for the first.
+        let dtypes = inputs.iter().map(|a| a.dtype()).chain(launch.outputs.iter().map(|(_, d)| *d));
+        let dtype_key = (fnv1a(dtypes.map(|d| d as u8).collect::<Vec<_>>().iter()) & 0x7fff_ffff) as i32;
+        let c = c_string("COHORT_DTYPES")?;
+        // SAFETY: the name is valid for the call; mlx-c copies it.
+        let status =
+            unsafe { mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(config.0, c.as_ptr(), dtype_key) };
+        self.check(status, "dtype key")?;
         for (name, value) in launch.ints {
             let c = c_string(name)?;
             // SAFETY: the name is valid for the call; mlx-c copies it.

@@ -215,6 +215,9 @@ pub struct ExpertsShape {
     pub shared: i32,
     pub bits: i32,
     pub group: i32,
+    /// Columns of the gate product whose last is the shared expert's logit: 1 for the shared
+    /// expert gate's own product, E + 1 for the router's stacked one.
+    pub gate_columns: i32,
 }
 
 /// Which route [`check_experts`] runs: the expert kernels (CUDA only), or MLX's own products
@@ -230,7 +233,8 @@ pub enum ExpertsRoute {
 /// product: each routed expert's and the shared expert's SwiGLU, their down products weighted by
 /// the scores and by the sigmoid of the gate logit, summed.
 pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u64) -> Result<QmmReport> {
-    let ExpertsShape { tokens: n, hidden: h, experts: e, top_k: k, inter: i, shared: si, bits, group } = s;
+    let ExpertsShape { tokens: n, hidden: h, experts: e, top_k: k, inter: i, shared: si, bits, group, gate_columns } =
+        s;
     anyhow::ensure!(k <= e, "top {k} of {e} experts");
     let mut rng = Rng::new(seed);
     let mut uniform = |count: i32, scale: f32| -> Vec<f32> {
@@ -251,7 +255,7 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
     // Distinct experts per token, spread over all of them.
     let ids: Vec<u32> = (0..n).flat_map(|t| (0..k).map(move |j| ((t * 7 + j * (e / k)) % e) as u32)).collect();
     let scores = Array::from_slice(&uniform(n * k, 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>(), &[n, k]);
-    let gate = Array::from_slice(&uniform(n * 3, 2.0), &[n, 3]).as_dtype(dtype)?;
+    let gate = Array::from_slice(&uniform(n * gate_columns, 2.0), &[n, gate_columns]).as_dtype(dtype)?;
     let ids_array = Array::from_slice(&ids, &[n, k]);
     mlx_rs::transforms::eval([&x, &scores, &gate, &ids_array])?;
 
@@ -275,7 +279,7 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
             add(ss[(t * k + j) as usize] as f64, &act, &dn, ex * h);
         }
         let act: Vec<f64> = (0..si).map(|c| silu(dot(&sgu, c)) * dot(&sgu, si + c)).collect();
-        let logit = gs[(t * 3 + 2) as usize] as f64;
+        let logit = gs[(t * gate_columns + gate_columns - 1) as usize] as f64;
         add(1.0 / (1.0 + (-logit).exp()), &act, &sdn, 0);
     }
     let weights = super::moe_experts::ExpertWeights {

@@ -44,9 +44,14 @@ pub fn enabled() -> bool {
     SWITCH.enabled() && *CUDA
 }
 
-/// Tokens one launch can take: the up kernel's grid has a block per (token, slot) along z,
-/// which CUDA caps at 65535, with up to 64 slots.
+/// Tokens one launch takes at most (larger blocks are prefill chunks, which gain little).
 pub const MAX_TOKENS: i32 = 1024;
+
+/// Whether a block of `n` tokens with `k` experts each fits one launch: the up kernel's grid has
+/// a block per (token, slot) along z, which CUDA caps at 65535.
+pub fn fits(n: i32, k: i32) -> bool {
+    (1..=MAX_TOKENS).contains(&n) && k >= 1 && (k + 1) * n <= 65535
+}
 
 fn up_kernel() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
@@ -124,9 +129,18 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
     let (n, h, k) = (xs[0], xs[1], ids.shape()[1]);
     let (e, i, is) = (gu[0], gu[1] / 2, sgu[0] / 2);
     // Every size the kernels index by is checked here: a mismatch would read past a buffer.
-    let fits = n <= MAX_TOKENS
-        && k >= 1
-        && (k + 1) * n <= 65535
+    let floating = |d: Dtype| matches!(d, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16);
+    let scale_dtype = w.gate_up[1].dtype();
+    let same_layout =
+        |m: &[Array; 3]| m[2].shape() == m[1].shape() && m[1].dtype() == scale_dtype && m[2].dtype() == scale_dtype;
+    let fits = fits(n, k)
+        && [&w.gate_up, &w.down, &w.shared_gate_up, &w.shared_down].into_iter().all(same_layout)
+        && [&w.gate_up, &w.down, &w.shared_gate_up, &w.shared_down].into_iter().all(|m| m[0].dtype() == Dtype::Uint32)
+        && floating(scale_dtype)
+        && floating(x.dtype())
+        && floating(scores.dtype())
+        && floating(gate.dtype())
+        && gate.shape()[1] >= 1
         && h % g == 0
         && i % g == 0
         && is % g == 0
@@ -144,7 +158,7 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
         && w.shared_down[1].shape() == [h, is / g];
     if !fits {
         bail!(
-            "the MoE expert kernels do not fit these shapes (x {xs:?}, ids {:?}, gate/up {gu:?}, down {dn:?}, shared {sgu:?} / {sdn:?}, {bits}-bit g{g})",
+            "the MoE expert kernels do not fit these shapes or dtypes (x {xs:?}, ids {:?}, gate/up {gu:?}, down {dn:?}, shared {sgu:?} / {sdn:?}, {bits}-bit g{g})",
             ids.shape()
         );
     }

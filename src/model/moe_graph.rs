@@ -174,7 +174,7 @@ pub fn block(
         }
         (indices, scores)
     };
-    if let Some(weights) = experts_kernel.filter(|_| x.shape()[0] <= super::moe_experts::MAX_TOKENS) {
+    if let Some(weights) = experts_kernel.filter(|_| super::moe_experts::fits(x.shape()[0], top_k)) {
         // The stacked router product carries the shared expert's gate logit as its last column,
         // which the kernel reads in place (the split view would be copied to be contiguous).
         let gate = if stacking.router_gate { &product } else { &shared_logit };
