@@ -44,17 +44,8 @@ fn the_moe_products_match_a_float64_product_on_this_backend() {
 #[test]
 fn the_experts_reference_matches_mlx_products() {
     use cohort::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
-    let shape = ExpertsShape {
-        tokens: 3,
-        hidden: 128,
-        experts: 8,
-        top_k: 2,
-        inter: 64,
-        shared: 128,
-        bits: 4,
-        group: 64,
-        gate_columns: 9,
-    };
+    // Wider than the fixtures, with the shared expert twice a routed one's width.
+    let shape = ExpertsShape { tokens: 3, hidden: 128, ..ExpertsShape::FIXTURE };
     for s in [shape, ExpertsShape { bits: 8, group: 32, gate_columns: 1, ..shape }] {
         let r = check_experts(ExpertsRoute::Ops, s, Dtype::Float32, 6).unwrap();
         assert!(r.error <= 1e-5 && r.unrepeatable == 0, "{s:?}: {r:?}");
@@ -67,28 +58,7 @@ fn the_expert_kernels_match_the_reference() {
     if !cuda_here("the expert kernels") {
         return;
     }
-    let fixture = ExpertsShape {
-        tokens: 5,
-        hidden: 64,
-        experts: 8,
-        top_k: 2,
-        inter: 64,
-        shared: 128,
-        bits: 4,
-        group: 64,
-        gate_columns: 9,
-    };
-    let real = ExpertsShape {
-        tokens: 16,
-        hidden: 2048,
-        experts: 16,
-        top_k: 8,
-        inter: 512,
-        shared: 512,
-        bits: 4,
-        group: 64,
-        gate_columns: 257,
-    };
+    let (fixture, real) = (ExpertsShape { tokens: 5, ..ExpertsShape::FIXTURE }, ExpertsShape::REAL);
     for (s, dtype, tolerance) in [
         (fixture, Dtype::Float32, 1e-5),
         (ExpertsShape { tokens: 1, ..real }, Dtype::Bfloat16, 1e-2),

@@ -155,38 +155,26 @@ fn check_kernels() -> Result<()> {
     Ok(())
 }
 
+/// The dtypes a product is checked in: float32, and the model dtype when it differs.
+fn checked_dtypes(model: mlx_rs::Dtype) -> Vec<mlx_rs::Dtype> {
+    if model == mlx_rs::Dtype::Float32 { vec![model] } else { vec![mlx_rs::Dtype::Float32, model] }
+}
+
+/// An error scaled to float32's tolerance: bf16 products round 100x coarser.
+fn scaled_error(error: f64, dtype: mlx_rs::Dtype) -> f64 {
+    error / if dtype == mlx_rs::Dtype::Float32 { 1.0 } else { 100.0 }
+}
+
 /// The MoE block after routing, at the fixtures' sizes and the real geometry's (16 experts of
 /// real width stand in for 256: the kernels index the ones routed to), against float64: MLX's
 /// own products everywhere, the expert kernels (`model/moe_experts.rs`) on CUDA.
 fn check_experts(dtype: mlx_rs::Dtype) -> Result<()> {
     use crate::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
-    let fixture = ExpertsShape {
-        tokens: 32,
-        hidden: 64,
-        experts: 8,
-        top_k: 2,
-        inter: 64,
-        shared: 128,
-        bits: 4,
-        group: 64,
-        gate_columns: 9,
-    };
-    let real = ExpertsShape {
-        tokens: 16,
-        hidden: 2048,
-        experts: 16,
-        top_k: 8,
-        inter: 512,
-        shared: 512,
-        bits: 4,
-        group: 64,
-        gate_columns: 257,
-    };
+    let (fixture, real) = (ExpertsShape::FIXTURE, ExpertsShape::REAL);
     let mut routes = vec![ExpertsRoute::Ops];
     if runtime::Backend::detect() == runtime::Backend::Cuda {
         routes.push(ExpertsRoute::Kernel);
     }
-    let dtypes = if dtype == mlx_rs::Dtype::Float32 { vec![dtype] } else { vec![mlx_rs::Dtype::Float32, dtype] };
     let (mut worst, mut unrepeatable) = (0.0f64, 0);
     for route in routes {
         for (name, shape) in [
@@ -195,13 +183,13 @@ fn check_experts(dtype: mlx_rs::Dtype) -> Result<()> {
             ("real size, B8 verify", real),
             ("real size, 8-bit, the shared gate's own product", ExpertsShape { bits: 8, gate_columns: 1, ..real }),
         ] {
-            for &dt in &dtypes {
+            for dt in checked_dtypes(dtype) {
                 let r = check_experts(route, shape, dt, 4)?;
                 // MLX's products round every intermediate to bf16, so in bf16 their line is a
                 // report only; in float32 they check the reference, and the kernels are held to
                 // the bound in both.
                 if route == ExpertsRoute::Kernel || dt == mlx_rs::Dtype::Float32 {
-                    worst = worst.max(r.error / if dt == mlx_rs::Dtype::Float32 { 1.0 } else { 100.0 });
+                    worst = worst.max(scaled_error(r.error, dt));
                 }
                 unrepeatable += r.unrepeatable;
                 println!(
@@ -239,9 +227,6 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
     };
     let mut worst: f64 = 0.0;
     let mut unrepeatable = 0;
-    let dtypes = if dtype == mlx_rs::Dtype::Float32 { vec![dtype] } else { vec![mlx_rs::Dtype::Float32, dtype] };
-    // An error scaled to float32's tolerance: bf16 products round 100x coarser.
-    let scaled = |e: f64, dt: mlx_rs::Dtype| e / if dt == mlx_rs::Dtype::Float32 { 1.0 } else { 100.0 };
     for (name, shape) in [
         ("fixture size", fixture),
         ("fixture size, one token", GatherShape { tokens: 1, ..fixture }),
@@ -249,9 +234,9 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
         ("real size", real),
         ("real size, down projection", GatherShape { input: 512, output: 2048, per_pair: true, ..real }),
     ] {
-        for &dt in &dtypes {
+        for dt in checked_dtypes(dtype) {
             let r = check_gather(shape, dt, 3)?;
-            worst = worst.max(scaled(r.held_rows.max(r.built_rows), dt));
+            worst = worst.max(scaled_error(r.held_rows.max(r.built_rows), dt));
             unrepeatable += r.unrepeatable;
             println!(
                 "gather_qmm {name} ({dt:?}): relative error with held rows {:.2e}, with built rows {:.2e}; runs differing from the first: {}",
@@ -270,9 +255,9 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
     for (input, products, tokens) in [(64, fixture_products, [1, 3, 32]), (2048, real_products, [1, 3, 16])] {
         for &(output, bits) in &products {
             for tokens in tokens {
-                for &dt in &dtypes {
+                for dt in checked_dtypes(dtype) {
                     let r = crate::model::moe_check::check_qmm(tokens, input, output, bits, 64, dt, 5)?;
-                    worst = worst.max(scaled(r.error, dt));
+                    worst = worst.max(scaled_error(r.error, dt));
                     unrepeatable += r.unrepeatable;
                     println!(
                         "quantized_matmul {tokens} x {input} -> {output}, {bits}-bit g64 ({dt:?}): relative error {:.2e}; runs differing from the first: {}",

@@ -52,8 +52,8 @@ impl Drop for Names {
 }
 
 /// FNV-1a: stable across processes and toolchains, unlike std's hasher, as a cache key must be.
-fn fnv1a<'a>(bytes: impl Iterator<Item = &'a u8>) -> u64 {
-    bytes.fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
+    bytes.fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// A kernel file's text: the copy built in, or `COHORT_KERNEL_DIR`'s when that is set.
@@ -109,7 +109,7 @@ impl CudaKernel {
         // The body's hash joins the name MLX compiles and caches the kernel under (in memory and
         // in its on-disk JIT cache, which the GPU scripts carry between machines), so an edited
         // body is compiled afresh rather than served from a cache entry of the old one.
-        let hash = fnv1a(header.as_bytes().iter().chain(body.as_bytes()));
+        let hash = fnv1a(header.bytes().chain(body.bytes()));
         let (c_name, c_source, header) =
             (c_string(&format!("{name}_{hash:016x}"))?, c_string(&body)?, c_string(&header)?);
         // SAFETY: every pointer is valid for the call; mlx-c copies the names and sources.
@@ -168,7 +168,7 @@ impl CudaKernel {
         // dtypes: one more template value, from every input's and output's dtype, keeps a launch
         // in other dtypes from being served a module compiled for the first.
         let dtypes = inputs.iter().map(|a| a.dtype()).chain(launch.outputs.iter().map(|(_, d)| *d));
-        let dtype_key = (fnv1a(dtypes.map(|d| d as u8).collect::<Vec<_>>().iter()) & 0x7fff_ffff) as i32;
+        let dtype_key = (fnv1a(dtypes.map(|d| d as u8)) & 0x7fff_ffff) as i32;
         let c = c_string("COHORT_DTYPES")?;
         // SAFETY: the name is valid for the call; mlx-c copies it.
         let status =

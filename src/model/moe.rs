@@ -191,11 +191,7 @@ impl SparseMoe {
     /// The compiled block's plan and weights, when every projection is plain MLX storage (not
     /// the CPU kernel's); `held_rows`: the gather rows come in as inputs.
     fn graph(&self, held_rows: bool) -> Option<(Plan, Vec<Array>)> {
-        let parts = Proj::ALL.map(|p| match (self.linear(p), self.experts(p)) {
-            (Some(l), _) => l.graph_inputs(),
-            (None, Some(ex)) => Some(ex.graph_inputs()),
-            (None, None) => Some((Storage::Folded, Vec::new())),
-        });
+        let parts = Proj::ALL.map(|p| self.part(p));
         let mut storage = [Storage::Folded; 8];
         let mut weights = Vec::new();
         for (i, part) in parts.into_iter().enumerate() {
@@ -219,17 +215,27 @@ impl SparseMoe {
         if !moe_experts::enabled() {
             return None;
         }
-        const PARTS: [Proj; 4] = [Proj::Gate, Proj::Down, Proj::SharedGate, Proj::SharedDown];
-        let held = PARTS.map(|p| match (self.linear(p), self.experts(p)) {
-            (Some(l), _) => l.graph_inputs(),
-            (None, Some(ex)) => Some(ex.graph_inputs()),
-            (None, None) => None,
-        });
-        let held: Vec<(Storage, Vec<Array>)> = held.into_iter().collect::<Option<_>>()?;
+        let (gate, down) = (self.part(Proj::Gate)?, self.part(Proj::Down)?);
+        let (shared_gate, shared_down) = (self.part(Proj::SharedGate)?, self.part(Proj::SharedDown)?);
         moe_graph::expert_weights(self.stacking, |p| {
-            let (storage, arrays) = &held[PARTS.iter().position(|&q| q == p).expect("one of the four")];
+            let (storage, arrays) = match p {
+                Proj::Gate => &gate,
+                Proj::Down => &down,
+                Proj::SharedGate => &shared_gate,
+                _ => &shared_down,
+            };
             (arrays.as_slice(), *storage)
         })
+    }
+
+    /// One projection's storage and arrays as the compiled block takes them (a folded one has
+    /// none); `None` for the CPU kernel's storage, which only the plain route reads.
+    fn part(&self, p: Proj) -> Option<(Storage, Vec<Array>)> {
+        match (self.linear(p), self.experts(p)) {
+            (Some(l), _) => l.graph_inputs(),
+            (None, Some(ex)) => Some(ex.graph_inputs()),
+            (None, None) => Some((Storage::Folded, Vec::new())),
+        }
     }
 
     pub fn nbytes(&self) -> usize {

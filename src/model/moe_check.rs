@@ -53,6 +53,11 @@ pub struct QmmReport {
 /// miss when the race is rare or its damage small.
 const REPEATS: usize = 8;
 
+/// `count` values uniform in [-scale, scale).
+fn uniform(rng: &mut Rng, count: i32, scale: f32) -> Vec<f32> {
+    (0..count).map(|_| (rng.next_f64() as f32 * 2.0 - 1.0) * scale).collect()
+}
+
 fn unrepeatable(product: impl Fn() -> Result<Array>) -> Result<usize> {
     let first = host_f32(&product()?)?;
     let mut differing = 0;
@@ -70,11 +75,11 @@ pub fn check_gather(s: GatherShape, dtype: Dtype, seed: u64) -> Result<GatherRep
     let GatherShape { tokens: n, top_k: k, experts: e, input, output, bits, group, per_pair } = s;
     let x_rows = if per_pair { n * k } else { n };
     let mut rng = Rng::new(seed);
-    let mut uniform = |count: i32| -> Vec<f32> { (0..count).map(|_| rng.next_f64() as f32 * 2.0 - 1.0).collect() };
-    let weights = Array::from_slice(&uniform(e * output * input), &[e, output, input]).as_dtype(dtype)?;
+    let weights =
+        Array::from_slice(&uniform(&mut rng, e * output * input, 1.0), &[e, output, input]).as_dtype(dtype)?;
     let (packed, scales, biases) = mlx_rs::ops::quantize(&weights, group, bits)?;
     let x_shape = if per_pair { [n, k, 1, input] } else { [n, 1, 1, input] };
-    let x = Array::from_slice(&uniform(x_rows * input), &x_shape).as_dtype(dtype)?;
+    let x = Array::from_slice(&uniform(&mut rng, x_rows * input, 1.0), &x_shape).as_dtype(dtype)?;
     let ids: Vec<u32> = (0..n * k).map(|i| ((i as u64 * 2654435761 + seed) % e as u64) as u32).collect();
     let indices = Array::from_slice(&ids, &[n, k]);
     mlx_rs::transforms::eval([&packed, &scales, &biases, &x, &indices])?;
@@ -120,10 +125,9 @@ pub fn check_qmm(
     seed: u64,
 ) -> Result<QmmReport> {
     let mut rng = Rng::new(seed);
-    let mut uniform = |count: i32| -> Vec<f32> { (0..count).map(|_| rng.next_f64() as f32 * 2.0 - 1.0).collect() };
-    let weights = Array::from_slice(&uniform(output * input), &[output, input]).as_dtype(dtype)?;
+    let weights = Array::from_slice(&uniform(&mut rng, output * input, 1.0), &[output, input]).as_dtype(dtype)?;
     let (packed, scales, biases) = mlx_rs::ops::quantize(&weights, group, bits)?;
-    let x = Array::from_slice(&uniform(tokens * input), &[tokens, input]).as_dtype(dtype)?;
+    let x = Array::from_slice(&uniform(&mut rng, tokens * input, 1.0), &[tokens, input]).as_dtype(dtype)?;
     mlx_rs::transforms::eval([&packed, &scales, &biases, &x])?;
     let xs = host_f32(&x)?;
     let dequantized = Dequantized::new(&packed, &scales, &biases, input, bits, group)?;
@@ -220,6 +224,35 @@ pub struct ExpertsShape {
     pub gate_columns: i32,
 }
 
+impl ExpertsShape {
+    /// The test fixtures' sizes: hidden 64 (one quantization group a row), 8 experts top-2, the
+    /// shared expert twice as wide as a routed one, the router's stacked gate product (E + 1).
+    pub const FIXTURE: ExpertsShape = ExpertsShape {
+        tokens: 32,
+        hidden: 64,
+        experts: 8,
+        top_k: 2,
+        inter: 64,
+        shared: 128,
+        bits: 4,
+        group: 64,
+        gate_columns: 9,
+    };
+    /// The real geometry's sizes at a B8 verify's 16 tokens; 16 experts of real width stand in
+    /// for 256 (the kernels index only the ones routed to), with the stacked gate of 257 columns.
+    pub const REAL: ExpertsShape = ExpertsShape {
+        tokens: 16,
+        hidden: 2048,
+        experts: 16,
+        top_k: 8,
+        inter: 512,
+        shared: 512,
+        bits: 4,
+        group: 64,
+        gate_columns: 257,
+    };
+}
+
 /// Which route [`check_experts`] runs: the expert kernels (CUDA only), or MLX's own products
 /// (`gather_qmm`, `quantized_matmul`) composed as the ops route composes them, which runs
 /// everywhere and so checks the float64 reference itself on the CPU.
@@ -237,12 +270,9 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
         s;
     anyhow::ensure!(k <= e, "top {k} of {e} experts");
     let mut rng = Rng::new(seed);
-    let mut uniform = |count: i32, scale: f32| -> Vec<f32> {
-        (0..count).map(|_| (rng.next_f64() as f32 * 2.0 - 1.0) * scale).collect()
-    };
     let mut matrix = |shape: &[i32]| -> Result<[Array; 3]> {
         let count = shape.iter().product();
-        let dense = Array::from_slice(&uniform(count, 1.0), shape).as_dtype(dtype)?;
+        let dense = Array::from_slice(&uniform(&mut rng, count, 1.0), shape).as_dtype(dtype)?;
         let (w, sc, b) = mlx_rs::ops::quantize(&dense, group, bits)?;
         mlx_rs::transforms::eval([&w, &sc, &b])?;
         Ok([w, sc, b])
@@ -251,11 +281,11 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
     let down = matrix(&[e, h, i])?;
     let shared_gate_up = matrix(&[2 * si, h])?;
     let shared_down = matrix(&[h, si])?;
-    let x = Array::from_slice(&uniform(n * h, 1.0), &[n, h]).as_dtype(dtype)?;
+    let x = Array::from_slice(&uniform(&mut rng, n * h, 1.0), &[n, h]).as_dtype(dtype)?;
     // Distinct experts per token, spread over all of them.
     let ids: Vec<u32> = (0..n).flat_map(|t| (0..k).map(move |j| ((t * 7 + j * (e / k)) % e) as u32)).collect();
-    let scores = Array::from_slice(&uniform(n * k, 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>(), &[n, k]);
-    let gate = Array::from_slice(&uniform(n * gate_columns, 2.0), &[n, gate_columns]).as_dtype(dtype)?;
+    let scores = Array::from_slice(&uniform(&mut rng, n * k, 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>(), &[n, k]);
+    let gate = Array::from_slice(&uniform(&mut rng, n * gate_columns, 2.0), &[n, gate_columns]).as_dtype(dtype)?;
     let ids_array = Array::from_slice(&ids, &[n, k]);
     mlx_rs::transforms::eval([&x, &scores, &gate, &ids_array])?;
 

@@ -131,11 +131,15 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
     // Every size the kernels index by is checked here: a mismatch would read past a buffer.
     let floating = |d: Dtype| matches!(d, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16);
     let scale_dtype = w.gate_up[1].dtype();
-    let same_layout =
-        |m: &[Array; 3]| m[2].shape() == m[1].shape() && m[1].dtype() == scale_dtype && m[2].dtype() == scale_dtype;
+    // Packed codes, and scales and biases alike in shape and in one dtype, in all four matrices.
+    let same_layout = |m: &[Array; 3]| {
+        m[0].dtype() == Dtype::Uint32
+            && m[2].shape() == m[1].shape()
+            && m[1].dtype() == scale_dtype
+            && m[2].dtype() == scale_dtype
+    };
     let fits = fits(n, k)
         && [&w.gate_up, &w.down, &w.shared_gate_up, &w.shared_down].into_iter().all(same_layout)
-        && [&w.gate_up, &w.down, &w.shared_gate_up, &w.shared_down].into_iter().all(|m| m[0].dtype() == Dtype::Uint32)
         && floating(scale_dtype)
         && floating(x.dtype())
         && floating(scores.dtype())

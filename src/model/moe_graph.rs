@@ -154,11 +154,11 @@ pub fn block(
 ) -> Result<Array> {
     let Block { top_k, norm_topk_prob, stacking, router_kernel, experts_kernel } = *spec;
     let product = linear(Proj::Router, x)?;
-    let (e, shared_logit) = if stacking.router_gate {
-        let e = product.shape()[1] - 1;
-        (e, halves(split_widths(&product, &[e, 1])?, "router")?[1].clone())
+    // The shared expert gate's own product; stacked, its logit is the router product's last column.
+    let (e, gate_product) = if stacking.router_gate {
+        (product.shape()[1] - 1, None)
     } else {
-        (product.shape()[1], linear(Proj::SharedExpertGate, x)?)
+        (product.shape()[1], Some(linear(Proj::SharedExpertGate, x)?))
     };
     let (indices, scores) = if router_kernel && x.shape()[0] <= super::moe_router::MAX_TOKENS {
         // Reads the first E columns of the product in place, stacked or not.
@@ -175,11 +175,14 @@ pub fn block(
         (indices, scores)
     };
     if let Some(weights) = experts_kernel.filter(|_| super::moe_experts::fits(x.shape()[0], top_k)) {
-        // The stacked router product carries the shared expert's gate logit as its last column,
-        // which the kernel reads in place (the split view would be copied to be contiguous).
-        let gate = if stacking.router_gate { &product } else { &shared_logit };
-        return super::moe_experts::apply(x, &indices, &scores, gate, weights);
+        // The kernel reads the logit as the last column in place (a split view would be copied
+        // to be contiguous).
+        return super::moe_experts::apply(x, &indices, &scores, gate_product.as_ref().unwrap_or(&product), weights);
     }
+    let shared_logit = match gate_product {
+        Some(g) => g,
+        None => halves(split_widths(&product, &[e, 1])?, "router")?[1].clone(),
+    };
     let xe = x.expand_dims_axes(&[-2, -3])?;
     let (by_token, by_pair) = (rows.map(|r| &r.by_token), rows.map(|r| &r.by_pair));
     let act = if stacking.gate_up {
