@@ -27,7 +27,7 @@ strip -o /tmp/cohort.stripped target/release/cohort
 xz -T2 -c /tmp/cohort.stripped > .gpu/bin/cohort.xz
 for t in "$@"; do
   exe=$(cargo test --release --no-run --test "$t" --message-format=json 2>/dev/null \
-    | python3 -c 'import json,sys; print([j["executable"] for j in map(json.loads, sys.stdin) if j.get("executable")][-1])')
+    | python3 -c 'import json,sys; t=sys.argv[1]; print([j["executable"] for j in map(json.loads, sys.stdin) if j.get("executable") and j["target"]["name"] == t and j["target"]["kind"] == ["test"]][-1])' "$t")
   strip -o "/tmp/$t.stripped" "$exe"
   xz -T2 -c "/tmp/$t.stripped" > ".gpu/tbin/$t.xz"
 done

@@ -5,9 +5,10 @@
 # was printed still comes back):
 # 1. the qwen35_reference binary's first test (the MoE fixture comes first) with every CUDA-only
 #    route off, twice (the first run also fills MLX's JIT cache);
-# 2. the same under compute-sanitizer: memcheck (out-of-bounds and misaligned accesses), then
-#    racecheck (shared-memory hazards, the known failure of pipelined quantized matmul kernels);
-#    each names the kernel;
+# 2. (last, being slowest) the same under compute-sanitizer: memcheck (out-of-bounds and
+#    misaligned accesses) by default, racecheck (shared-memory hazards, the known failure of
+#    pipelined quantized matmul kernels) and initcheck when SAN_TOOLS names them; each names
+#    the kernel;
 # 3. device --check-kernels: gather_qmm in both forms, the plain products at fixture and real
 #    sizes in float32 and bf16, and the expert kernels, each against float64 and repeated for
 #    bitwise equality;
@@ -41,7 +42,6 @@ sanitize() {
 echo "=== compute-sanitizer: ${SAN:-none}"
 echo "=== qwen35_reference, every CUDA-only route off, two runs"
 for i in 1 2; do (cd /tmp; env $OFF timeout 120 /tmp/qwen35_reference $TEST 2>&1 | summary 4); done
-if [ -n "$SAN" ]; then sanitize memcheck 120; sanitize racecheck 120; fi
 echo "=== device --check-kernels"
 timeout 120 $B device --check-kernels 2>&1 | grep -vE "TMA|^Ops|^Kernel"
 echo "=== qwen35_reference with COHORT_MOE_KERNEL=1 (stacking and kernels on)"
@@ -50,10 +50,11 @@ echo "=== qwen35_reference, routes off, MLX_ENABLE_TF32=0"
 (cd /tmp; env $OFF MLX_ENABLE_TF32=0 timeout 60 /tmp/qwen35_reference $TEST 2>&1 | summary 4)
 echo "=== kv_slots with MLX_ENABLE_TF32=0"
 (cd /tmp; MLX_ENABLE_TF32=0 timeout 60 /tmp/kv_slots --test-threads=1 2>&1 | summary 8)
-if [ -n "$SAN" ]; then sanitize initcheck 90; fi
 for t in gdn_kernel moe_router; do
   echo "=== test $t (MLX CUDA)"
-  (cd /tmp; timeout 60 /tmp/$t 2>&1 | grep -vE "TMA|^$" | tail -10)
+  (cd /tmp; MLX_ENABLE_TF32=0 timeout 60 /tmp/$t --test-threads=1 2>&1 | grep -vE "TMA|^$" | tail -10)
 done
+# Sanitizers last: they are the slowest, and a call stops at 600 s (SAN_TOOLS picks them).
+if [ -n "$SAN" ]; then for tool in ${SAN_TOOLS:-memcheck}; do sanitize $tool 120; done; fi
 } 2>&1 | tee $OUT/r28.txt
 save_ptx

@@ -146,8 +146,10 @@ fn check_kernels() -> Result<()> {
         "a recurrence route is off by {worst:.2e} (tolerance {KERNEL_TOLERANCE:e})"
     );
     println!("all recurrence routes within {KERNEL_TOLERANCE:e} of the float64 reference");
-    check_gather(dtype)?;
+    // The expert kernels first: the plain products at the fixtures' sizes come last, since on
+    // MLX CUDA one of them has stalled a run (docs/benchmarks.md).
     check_experts(dtype)?;
+    check_gather(dtype)?;
     if runtime::Backend::detect() == runtime::Backend::Cuda {
         check_fused_front(dtype)?;
         check_router()?;
@@ -236,7 +238,14 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
     ] {
         for dt in checked_dtypes(dtype) {
             let r = check_gather(shape, dt, 3)?;
-            worst = worst.max(scaled_error(r.held_rows.max(r.built_rows), dt));
+            // The model hands the down projection no held rows on CUDA (moe_graph::block):
+            // there the held form is reported, not held to the tolerance.
+            let used = if shape.per_pair && runtime::Backend::is_cuda() {
+                r.built_rows
+            } else {
+                r.held_rows.max(r.built_rows)
+            };
+            worst = worst.max(scaled_error(used, dt));
             unrepeatable += r.unrepeatable;
             println!(
                 "gather_qmm {name} ({dt:?}): relative error with held rows {:.2e}, with built rows {:.2e}; runs differing from the first: {}",
@@ -252,7 +261,7 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
     let narrow = |outputs: [i32; 3]| outputs.map(|o| (o, 8));
     let fixture_products = [narrow([8, 1, 9]).as_slice(), &[(64, 4), (64, 8)]].concat();
     let real_products = [narrow([256, 1, 257]).as_slice(), &[(512, 4), (512, 8)]].concat();
-    for (input, products, tokens) in [(64, fixture_products, [1, 3, 32]), (2048, real_products, [1, 3, 16])] {
+    for (input, products, tokens) in [(2048, real_products, [1, 3, 16]), (64, fixture_products, [1, 3, 32])] {
         for &(output, bits) in &products {
             for tokens in tokens {
                 for dt in checked_dtypes(dtype) {
@@ -260,8 +269,10 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
                     worst = worst.max(scaled_error(r.error, dt));
                     unrepeatable += r.unrepeatable;
                     println!(
-                        "quantized_matmul {tokens} x {input} -> {output}, {bits}-bit g64 ({dt:?}): relative error {:.2e}; runs differing from the first: {}",
-                        r.error, r.unrepeatable
+                        "quantized product {tokens} x {input} -> {output}, {bits}-bit g64 ({dt:?}): relative error {:.2e} (MLX's quantized_matmul alone {:.2e}); runs differing from the first: {}",
+                        r.error,
+                        r.mlx_error.unwrap_or(f64::NAN),
+                        r.unrepeatable
                     );
                 }
             }

@@ -51,6 +51,12 @@ impl Backend {
         }
     }
 
+    /// Whether MLX drives CUDA here, asked once (a step's graph asks it per product).
+    pub fn is_cuda() -> bool {
+        static CUDA: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| Backend::detect() == Backend::Cuda);
+        *CUDA
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Backend::Metal => "metal",

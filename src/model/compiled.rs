@@ -61,8 +61,8 @@ impl Storage {
 /// `x W^T` for a projection given as its input arrays.
 pub fn project(x: &Array, w: &[Array], s: Storage) -> Result<Array> {
     Ok(match s {
-        Storage::Dense => mlx_rs::ops::matmul(x, w[0].t())?,
-        Storage::Quantized(q) => mlx_rs::ops::quantized_matmul(x, &w[0], &w[1], &w[2], true, q.group_size, q.bits)?,
+        Storage::Dense => super::product::dense(x, &w[0])?,
+        Storage::Quantized(q) => super::product::quantized(x, &w[0], &w[1], &w[2], q.group_size, q.bits)?,
         Storage::Folded => anyhow::bail!("a folded projection has no product of its own"),
     })
 }
@@ -152,19 +152,30 @@ impl Switch {
     }
 
     pub fn enabled(&self) -> bool {
+        matches!(self.decided(), 1 | 3 | 5)
+    }
+
+    /// On because a test, a benchmark or the environment asked for it, not by default: a route
+    /// that pays only for some block sizes then serves every size it can.
+    pub fn forced_on(&self) -> bool {
+        matches!(self.decided(), 1 | 3)
+    }
+
+    /// 1 / 2: forced on / off by `set`; 3 / 4: on / off from the environment; 5 / 6: the
+    /// default. Decided once, so a step reads no environment.
+    fn decided(&self) -> u8 {
         match self.state.load(Ordering::Relaxed) {
-            1 | 3 => true,
-            2 | 4 => false,
-            _ => {
-                // Decided once (3: on, 4: off), so a step reads no environment.
-                let on = match std::env::var(self.env).as_deref() {
-                    Ok("1") => true,
-                    Ok("0") => false,
-                    _ => self.on_cuda && Backend::detect() == Backend::Cuda,
+            0 => {
+                let state = match std::env::var(self.env).as_deref() {
+                    Ok("1") => 3,
+                    Ok("0") => 4,
+                    _ if self.on_cuda && Backend::detect() == Backend::Cuda => 5,
+                    _ => 6,
                 };
-                let _ = self.state.compare_exchange(0, if on { 3 } else { 4 }, Ordering::Relaxed, Ordering::Relaxed);
-                on
+                let _ = self.state.compare_exchange(0, state, Ordering::Relaxed, Ordering::Relaxed);
+                self.state.load(Ordering::Relaxed)
             }
+            state => state,
         }
     }
 }

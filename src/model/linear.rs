@@ -189,9 +189,9 @@ impl Linear {
 
     fn forward_batched(&self, x: &Array) -> Result<Array> {
         Ok(match self {
-            Linear::Dense { weight } | Linear::CpuPacked { dense: weight, .. } => mlx_rs::ops::matmul(x, weight.t())?,
+            Linear::Dense { weight } | Linear::CpuPacked { dense: weight, .. } => super::product::dense(x, weight)?,
             Linear::Quantized { weight, scales, biases, spec } => {
-                mlx_rs::ops::quantized_matmul(x, weight, scales, biases, true, spec.group_size, spec.bits)?
+                super::product::quantized(x, weight, scales, biases, spec.group_size, spec.bits)?
             }
         })
     }

@@ -29,6 +29,7 @@ pub mod moe_graph;
 pub mod moe_router;
 pub mod norm;
 pub mod ops;
+pub mod product;
 pub mod qwen3_5;
 pub mod rope_cpu;
 pub mod sanitize;

@@ -43,7 +43,12 @@ pub struct GatherReport {
 /// from the first.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct QmmReport {
+    /// The product as the model takes it ([`crate::model::product::quantized`]).
     pub error: f64,
+    /// A plain product's error with MLX's `quantized_matmul` alone, which the model's route
+    /// avoids where it is known wrong.
+    pub mlx_error: Option<f64>,
+    /// Of `REPEATS` more runs of the model's route, how many differ bitwise from the first.
     pub unrepeatable: usize,
 }
 
@@ -135,8 +140,13 @@ pub fn check_qmm(
         .flat_map(|t| (0..output).map(move |o| (t, o)))
         .map(|(t, o)| (0..input).map(|i| xs[(t * input + i) as usize] as f64 * dequantized.at(o, i)).sum())
         .collect();
-    let product = || Ok(mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, group, bits)?);
-    Ok(QmmReport { error: relative_error(&host_f32(&product()?)?, &want), unrepeatable: unrepeatable(product)? })
+    let product = || crate::model::product::quantized(&x, &packed, &scales, &biases, group, bits);
+    let mlx = mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, group, bits)?;
+    Ok(QmmReport {
+        error: relative_error(&host_f32(&product()?)?, &want),
+        mlx_error: Some(relative_error(&host_f32(&mlx)?, &want)),
+        unrepeatable: unrepeatable(product)?,
+    })
 }
 
 /// Rows of a quantized matrix (any leading axes flattened into rows), read on the host.
@@ -323,10 +333,15 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
         ExpertsRoute::Kernel => super::moe_experts::apply(&x, &ids_array, &scores, &gate, &weights),
         ExpertsRoute::Ops => experts_by_ops(&x, &ids_array, &scores, &gate, &weights),
     };
-    Ok(QmmReport { error: relative_error(&host_f32(&product()?)?, &want), unrepeatable: unrepeatable(product)? })
+    Ok(QmmReport {
+        error: relative_error(&host_f32(&product()?)?, &want),
+        mlx_error: None,
+        unrepeatable: unrepeatable(product)?,
+    })
 }
 
-/// The same block with MLX's products: [N, 1, 1, H] rows gathered per expert, SwiGLU, the
+/// The same block with MLX's products (the plain ones through the model's own route): [N, 1, 1,
+/// H] rows gathered per expert, SwiGLU, the
 /// [N, K, 1, I] rows gathered again for the down product, then the weighted sums.
 fn experts_by_ops(
     x: &Array,
@@ -335,7 +350,8 @@ fn experts_by_ops(
     gate: &Array,
     w: &super::moe_experts::ExpertWeights,
 ) -> Result<Array> {
-    use mlx_rs::ops::{gather_qmm, quantized_matmul};
+    use crate::model::product::quantized;
+    use mlx_rs::ops::gather_qmm;
     let (g, b) = (w.spec.group_size, w.spec.bits);
     let swiglu = |both: Array| -> Result<Array> {
         let half = both.shape().last().copied().unwrap_or(0) / 2;
@@ -349,7 +365,7 @@ fn experts_by_ops(
     let routed = routed.multiply(scores.expand_dims(-1)?.as_dtype(routed.dtype())?)?.sum_axis(-2, None)?;
     let [sw, ss, sb] = &w.shared_gate_up;
     let [tw, ts, tb] = &w.shared_down;
-    let shared = quantized_matmul(&swiglu(quantized_matmul(x, sw, ss, sb, true, g, b)?)?, tw, ts, tb, true, g, b)?;
+    let shared = quantized(&swiglu(quantized(x, sw, ss, sb, g, b)?)?, tw, ts, tb, g, b)?;
     let width = gate.shape()[1];
     let weight = mlx_rs::ops::sigmoid(super::ops::slice_axis(gate, 1, width - 1, width)?)?;
     Ok(routed.add(shared.multiply(weight)?)?)

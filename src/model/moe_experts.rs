@@ -29,9 +29,10 @@ const DOWN_INPUTS: [&str; 10] = ["act", "ids", "scores", "gate", "d_w", "d_s", "
 /// Warps (one output channel each) in a thread block.
 const WARPS: i32 = 8;
 
-static SWITCH: Switch = Switch::off_by_default("COHORT_MOE_KERNEL");
+/// On by default where MLX drives CUDA, for the block sizes they pay at ([`serves`]).
+static SWITCH: Switch = Switch::new("COHORT_MOE_KERNEL");
 
-/// Force the kernels on or off (`None`: back to the default, off).
+/// Force the kernels on (for every block that fits) or off (`None`: back to the default).
 pub fn set_enabled(on: Option<bool>) {
     SWITCH.set(on);
 }
@@ -39,9 +40,21 @@ pub fn set_enabled(on: Option<bool>) {
 /// On only where MLX drives CUDA: the kernels have no other backend, so the switch cannot send
 /// a CPU or Metal run into a launch that fails.
 pub fn enabled() -> bool {
-    static CUDA: std::sync::LazyLock<bool> =
-        std::sync::LazyLock::new(|| crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda);
-    SWITCH.enabled() && *CUDA
+    SWITCH.enabled() && crate::engine::runtime::Backend::is_cuda()
+}
+
+/// The most tokens a block may have for the kernels to take it by default. They read each
+/// (token, expert) pair's weights once, as MLX's `gather_qmm` does for a pair or two, so they win
+/// where the block is one token (a B1 step: 9.63 -> 6.97 ms on the H200, docs/benchmarks.md);
+/// at 8 and 16 tokens MLX's batched expert products are faster (B8 verify 33.1 vs 38.6 ms), and
+/// two tokens (the solo path's verify) read as many pairs as one token's twice.
+pub const PAYING_TOKENS: i32 = 2;
+
+/// Whether the kernels take a block of `n` tokens with `k` experts each: by default only blocks
+/// of at most [`PAYING_TOKENS`]; forced on (`COHORT_MOE_KERNEL=1`, tests, benchmarks), every
+/// block that fits.
+pub fn serves(n: i32, k: i32) -> bool {
+    fits(n, k) && (n <= PAYING_TOKENS || SWITCH.forced_on())
 }
 
 /// Tokens one launch takes at most (larger blocks are prefill chunks, which gain little).
