@@ -569,7 +569,12 @@ fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&str, 
     model.mtp_forward(&hidden, &x0, &mut rows.iter_mut().collect::<Vec<_>>())?;
     let slots = kv_slots::pack(&mut rows)?;
     kv_slots::eval_with(&slots, [])?;
-    progress("B8 rows prefilled and packed", t_rows.elapsed().as_secs_f64());
+    // One untimed step of all eight rows, so their recurrent states sit in one batch as in a
+    // cohort past its first cycle (model/gdn_batch.rs), not in the prefills' eight.
+    let mut refs: Vec<_> = rows.iter_mut().collect();
+    model.forward(&x0, &mut refs, Logits::Last, false)?;
+    kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()))?;
+    progress("B8 rows prefilled, packed and stepped once", t_rows.elapsed().as_secs_f64());
     for i in 0..args.iters + 2 {
         let before = rows.clone();
         let mut refs: Vec<_> = rows.iter_mut().collect();

@@ -15,7 +15,7 @@ use mlx_rs::Array;
 
 use super::row::{RowEvent, RowRun};
 use super::sampler::{Decision, Dist, decide, distributions};
-use crate::model::cache::{GdnState, LayerState, RowCache};
+use crate::model::cache::{LayerState, RowCache};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::gated_delta::PositionStates;
 use crate::model::ops::slice_axis;
@@ -179,8 +179,7 @@ fn ar_step(
 pub fn restore_from_capture(row: &mut RowCache, captures: &[Option<PositionStates>], position: usize, b: usize) {
     for (layer, cap) in row.layers.iter_mut().zip(captures) {
         if let (LayerState::Linear(state), Some(cap)) = (layer, cap) {
-            let GdnState { conv, ssm } = cap[position][b].clone();
-            *state = GdnState { conv, ssm };
+            *state = cap[position][b].clone();
         }
     }
 }

@@ -165,6 +165,9 @@ pub struct GdnState {
     pub conv: Option<Array>,
     /// The recurrent state, [1, Hv, Dv, Dk], float32.
     pub ssm: Option<Array>,
+    /// Where `conv` and `ssm` sit in the batch that made them, when a batch did: the next batch
+    /// of the same rows in the same order reads them whole ([`super::gdn_batch`]).
+    pub packed: Option<super::gdn_batch::PackedAt>,
 }
 
 /// One layer's state in one row.

@@ -9,7 +9,7 @@
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
-use super::cache::{GdnState, gather_rows, row};
+use super::cache::{GdnState, gather_rows};
 use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
 use super::config::{QuantSpec, Qwen35Config};
 use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
@@ -100,10 +100,17 @@ impl GatedDeltaNet {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (hk, dk, hv, dv, k) = (self.key_heads, self.key_dim, self.value_heads, self.value_dim, self.kernel);
         let conv_dim = 2 * hk * dk + hv * dv;
-        let tails: Vec<Option<&Array>> = states.iter().map(|s| s.conv.as_ref()).collect();
-        let tail = gather_rows(&tails, &[1, k - 1, conv_dim], x.dtype())?;
-        let ssms: Vec<Option<&Array>> = states.iter().map(|s| s.ssm.as_ref()).collect();
-        let state = gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?;
+        let (tail, state) = match super::gdn_batch::whole(states, k)? {
+            Some(whole) => whole,
+            None => {
+                let tails: Vec<Option<&Array>> = states.iter().map(|s| s.conv.as_ref()).collect();
+                let ssms: Vec<Option<&Array>> = states.iter().map(|s| s.ssm.as_ref()).collect();
+                (
+                    gather_rows(&tails, &[1, k - 1, conv_dim], x.dtype())?,
+                    gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?,
+                )
+            }
+        };
 
         let plan = self.plan(capture);
         let serves = compiled::serves(compiled_enabled(), b * t);
@@ -126,29 +133,22 @@ impl GatedDeltaNet {
         let [out, conv_in, state, per_position] = <[Array; 4]>::try_from(mixed)
             .map_err(|v| anyhow::anyhow!("the Gated DeltaNet mixer returned {} arrays, not 4", v.len()))?;
 
-        // Hand each row its new state back.
-        let total = conv_in.shape()[1];
-        let new_tail = slice_axis(&conv_in, 1, total - (k - 1), total)?;
-        for (i, s) in states.iter_mut().enumerate() {
-            let i = i as i32;
-            s.conv = Some(row(&new_tail, i)?);
-            s.ssm = Some(row(&state, i)?);
-        }
-        let positions = if capture {
-            let mut per_pos = Vec::with_capacity(t as usize);
-            for p in 0..t {
-                let st = slice_axis(&per_position, 1, p, p + 1)?.squeeze_axes(&[1])?;
-                let end = p + 1 + (k - 1); // conv_in rows up to and including position p
-                let tail_p = slice_axis(&conv_in, 1, end - (k - 1), end)?;
-                let rows = (0..b)
-                    .map(|i| Ok(GdnState { conv: Some(row(&tail_p, i)?), ssm: Some(row(&st, i)?) }))
-                    .collect::<Result<Vec<_>>>()?;
-                per_pos.push(rows);
+        // Hand each row its new state back. After a verify that is the capture's last position
+        // (the same values as the final state), so rows that keep every position and rows put
+        // back to an earlier one still share one batch (gdn_batch::whole).
+        let positions = if capture { Some(super::gdn_batch::after_verify(&conv_in, &per_position, k)?) } else { None };
+        let new = match positions.as_ref().and_then(|p| p.last()) {
+            Some(last) => last.clone(),
+            None => {
+                let total = conv_in.shape()[1];
+                super::gdn_batch::after_step(&slice_axis(&conv_in, 1, total - (k - 1), total)?, &state)?
             }
-            Some(per_pos)
-        } else {
-            None
         };
+        anyhow::ensure!(new.len() == states.len(), "the mixer returned {} rows' states for {} rows", new.len(), b);
+        for (s, new) in states.iter_mut().zip(new) {
+            **s = new;
+        }
+        debug_assert!(positions.as_ref().is_none_or(|p| p.len() == t as usize));
         Ok((out, positions))
     }
 

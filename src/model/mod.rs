@@ -11,6 +11,7 @@ pub mod cpu_qmm;
 pub mod cuda_kernel;
 pub mod forward;
 pub mod gated_delta;
+pub mod gdn_batch;
 pub mod gdn_check;
 pub mod gdn_kernel;
 pub mod gguf;

@@ -1,0 +1,195 @@
+//! A batch of rows' Gated DeltaNet states, kept whole between steps.
+//!
+//! Every row owns its state, so a batched mixer call used to stack the rows' states
+//! (`concatenate`) and hand each row a slice of the results. On MLX's CUDA backend a
+//! concatenate of 8 rows launches a copy per row: 30 mixers x 2 states made 480 copy kernels a
+//! B8 verify (1.4 ms of device time and several ms of the host's, docs/benchmarks.md). Each
+//! row's state now also records where it sits in the batch's arrays ([`PackedAt`]). When the
+//! next call's rows are that batch's rows in the same order, the mixer reads the batch's arrays
+//! whole: as they are after a step; after a verify, at the position each row kept (a view when
+//! every row kept the same one, one gather otherwise). The values are the rows' own, so the
+//! result is the same bit for bit.
+
+use std::rc::Rc;
+
+use anyhow::Result;
+use mlx_rs::Array;
+
+use super::cache::{GdnState, row};
+use super::ops::slice_axis;
+
+/// The arrays one batched mixer call left for its rows.
+pub struct Batch {
+    /// After a step: the tails [B, K-1, C]. After a verify with capture: the convolution's
+    /// whole input [B, K-1+T, C], whose rows p+1 .. p+K-1 are the tail after position p.
+    conv: Array,
+    /// After a step: the states [B, Hv, Dv, Dk]. With capture: [B, T, Hv, Dv, Dk].
+    ssm: Array,
+    rows: i32,
+    captured: bool,
+}
+
+/// A row's place in a [`Batch`]: its index, and after a verify the position it kept.
+#[derive(Clone)]
+pub struct PackedAt {
+    batch: Rc<Batch>,
+    row: i32,
+    position: Option<i32>,
+}
+
+/// Each row's state after a step: `tails` [B, K-1, C], `states` [B, Hv, Dv, Dk].
+pub fn after_step(tails: &Array, states: &Array) -> Result<Vec<GdnState>> {
+    let rows = states.shape()[0];
+    let batch = Rc::new(Batch { conv: tails.clone(), ssm: states.clone(), rows, captured: false });
+    (0..rows)
+        .map(|i| {
+            Ok(GdnState {
+                conv: Some(row(tails, i)?),
+                ssm: Some(row(states, i)?),
+                packed: Some(PackedAt { batch: batch.clone(), row: i, position: None }),
+            })
+        })
+        .collect()
+}
+
+/// Each row's state after each position of a verify: `conv_in` [B, K-1+T, C] and
+/// `per_position` [B, T, Hv, Dv, Dk]; the result is indexed [position][row].
+pub fn after_verify(conv_in: &Array, per_position: &Array, kernel: i32) -> Result<Vec<Vec<GdnState>>> {
+    let (rows, steps) = (per_position.shape()[0], per_position.shape()[1]);
+    let batch = Rc::new(Batch { conv: conv_in.clone(), ssm: per_position.clone(), rows, captured: true });
+    (0..steps)
+        .map(|p| {
+            let state = slice_axis(per_position, 1, p, p + 1)?.squeeze_axes(&[1])?;
+            let tail = slice_axis(conv_in, 1, p + 1, p + kernel)?;
+            (0..rows)
+                .map(|i| {
+                    Ok(GdnState {
+                        conv: Some(row(&tail, i)?),
+                        ssm: Some(row(&state, i)?),
+                        packed: Some(PackedAt { batch: batch.clone(), row: i, position: Some(p) }),
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Whether batches are read whole: on unless `COHORT_GDN_BATCH=0`, which a benchmark sets to
+/// time stacking row by row beside it.
+fn enabled() -> bool {
+    static ON: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| std::env::var("COHORT_GDN_BATCH").as_deref() != Ok("0"));
+    *ON
+}
+
+/// The rows' tails [B, K-1, C] and states [B, Hv, Dv, Dk] read whole from the batch they all
+/// come from, in order; `None` when they do not (then the caller stacks them row by row).
+pub fn whole(states: &[&mut GdnState], kernel: i32) -> Result<Option<(Array, Array)>> {
+    if !enabled() {
+        return Ok(None);
+    }
+    let Some(first) = states.first().and_then(|s| s.packed.as_ref()) else {
+        return Ok(None);
+    };
+    let batch = &first.batch;
+    if states.len() < 2 || batch.rows != states.len() as i32 {
+        return Ok(None);
+    }
+    let mut positions = Vec::with_capacity(states.len());
+    for (i, s) in states.iter().enumerate() {
+        match &s.packed {
+            Some(at) if Rc::ptr_eq(&at.batch, batch) && at.row == i as i32 => positions.push(at.position),
+            _ => return Ok(None),
+        }
+    }
+    if !batch.captured {
+        return Ok(Some((batch.conv.clone(), batch.ssm.clone())));
+    }
+    let Some(kept) = positions.iter().copied().collect::<Option<Vec<i32>>>() else {
+        return Ok(None);
+    };
+    if kept.iter().all(|&p| p == kept[0]) {
+        let p = kept[0];
+        let tail = slice_axis(&batch.conv, 1, p + 1, p + kernel)?;
+        let state = slice_axis(&batch.ssm, 1, p, p + 1)?.squeeze_axes(&[1])?;
+        return Ok(Some((tail, state)));
+    }
+    // Rows kept different positions: one gather per array picks each row's.
+    let rows = batch.rows;
+    let taps = kernel - 1;
+    let tail_rows: Vec<i32> = kept.iter().flat_map(|&p| (0..taps).map(move |j| p + 1 + j)).collect();
+    let tail = batch.conv.take_along_axis(Array::from_slice(&tail_rows, &[rows, taps, 1]), 1)?;
+    let state = batch.ssm.take_along_axis(Array::from_slice(&kept, &[rows, 1, 1, 1, 1]), 1)?.squeeze_axes(&[1])?;
+    Ok(Some((tail, state)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::cache::gather_rows;
+
+    fn host(a: &Array) -> Vec<f32> {
+        crate::model::ops::host_f32(a).unwrap()
+    }
+
+    /// What the rows' own arrays give stacked one by one (the route `whole` replaces).
+    fn stacked(states: &[&mut GdnState]) -> (Vec<f32>, Vec<f32>) {
+        let tails: Vec<Option<&Array>> = states.iter().map(|s| s.conv.as_ref()).collect();
+        let ssms: Vec<Option<&Array>> = states.iter().map(|s| s.ssm.as_ref()).collect();
+        let (t, s) = (
+            gather_rows(&tails, &[1], mlx_rs::Dtype::Float32).unwrap(),
+            gather_rows(&ssms, &[1], mlx_rs::Dtype::Float32).unwrap(),
+        );
+        (host(&t), host(&s))
+    }
+
+    fn check(states: &mut [GdnState], expect_whole: bool) {
+        let refs: Vec<&mut GdnState> = states.iter_mut().collect();
+        let got = whole(&refs, 4).unwrap();
+        assert_eq!(got.is_some(), expect_whole);
+        if let Some((tail, state)) = got {
+            let (want_tail, want_state) = stacked(&refs);
+            assert_eq!(host(&tail), want_tail, "tails");
+            assert_eq!(host(&state), want_state, "states");
+        }
+    }
+
+    #[test]
+    fn a_batch_is_read_whole_only_by_its_own_rows_in_order() {
+        let (rows, taps, c) = (3, 3, 5);
+        let tails = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, taps, c], None).unwrap();
+        let ssm = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, 2, 4, 4], None).unwrap();
+        let mut states = after_step(&tails, &ssm).unwrap();
+        check(&mut states, true);
+        // Another order, a subset, or a row from elsewhere: stacked row by row.
+        states.swap(0, 1);
+        check(&mut states, false);
+        states.swap(0, 1);
+        check(&mut states[..2], false);
+        states[2].packed = None;
+        check(&mut states, false);
+    }
+
+    #[test]
+    fn after_a_verify_each_row_reads_the_position_it_kept() {
+        let (rows, steps, kernel, c) = (4, 2, 4, 3);
+        let conv_in = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, kernel - 1 + steps, c], None).unwrap();
+        let per_position = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, steps, 2, 3, 3], None).unwrap();
+        let captured = after_verify(&conv_in, &per_position, kernel).unwrap();
+        assert_eq!((captured.len(), captured[0].len()), (steps as usize, rows as usize));
+        // Every row at the last position, every row at the first, and mixed.
+        for kept in [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 1], [0, 1, 1, 1]] {
+            let mut states: Vec<GdnState> = kept.iter().enumerate().map(|(b, &p)| captured[p][b].clone()).collect();
+            check(&mut states, true);
+        }
+        // Rows of a step batch mixed with the verify's: stacked row by row.
+        let mut states: Vec<GdnState> = (0..rows as usize).map(|b| captured[1][b].clone()).collect();
+        let other = after_step(
+            &mlx_rs::ops::zeros::<f32>(&[rows, kernel - 1, c]).unwrap(),
+            &mlx_rs::ops::zeros::<f32>(&[rows, 2, 3, 3]).unwrap(),
+        )
+        .unwrap();
+        states[3] = other[3].clone();
+        check(&mut states, false);
+    }
+}
