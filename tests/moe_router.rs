@@ -71,6 +71,22 @@ fn the_expert_kernels_match_the_reference() {
     }
 }
 
+/// A two-layer model at the real geometry with random weights, in `dtype`.
+fn two_layer_model(dtype: Dtype, seed: u64) -> cohort::model::qwen3_5::Qwen35Model {
+    use cohort::model::synth;
+    let cfg = synth::geometry("qwen36-35b-a3b", Some(2), Some(512)).unwrap();
+    let mut weights = synth::make_weights(&cfg, dtype, seed).unwrap();
+    cohort::model::qwen3_5::Qwen35Model::from_weights(cfg, &mut weights, dtype).unwrap()
+}
+
+/// `f` with the expert kernels forced on or off, then back to the default.
+fn with_expert_kernels<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    cohort::model::moe_experts::set_enabled(Some(on));
+    let out = f();
+    cohort::model::moe_experts::set_enabled(None);
+    out
+}
+
 /// The expert kernels inside the model, against the ops route they replace: a two-layer model at
 /// the real geometry (random weights, float32 activations), a 100-token prefill (the plain
 /// route) and a one-token step (the compiled block), each way; the logits must agree. This
@@ -79,21 +95,19 @@ fn the_expert_kernels_match_the_reference() {
 #[test]
 fn the_expert_kernels_give_the_ops_routes_logits_in_the_model() {
     use cohort::model::forward::{LanguageModel, Logits};
-    use cohort::model::{moe_experts, qwen3_5::Qwen35Model, synth};
     if !cuda_here("the expert kernels") {
         return;
     }
-    let cfg = synth::geometry("qwen36-35b-a3b", Some(2), Some(512)).unwrap();
-    let mut weights = synth::make_weights(&cfg, Dtype::Float32, 3).unwrap();
-    let model = Qwen35Model::from_weights(cfg, &mut weights, Dtype::Float32).unwrap();
+    let model = two_layer_model(Dtype::Float32, 3);
     let prompt: Vec<u32> = (0..100).map(|i| (i * 37 + 5) % 512).collect();
     let run = |kernels: bool| -> Vec<Vec<f32>> {
-        moe_experts::set_enabled(Some(kernels));
-        let mut row = model.new_row();
-        let (_, prefill_logits, _) = model.prefill(&mut row, &prompt, 100, false).unwrap();
-        let step = model.forward(&mlx_rs::Array::from_slice(&[7i32], &[1, 1]), &mut [&mut row], Logits::Last, false);
-        moe_experts::set_enabled(None);
-        vec![common::to_f32(&prefill_logits), common::to_f32(step.unwrap().logits.as_ref().unwrap())]
+        with_expert_kernels(kernels, || {
+            let mut row = model.new_row();
+            let (_, prefill_logits, _) = model.prefill(&mut row, &prompt, 100, false).unwrap();
+            let step =
+                model.forward(&mlx_rs::Array::from_slice(&[7i32], &[1, 1]), &mut [&mut row], Logits::Last, false);
+            vec![common::to_f32(&prefill_logits), common::to_f32(step.unwrap().logits.as_ref().unwrap())]
+        })
     };
     let (kernels, ops) = (run(true), run(false));
     for (what, (k, o)) in ["prefill", "step"].iter().zip(kernels.iter().zip(&ops)) {
@@ -110,22 +124,19 @@ fn the_expert_kernels_give_the_ops_routes_logits_in_the_model() {
 #[test]
 fn the_ops_route_gives_the_expert_kernels_logits_for_a_verify_sized_block_in_bf16() {
     use cohort::model::forward::{LanguageModel, Logits};
-    use cohort::model::{moe_experts, qwen3_5::Qwen35Model, synth};
     if !cuda_here("the expert kernels") {
         return;
     }
-    let cfg = synth::geometry("qwen36-35b-a3b", Some(2), Some(512)).unwrap();
-    let mut weights = synth::make_weights(&cfg, Dtype::Bfloat16, 5).unwrap();
-    let model = Qwen35Model::from_weights(cfg, &mut weights, Dtype::Bfloat16).unwrap();
+    let model = two_layer_model(Dtype::Bfloat16, 5);
     let prompt: Vec<u32> = (0..40).map(|i| (i * 29 + 3) % 512).collect();
     let block: Vec<i32> = (0..16).map(|i| (i * 53 + 11) % 512).collect();
     let run = |kernels: bool| -> Vec<f32> {
-        moe_experts::set_enabled(Some(kernels));
-        let mut row = model.new_row();
-        model.prefill(&mut row, &prompt, 40, false).unwrap();
-        let out = model.forward(&mlx_rs::Array::from_slice(&block, &[1, 16]), &mut [&mut row], Logits::All, false);
-        moe_experts::set_enabled(None);
-        common::to_f32(out.unwrap().logits.as_ref().unwrap())
+        with_expert_kernels(kernels, || {
+            let mut row = model.new_row();
+            model.prefill(&mut row, &prompt, 40, false).unwrap();
+            let out = model.forward(&mlx_rs::Array::from_slice(&block, &[1, 16]), &mut [&mut row], Logits::All, false);
+            common::to_f32(out.unwrap().logits.as_ref().unwrap())
+        })
     };
     let (kernels, ops) = (run(true), run(false));
     let err = common::max_rel_err(&kernels, &ops);

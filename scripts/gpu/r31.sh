@@ -14,21 +14,12 @@
 # Calls: the two wheel calls, then this (carry .gpu/bin .gpu/tbin .gpu/ptx).
 set -u
 . scripts/gpu/wheel.sh
-mkdir -p /work && ln -sfn $PWD /work/main
-export COHORT_REQUIRE_CUDA=1
-for t in qwen35_reference gdn_kernel moe_router; do
-  [ -f .gpu/tbin/$t.xz ] && xz -dc .gpu/tbin/$t.xz > /tmp/$t && chmod +x /tmp/$t
-done
-summary() { grep -E "^test |panicked|differ|rror|test result" | grep -v backtrace | head -${1:-12}; }
+. scripts/gpu/test_bins.sh
 {
 echo "=== device --check-kernels"
 timeout 150 $B device --check-kernels 2>&1 | grep -vE "TMA|^Ops|^Kernel"
-echo "=== qwen35_reference (every fixture against mlx-lm), TF32 off"
-(cd /tmp; MLX_ENABLE_TF32=0 timeout 90 /tmp/qwen35_reference --test-threads=1 2>&1 | summary 12)
-for t in moe_router gdn_kernel; do
-  echo "=== test $t, TF32 off"
-  (cd /tmp; MLX_ENABLE_TF32=0 timeout 70 /tmp/$t --test-threads=1 2>&1 | summary 12)
-done
+cuda_test qwen35_reference 90
+for t in moe_router gdn_kernel; do cuda_test $t 70; done
 for f in 1 0; do
   echo "=== full figures, COHORT_FLAT_PRODUCTS=$f"
   COHORT_FLAT_PRODUCTS=$f timeout 130 $B bench-step --synthetic qwen36-35b-a3b --gdn-routes kernel --prefill 512 \

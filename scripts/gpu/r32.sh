@@ -13,12 +13,7 @@
 # Here first: bash scripts/gpu/prepare.sh qwen35_reference gdn_kernel moe_router
 set -u
 . scripts/gpu/wheel.sh
-mkdir -p /work && ln -sfn $PWD /work/main
-export COHORT_REQUIRE_CUDA=1
-for t in qwen35_reference gdn_kernel moe_router; do
-  [ -f .gpu/tbin/$t.xz ] && xz -dc .gpu/tbin/$t.xz > /tmp/$t && chmod +x /tmp/$t
-done
-summary() { grep -E "^test |panicked|differ|rror|test result" | grep -v backtrace | head -${1:-12}; }
+. scripts/gpu/test_bins.sh
 figures() {
   echo "=== full figures, $*"
   env "$@" timeout 120 $B bench-step --synthetic qwen36-35b-a3b --gdn-routes kernel --prefill 512 \
@@ -31,10 +26,7 @@ figures COHORT_FLAT_PRODUCTS=0
 figures COHORT_DEFAULTS=1
 echo "=== device --check-kernels"
 timeout 150 $B device --check-kernels 2>&1 | grep -vE "TMA|^Ops|^Kernel"
-for t in qwen35_reference moe_router gdn_kernel; do
-  echo "=== test $t, one at a time, TF32 off"
-  (cd /tmp; MLX_ENABLE_TF32=0 timeout 90 /tmp/$t --test-threads=1 2>&1 | summary 12)
-done
+for t in qwen35_reference moe_router gdn_kernel; do cuda_test $t 90; done
 } 2>&1 | tee $OUT/r32.txt
 STEPS="verify" bash scripts/gpu/r29.sh 2>&1 | grep -v "^=== ncu" | head -40
 save_ptx

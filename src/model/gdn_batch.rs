@@ -26,10 +26,19 @@ pub struct Batch {
     /// After a step: the states [B, Hv, Dv, Dk]. With capture: [B, T, Hv, Dv, Dk].
     ssm: Array,
     rows: i32,
-    captured: bool,
 }
 
-/// A row's place in a [`Batch`]: its index, and after a verify the position it kept.
+impl Batch {
+    /// Every row's tail [B, K-1, C] and state [B, Hv, Dv, Dk] after position `p` of a verify.
+    fn at(&self, p: i32, kernel: i32) -> Result<(Array, Array)> {
+        let tail = slice_axis(&self.conv, 1, p + 1, p + kernel)?;
+        let state = slice_axis(&self.ssm, 1, p, p + 1)?.squeeze_axes(&[1])?;
+        Ok((tail, state))
+    }
+}
+
+/// A row's place in a [`Batch`]: its index, and after a verify the position it kept (`None`
+/// for every row of a step's batch, `Some` for every row of a verify's).
 #[derive(Clone)]
 pub struct PackedAt {
     batch: Rc<Batch>,
@@ -40,7 +49,7 @@ pub struct PackedAt {
 /// Each row's state after a step: `tails` [B, K-1, C], `states` [B, Hv, Dv, Dk].
 pub fn after_step(tails: &Array, states: &Array) -> Result<Vec<GdnState>> {
     let rows = states.shape()[0];
-    let batch = Rc::new(Batch { conv: tails.clone(), ssm: states.clone(), rows, captured: false });
+    let batch = Rc::new(Batch { conv: tails.clone(), ssm: states.clone(), rows });
     (0..rows)
         .map(|i| {
             Ok(GdnState {
@@ -56,11 +65,10 @@ pub fn after_step(tails: &Array, states: &Array) -> Result<Vec<GdnState>> {
 /// `per_position` [B, T, Hv, Dv, Dk]; the result is indexed [position][row].
 pub fn after_verify(conv_in: &Array, per_position: &Array, kernel: i32) -> Result<Vec<Vec<GdnState>>> {
     let (rows, steps) = (per_position.shape()[0], per_position.shape()[1]);
-    let batch = Rc::new(Batch { conv: conv_in.clone(), ssm: per_position.clone(), rows, captured: true });
+    let batch = Rc::new(Batch { conv: conv_in.clone(), ssm: per_position.clone(), rows });
     (0..steps)
         .map(|p| {
-            let state = slice_axis(per_position, 1, p, p + 1)?.squeeze_axes(&[1])?;
-            let tail = slice_axis(conv_in, 1, p + 1, p + kernel)?;
+            let (tail, state) = batch.at(p, kernel)?;
             (0..rows)
                 .map(|i| {
                     Ok(GdnState {
@@ -95,24 +103,19 @@ pub fn whole(states: &[&mut GdnState], kernel: i32) -> Result<Option<(Array, Arr
     if states.len() < 2 || batch.rows != states.len() as i32 {
         return Ok(None);
     }
-    let mut positions = Vec::with_capacity(states.len());
+    let mut kept = Vec::with_capacity(states.len());
     for (i, s) in states.iter().enumerate() {
         match &s.packed {
-            Some(at) if Rc::ptr_eq(&at.batch, batch) && at.row == i as i32 => positions.push(at.position),
+            Some(at) if Rc::ptr_eq(&at.batch, batch) && at.row == i as i32 => kept.extend(at.position),
             _ => return Ok(None),
         }
     }
-    if !batch.captured {
+    // A step's batch holds no positions: its arrays are the rows' states as they are.
+    if kept.is_empty() {
         return Ok(Some((batch.conv.clone(), batch.ssm.clone())));
     }
-    let Some(kept) = positions.iter().copied().collect::<Option<Vec<i32>>>() else {
-        return Ok(None);
-    };
     if kept.iter().all(|&p| p == kept[0]) {
-        let p = kept[0];
-        let tail = slice_axis(&batch.conv, 1, p + 1, p + kernel)?;
-        let state = slice_axis(&batch.ssm, 1, p, p + 1)?.squeeze_axes(&[1])?;
-        return Ok(Some((tail, state)));
+        return batch.at(kept[0], kernel).map(Some);
     }
     // Rows kept different positions: one gather per array picks each row's.
     let rows = batch.rows;
