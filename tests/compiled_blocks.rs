@@ -14,12 +14,12 @@ use cohort::engine::request::{Prompt, Request};
 use cohort::engine::row::CancelFlag;
 use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::solo::{GenerationMode, run_solo};
-use cohort::model::compiled::{GraphKey, compiled_here};
+use cohort::model::compiled::{GraphKey, Storage, compiled_here};
 use cohort::model::forward::LanguageModel;
 use cohort::model::moe_graph::Stacking;
 use cohort::model::qwen3_5::Qwen35Model;
 use cohort::model::tokenizer::TextTokenizer;
-use cohort::model::{gated_delta, linear, moe_graph};
+use cohort::model::{gated_delta, linear, moe_graph, product};
 use common::*;
 use mlx_rs::Dtype;
 
@@ -40,6 +40,17 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
         linear::set_stacked(Some(stacked));
         // The others with gather_qmm building its own rows (bench-step's `--moe-rows built`).
         moe_graph::set_built_rows(!stacked);
+        // The quantized fixtures with one of CUDA's load layouts forced (src/model/product.rs):
+        // odd widths padded with zero rows (1), narrow products with a dense copy (2); the float
+        // ones have nothing to lay out (0).
+        let layout = match name {
+            "qwen35_moe_4bit" | "qwen35_dense_8bit" => 1,
+            "qwen3_next_4bit" => 2,
+            _ => 0,
+        };
+        product::set_padded(Some(layout == 1));
+        product::set_dense(Some(layout == 2));
+        let before = compiled_here();
         let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let refs = reference(name);
         for (pname, p) in refs["prompts"].as_object().unwrap() {
@@ -81,6 +92,19 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
                 "{name}: the compiled MoE block (stacked: {stacked}) never served"
             );
         }
+        // The plans this fixture traced took its layout, and only it.
+        let new: Vec<Storage> = plans
+            .iter()
+            .filter(|k| !before.contains(k))
+            .flat_map(|k| match k {
+                GraphKey::Gdn(p) => p.storage.to_vec(),
+                GraphKey::Moe(p) => p.storage.to_vec(),
+            })
+            .collect();
+        let padded = new.iter().filter(|s| matches!(s, Storage::Padded(..))).count();
+        let dense = new.iter().filter(|s| matches!(s, Storage::WithDense(_))).count();
+        let took = [(padded, dense) == (0, 0), padded > 0 && dense == 0, dense > 0 && padded == 0];
+        assert!(took[layout], "{name}: layout {layout} forced, the plans have {padded} padded and {dense} dense");
         if WITH_MTP.contains(&name) {
             assert!(
                 plans.iter().any(|k| matches!(k, GraphKey::Gdn(p) if p.capture)),
@@ -93,7 +117,9 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
     moe_graph::set_enabled(Some(false));
     gated_delta::set_compiled(Some(false));
     linear::set_stacked(Some(true));
-    for name in ["qwen35_moe_4bit", "qwen3_next_4bit", "qwen35_dense_bf16"] {
+    for (j, name) in ["qwen35_moe_4bit", "qwen3_next_4bit", "qwen35_dense_bf16"].into_iter().enumerate() {
+        product::set_padded(Some(j == 1));
+        product::set_dense(Some(j == 0));
         let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         for (pname, p) in reference(name)["prompts"].as_object().unwrap() {
             let prompt = ids(&p["prompt_ids"]);
@@ -110,4 +136,6 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
     gated_delta::set_compiled(None);
     linear::set_stacked(None);
     moe_graph::set_built_rows(false);
+    product::set_padded(None);
+    product::set_dense(None);
 }

@@ -6,7 +6,9 @@
 #   .gpu/bin/cohort.xz                                 the release binary, stripped
 #   .gpu/tbin/<test>.xz                                each test binary named on the command line
 #   .gpu/ptx/                                          MLX's JIT cache, filled by save_ptx's returns
-# Usage: bash scripts/gpu/prepare.sh [test ...]   e.g. qwen35_reference moe_router
+#   with PEERS=1, mlx-lm's side (r17.sh / r33.sh): .gpu/w3a/ w3.a, .gpu/w3b/ w3.b + w3.sha256 + the
+#   mlx and mlx-lm wheels (mlx-cuda-13==0.32.3, which mlx-lm's quantized MoE needs)
+# Usage: [PEERS=1] bash scripts/gpu/prepare.sh [test ...]   e.g. qwen35_reference moe_router
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 eval "$(./setup.sh env)"
@@ -20,6 +22,20 @@ if [ ! -s .gpu/w2/wheel.sha256 ]; then
   sha256sum "$tmp/$WHEEL" | cut -d' ' -f1 > .gpu/w2/wheel.sha256
   head -c 46M "$tmp/$WHEEL" > .gpu/w1/wheel.a
   tail -c +$((46 * 1024 * 1024 + 1)) "$tmp/$WHEEL" > .gpu/w2/wheel.b
+  rm -rf "$tmp"
+fi
+if [ "${PEERS:-0}" = 1 ] && [ ! -s .gpu/w3b/w3.sha256 ]; then
+  mkdir -p .gpu/w3a .gpu/w3b
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_35_x86_64 \
+    mlx-cuda-13==0.32.3 -d "$tmp"
+  python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_35_x86_64 \
+    --python-version 3.12 mlx==0.32.3 -d .gpu/w3b
+  python3 -m pip download -q --no-deps mlx-lm==0.32.2 -d .gpu/w3b
+  W3=$tmp/mlx_cuda_13-0.32.3-py3-none-manylinux_2_35_x86_64.whl
+  sha256sum "$W3" | cut -d' ' -f1 > .gpu/w3b/w3.sha256
+  head -c 46M "$W3" > .gpu/w3a/w3.a
+  tail -c +$((46 * 1024 * 1024 + 1)) "$W3" > .gpu/w3b/w3.b
   rm -rf "$tmp"
 fi
 cargo build --release

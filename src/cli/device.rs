@@ -257,10 +257,12 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
     // CUDA backend sends to other kernels than real widths) and at the real 2048: the router (8 /
     // 256 outputs, 8-bit), the shared expert gate (1), the two stacked (9 / 257), and a
     // projection (64 / 512, 4-bit as the body is, and 8-bit); one token, a few, and a prefill
-    // chunk or a B8 verify's sixteen.
+    // chunk or a B8 verify's sixteen. On CUDA the load layouts apply (src/model/product.rs): the
+    // real stacked mixer input (12352 outputs) is padded, and narrow products such as the
+    // 2048-wide out-projections take a dense copy from 8 rows on.
     let narrow = |outputs: [i32; 3]| outputs.map(|o| (o, 8));
     let fixture_products = [narrow([8, 1, 9]).as_slice(), &[(64, 4), (64, 8)]].concat();
-    let real_products = [narrow([256, 1, 257]).as_slice(), &[(512, 4), (512, 8)]].concat();
+    let real_products = [narrow([256, 1, 257]).as_slice(), &[(512, 4), (512, 8), (2048, 4), (12352, 4)]].concat();
     for (input, products, tokens) in [(2048, real_products, [1, 3, 16]), (64, fixture_products, [1, 3, 32])] {
         for &(output, bits) in &products {
             for tokens in tokens {

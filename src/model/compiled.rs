@@ -43,6 +43,12 @@ pub enum Storage {
     Dense,
     /// [w, scales, biases]: packed affine quantization.
     Quantized(QuantSpec),
+    /// [w, scales, biases] padded with zero rows; the first `.1` outputs are the projection's
+    /// ([`super::product::Layout::Padded`]).
+    Padded(QuantSpec, i32),
+    /// [w, scales, biases, dense]: packed, with the dequantized weight for blocks of many rows
+    /// ([`super::product::Layout::WithDense`]).
+    WithDense(QuantSpec),
     /// []: no weight of its own, folded into another projection's product
     /// ([`super::linear::fuse_outputs`]).
     Folded,
@@ -52,19 +58,25 @@ impl Storage {
     pub fn inputs(self) -> usize {
         match self {
             Storage::Dense => 1,
-            Storage::Quantized(_) => 3,
+            Storage::Quantized(_) | Storage::Padded(..) => 3,
+            Storage::WithDense(_) => 4,
             Storage::Folded => 0,
+        }
+    }
+
+    /// The quantization of a packed weight whose first three arrays are [w, scales, biases] at
+    /// the projection's own width (so not a padded one).
+    pub fn packed_as_stored(self) -> Option<QuantSpec> {
+        match self {
+            Storage::Quantized(q) | Storage::WithDense(q) => Some(q),
+            _ => None,
         }
     }
 }
 
 /// `x W^T` for a projection given as its input arrays.
 pub fn project(x: &Array, w: &[Array], s: Storage) -> Result<Array> {
-    Ok(match s {
-        Storage::Dense => super::product::dense(x, &w[0])?,
-        Storage::Quantized(q) => super::product::quantized(x, &w[0], &w[1], &w[2], q.group_size, q.bits)?,
-        Storage::Folded => anyhow::bail!("a folded projection has no product of its own"),
-    })
+    super::product::served(x, w, s)
 }
 
 /// Where each projection's arrays start in a flat input list that holds them in `storage` order

@@ -5,6 +5,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::config::QuantSpec;
 use super::cpu_qmm::PackedMatrix;
+use super::product::Layout;
 use super::weights::Weights;
 
 /// How linear layers treat a block of several rows.
@@ -106,8 +107,9 @@ pub fn maybe_dequantize(weight: &Array, scales: &Array, biases: &Array, spec: Qu
 pub enum Linear {
     /// Weight stored [out, in].
     Dense { weight: Array },
-    /// Packed uint32 weight [out, in*bits/32] with per-group scales and biases [out, in/group].
-    Quantized { weight: Array, scales: Array, biases: Array, spec: QuantSpec },
+    /// Packed uint32 weight [out, in*bits/32] with per-group scales and biases [out, in/group],
+    /// laid out for the backend's kernels ([`Layout`]: padded rows or a dense copy on CUDA).
+    Quantized { weight: Array, scales: Array, biases: Array, spec: QuantSpec, layout: Layout },
     /// The CPU kernel's codes for small blocks and the float32 copy [out, in] for large ones
     /// ([`WeightPolicy::Kernel`]).
     CpuPacked { dense: Array, packed: Box<PackedMatrix>, spec: QuantSpec },
@@ -135,7 +137,8 @@ impl Linear {
                 }
                 return Ok(Linear::Dense { weight: dense });
             }
-            Ok(Linear::Quantized { weight, scales, biases, spec })
+            let ([weight, scales, biases], layout) = super::product::lay_out(weight, scales, biases, spec)?;
+            Ok(Linear::Quantized { weight, scales, biases, spec, layout })
         } else {
             let weight = w.take_shaped(&wname, &[output, input])?;
             Ok(Linear::Dense { weight })
@@ -157,8 +160,12 @@ impl Linear {
         use super::compiled::Storage;
         match self {
             Linear::Dense { weight } => Some((Storage::Dense, vec![weight.clone()])),
-            Linear::Quantized { weight, scales, biases, spec } => {
-                Some((Storage::Quantized(*spec), vec![weight.clone(), scales.clone(), biases.clone()]))
+            Linear::Quantized { weight, scales, biases, spec, layout } => {
+                let mut arrays = vec![weight.clone(), scales.clone(), biases.clone()];
+                if let Layout::WithDense(dense) = layout {
+                    arrays.push(dense.clone());
+                }
+                Some((layout.storage(*spec), arrays))
             }
             Linear::CpuPacked { .. } => None,
         }
@@ -190,8 +197,9 @@ impl Linear {
     fn forward_batched(&self, x: &Array) -> Result<Array> {
         Ok(match self {
             Linear::Dense { weight } | Linear::CpuPacked { dense: weight, .. } => super::product::dense(x, weight)?,
-            Linear::Quantized { weight, scales, biases, spec } => {
-                super::product::quantized(x, weight, scales, biases, spec.group_size, spec.bits)?
+            Linear::Quantized { .. } => {
+                let (storage, arrays) = self.graph_inputs().expect("a quantized layer has graph inputs");
+                super::product::served(x, &arrays, storage)?
             }
         })
     }
@@ -200,8 +208,13 @@ impl Linear {
     pub fn dense_weight(&self) -> Result<Array> {
         Ok(match self {
             Linear::Dense { weight } | Linear::CpuPacked { dense: weight, .. } => weight.clone(),
-            Linear::Quantized { weight, scales, biases, spec } => {
-                mlx_rs::ops::dequantize(weight, scales, biases, spec.group_size, spec.bits)?
+            Linear::Quantized { layout: Layout::WithDense(dense), .. } => dense.clone(),
+            Linear::Quantized { weight, scales, biases, spec, layout } => {
+                let full = mlx_rs::ops::dequantize(weight, scales, biases, spec.group_size, spec.bits)?;
+                match layout {
+                    Layout::Padded { out } => super::ops::slice_axis(&full, 0, 0, *out)?,
+                    _ => full,
+                }
             }
         })
     }
@@ -210,7 +223,10 @@ impl Linear {
     pub fn nbytes(&self) -> usize {
         match self {
             Linear::Dense { weight } => weight.nbytes(),
-            Linear::Quantized { weight, scales, biases, .. } => weight.nbytes() + scales.nbytes() + biases.nbytes(),
+            Linear::Quantized { weight, scales, biases, layout, .. } => {
+                let copy = if let Layout::WithDense(dense) = layout { dense.nbytes() } else { 0 };
+                weight.nbytes() + scales.nbytes() + biases.nbytes() + copy
+            }
             Linear::CpuPacked { dense, packed, .. } => dense.nbytes() + packed.nbytes(),
         }
     }
@@ -253,7 +269,7 @@ impl Embedding {
         let flat = ids.flatten(None, None)?;
         let rows = match &self.table {
             Linear::Dense { weight } | Linear::CpuPacked { dense: weight, .. } => weight.take_axis(&flat, 0)?,
-            Linear::Quantized { weight, scales, biases, spec } => {
+            Linear::Quantized { weight, scales, biases, spec, .. } => {
                 let b = biases.take_axis(&flat, 0)?;
                 mlx_rs::ops::dequantize(
                     weight.take_axis(&flat, 0)?,

@@ -43,7 +43,8 @@ pub struct GatherReport {
 /// from the first.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct QmmReport {
-    /// The product as the model takes it ([`crate::model::product::quantized`]).
+    /// The product as the model takes it ([`crate::model::product::served`], laid out as it
+    /// loads).
     pub error: f64,
     /// A plain product's error with MLX's `quantized_matmul` alone, which the model's route
     /// avoids where it is known wrong.
@@ -140,7 +141,15 @@ pub fn check_qmm(
         .flat_map(|t| (0..output).map(move |o| (t, o)))
         .map(|(t, o)| (0..input).map(|i| xs[(t * input + i) as usize] as f64 * dequantized.at(o, i)).sum())
         .collect();
-    let product = || crate::model::product::quantized(&x, &packed, &scales, &biases, group, bits);
+    // The model's route: laid out at load as the backend's defaults say (src/model/product.rs),
+    // then its product.
+    let spec = crate::model::config::QuantSpec { bits, group_size: group };
+    let (arrays, layout) = crate::model::product::lay_out(packed.clone(), scales.clone(), biases.clone(), spec)?;
+    let mut arrays = arrays.to_vec();
+    if let crate::model::product::Layout::WithDense(dense) = &layout {
+        arrays.push(dense.clone());
+    }
+    let product = || crate::model::product::served(&x, &arrays, layout.storage(spec));
     let mlx = mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, group, bits)?;
     Ok(QmmReport {
         error: relative_error(&host_f32(&product()?)?, &want),

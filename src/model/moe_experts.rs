@@ -103,14 +103,12 @@ impl ExpertWeights {
     /// From the four projections' arrays and storage, in the order above; `None` unless all
     /// four are quantized alike (the kernels read one layout), so the caller keeps the ops route.
     pub fn of(parts: [(&[Array], Storage); 4]) -> Option<ExpertWeights> {
-        let spec = match parts[0].1 {
-            Storage::Quantized(q) => q,
-            _ => return None,
-        };
-        if parts.iter().any(|(_, s)| *s != Storage::Quantized(spec)) || ![4, 8].contains(&spec.bits) {
+        let spec = parts[0].1.packed_as_stored()?;
+        if parts.iter().any(|(_, s)| s.packed_as_stored() != Some(spec)) || ![4, 8].contains(&spec.bits) {
             return None;
         }
-        let three = |a: &[Array]| -> Option<[Array; 3]> { <[Array; 3]>::try_from(a.to_vec()).ok() };
+        // A dense copy after the three (a narrow projection's, on CUDA) is for the ops route.
+        let three = |a: &[Array]| -> Option<[Array; 3]> { <[Array; 3]>::try_from(a.get(..3)?.to_vec()).ok() };
         Some(ExpertWeights {
             gate_up: three(parts[0].0)?,
             down: three(parts[1].0)?,
@@ -231,5 +229,15 @@ mod tests {
         assert!(ExpertWeights::of([(&three, q4), (&three, q4), (&three, q4), (&three, q4)]).is_some());
         assert!(ExpertWeights::of([(&three, q4), (&three, q8), (&three, q4), (&three, q4)]).is_none());
         assert!(ExpertWeights::of([(&three, q4), (&three, q4), (&one, Storage::Dense), (&three, q4)]).is_none());
+        // CUDA's load layouts: a dense copy beside the codes is read past; padded codes are not
+        // at the projection's width, so they are refused.
+        let spec = QuantSpec { bits: 4, group_size: 64 };
+        let four = [a(), a(), a(), a()];
+        let with_dense = Storage::WithDense(spec);
+        let w = ExpertWeights::of([(&three, q4), (&three, q4), (&four, with_dense), (&four, with_dense)]);
+        assert!(w.is_some_and(|w| w.spec == spec));
+        assert!(
+            ExpertWeights::of([(&three, q4), (&three, q4), (&three, Storage::Padded(spec, 1)), (&three, q4)]).is_none()
+        );
     }
 }

@@ -240,7 +240,9 @@ pub fn experts_op(x: &Array, rows: Option<&Array>, indices: &Array, w: &[Array],
         Storage::Quantized(q) => {
             mlx_rs::ops::gather_qmm(x, &w[0], &w[1], &w[2], rows, indices, true, q.group_size, q.bits, false)?
         }
-        Storage::Folded => anyhow::bail!("expert projections are never folded"),
+        Storage::Folded | Storage::Padded(..) | Storage::WithDense(_) => {
+            anyhow::bail!("expert projections are stored as loaded, never folded or laid out again ({s:?})")
+        }
     })
 }
 

@@ -11,11 +11,125 @@
 //!   Hopper kernel that gave wrong and run-to-run different results (`device --check-kernels`:
 //!   3 x 64 -> 8, 8-bit, relative error 1.01, 8 of 8 repeats differing). Those products take the
 //!   dequantized weight there instead: the same values, through an ordinary matmul.
+//! - Its tiled kernels need a multiple of 128 outputs; any other width goes to a naive kernel
+//!   (the B8 verify's stacked mixer input, 12352 wide, took 1.41 ms there for 30 products).
+//!   Such products are padded with zero rows at load ([`Layout::Padded`]) and their result is
+//!   cut back to the projection's width.
+//! - A tiled product gets one thread block per 128 outputs, so a narrow one (the 2048-wide
+//!   out-projections, the router's 257) runs on a few of the H200's 132 SMs: 80 of them took
+//!   2.8 ms of a verify. Those keep a dequantized copy of the weight ([`Layout::WithDense`]) that
+//!   blocks of [`DENSE_MIN_ROWS`] rows or more take through cuBLAS; smaller blocks stay on MLX's
+//!   quantized vector kernel, which reads a quarter of the bytes.
 
 use anyhow::Result;
 use mlx_rs::Array;
 
+use super::compiled::{Storage, Switch};
+use super::config::QuantSpec;
 use crate::engine::runtime::Backend;
+
+/// Output width MLX CUDA's tiled quantized kernels work in.
+pub const TILE_N: i32 = 128;
+
+/// Projections at most this wide keep a dense copy: at most 32 of those 128-wide thread blocks.
+pub const NARROW_MAX_OUT: i32 = 4096;
+
+/// Blocks of this many rows or more take a dense copy: below it MLX CUDA takes its quantized
+/// vector kernel, which is fast at any width.
+pub const DENSE_MIN_ROWS: i32 = 8;
+
+static PADDED: Switch = Switch::new("COHORT_PAD_PRODUCTS");
+static DENSE: Switch = Switch::new("COHORT_DENSE_PRODUCTS");
+
+/// Force padding odd-width products at load on or off (`None`: the default, on for CUDA).
+/// Models loaded afterwards follow it. Benchmarks and tests.
+pub fn set_padded(on: Option<bool>) {
+    PADDED.set(on);
+}
+
+/// Force dense copies of narrow products on or off (`None`: the default, on for CUDA).
+pub fn set_dense(on: Option<bool>) {
+    DENSE.set(on);
+}
+
+/// How a quantized projection is laid out for the backend's kernels, chosen at load.
+#[derive(Clone)]
+pub enum Layout {
+    /// As stored.
+    Plain,
+    /// Zero rows appended up to a multiple of [`TILE_N`] outputs; the first `out` are the
+    /// projection's.
+    Padded { out: i32 },
+    /// With the weight dequantized [out, in], which blocks of [`DENSE_MIN_ROWS`] rows take.
+    WithDense(Array),
+}
+
+impl Layout {
+    /// The storage a compiled graph records for this layout.
+    pub fn storage(&self, spec: QuantSpec) -> Storage {
+        match self {
+            Layout::Plain => Storage::Quantized(spec),
+            Layout::Padded { out } => Storage::Padded(spec, *out),
+            Layout::WithDense(_) => Storage::WithDense(spec),
+        }
+    }
+}
+
+/// The layout for a packed weight `w` [out, ·] with its scales and biases: the arrays to keep
+/// (padded when the layout says so) and the layout. A dense copy is preferred where both apply
+/// (a narrow odd width: the router's), since it serves the blocks that would take the tiled
+/// kernel at all.
+pub fn lay_out(w: Array, scales: Array, biases: Array, spec: QuantSpec) -> Result<([Array; 3], Layout)> {
+    lay_out_as(w, scales, biases, spec, PADDED.enabled(), DENSE.enabled())
+}
+
+/// [`lay_out`] with padding and dense copies allowed as given rather than by the switches.
+pub fn lay_out_as(
+    w: Array,
+    scales: Array,
+    biases: Array,
+    spec: QuantSpec,
+    pad: bool,
+    dense: bool,
+) -> Result<([Array; 3], Layout)> {
+    let out = w.shape()[0];
+    if out <= NARROW_MAX_OUT && dense {
+        let dense = mlx_rs::ops::dequantize(&w, &scales, &biases, spec.group_size, spec.bits)?;
+        dense.eval()?;
+        return Ok(([w, scales, biases], Layout::WithDense(dense)));
+    }
+    if out % TILE_N != 0 && pad {
+        let extra = TILE_N - out % TILE_N;
+        let pad = |a: &Array| -> Result<Array> {
+            let zeros = mlx_rs::ops::zeros_dtype(&[extra, a.shape()[1]], a.dtype())?;
+            let padded = mlx_rs::ops::concatenate(&[a.clone(), zeros], 0)?;
+            padded.eval()?;
+            Ok(padded)
+        };
+        return Ok(([pad(&w)?, pad(&scales)?, pad(&biases)?], Layout::Padded { out }));
+    }
+    Ok(([w, scales, biases], Layout::Plain))
+}
+
+/// `x W^T` for a quantized projection given as its arrays in `storage`'s order (see
+/// [`Layout`]).
+pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
+    let shape = x.shape();
+    let rows: i32 = shape[..shape.len() - 1].iter().product();
+    match storage {
+        Storage::Quantized(q) => quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits),
+        Storage::WithDense(_) if rows >= DENSE_MIN_ROWS => dense(x, &arrays[3]),
+        Storage::WithDense(q) => quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits),
+        Storage::Padded(q, out) => {
+            // Contiguous, as readers of the result expect (logits read back to the host, a
+            // custom kernel's inputs, which MLX would copy anyway).
+            let y = quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits)?;
+            Ok(super::ops::slice_axis(&y, y.ndim() - 1, 0, out)?.contiguous()?)
+        }
+        Storage::Dense => dense(x, &arrays[0]),
+        Storage::Folded => anyhow::bail!("a folded projection has no product of its own"),
+    }
+}
 
 /// `x W^T` with `W` quantized as `w`, `scales`, `biases`.
 pub fn quantized(x: &Array, w: &Array, scales: &Array, biases: &Array, group_size: i32, bits: i32) -> Result<Array> {
@@ -90,6 +204,50 @@ mod tests {
             let dequantized = mlx_rs::ops::dequantize(&q, &s, &b, group, 4).unwrap();
             let err = crate::model::ops::relative_error(&host(&yq), &reference(&host(&x), &host(&dequantized), 64));
             assert!(err < 1e-5, "quantized product (group {group}) off by {err:e}");
+        }
+    }
+
+    /// Both load layouts give the stored weight's product at the projection's width, for blocks
+    /// on either side of [`DENSE_MIN_ROWS`]; a wide odd width is padded and a narrow one gets
+    /// its copy, whichever is allowed.
+    #[test]
+    fn load_layouts_give_the_stored_weights_product() {
+        let spec = QuantSpec { bits: 4, group_size: 32 };
+        for (out, pad, dense, want) in [
+            (300, true, false, "padded"),
+            (300, true, true, "dense"),
+            (4200, true, true, "padded"),
+            (4224, true, true, "plain"),
+            (300, false, false, "plain"),
+        ] {
+            let w = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[out, 64], None).unwrap();
+            let (q, s, b) = mlx_rs::ops::quantize(&w, spec.group_size, spec.bits).unwrap();
+            let exact = host(&mlx_rs::ops::dequantize(&q, &s, &b, spec.group_size, spec.bits).unwrap());
+            let ([q, s, b], layout) = lay_out_as(q, s, b, spec, pad, dense).unwrap();
+            let kind = match &layout {
+                Layout::Plain => "plain",
+                Layout::Padded { out: o } => {
+                    assert_eq!(*o, out);
+                    assert_eq!(q.shape()[0] % TILE_N, 0, "padded to {:?}", q.shape());
+                    "padded"
+                }
+                Layout::WithDense(d) => {
+                    assert_eq!(d.shape(), &[out, 64]);
+                    "dense"
+                }
+            };
+            assert_eq!(kind, want, "{out} outputs, pad {pad}, dense {dense}");
+            let mut arrays = vec![q, s, b];
+            if let Layout::WithDense(d) = &layout {
+                arrays.push(d.clone());
+            }
+            for rows in [1, DENSE_MIN_ROWS, 16] {
+                let x = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, 64], None).unwrap();
+                let y = served(&x, &arrays, layout.storage(spec)).unwrap();
+                assert_eq!(y.shape(), &[rows, out]);
+                let err = crate::model::ops::relative_error(&host(&y), &reference(&host(&x), &exact, 64));
+                assert!(err < 1e-5, "{want} layout, {out} outputs, {rows} rows: off by {err:e}");
+            }
         }
     }
 }
