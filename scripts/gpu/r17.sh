@@ -8,10 +8,7 @@
 # r18.sh, called right after, the second (cohort, then mlx-lm) and the profiles.
 set -u
 . scripts/gpu/wheel.sh
-W3=/tmp/x/mlx_cuda_13-0.32.3-py3-none-manylinux_2_35_x86_64.whl
-cat /tmp/x/w3.a /tmp/x/w3.b > $W3
-echo "$(cat /tmp/x/w3.sha256)  $W3" | sha256sum -c --quiet || exit 4
-python3 -m pip install -q --no-index --no-deps --target /tmp/site3 $W3 /tmp/x/mlx-0.32.3-*.whl /tmp/x/mlx_lm-*.whl 2>&1 | tail -2
+. scripts/gpu/wheel3.sh
 . scripts/gpu/q36_arms.sh
 {
 echo "=== make"; $PY -c "import mlx.core as mx, mlx_lm; print(mx.__version__, mx.default_device())"
