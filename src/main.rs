@@ -48,12 +48,24 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    float32_means_float32();
     match run(Cli::parse()) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("cohort: error: {err:#}");
             ExitCode::from(exit::FATAL)
         }
+    }
+}
+
+/// MLX's CUDA backend runs float32 matmuls as TF32 unless `MLX_ENABLE_TF32=0`: on the H200
+/// that moved float32 results by 2.5e-4 to 3e-4 of their size (docs/benchmarks.md, sessions 25
+/// and 26), beyond what cohort's float32 checks allow. A float32 model here computes in float32;
+/// `MLX_ENABLE_TF32=1` asks for TF32. bf16 models are unaffected.
+fn float32_means_float32() {
+    if std::env::var_os("MLX_ENABLE_TF32").is_none() {
+        // SAFETY: the first thing main does, before any thread exists and before MLX reads it.
+        unsafe { std::env::set_var("MLX_ENABLE_TF32", "0") };
     }
 }
 

@@ -99,3 +99,23 @@ fn inspect_reports_the_weight_policy_auto_picks_here() {
     };
     assert_eq!(json["weights_auto"], want, "a small quantized model");
 }
+
+/// A float32 model computes in float32 unless TF32 is asked for: `main` turns MLX's TF32 default
+/// off before MLX first reads it (on MLX CUDA it moved float32 products by 2.5e-4 to 3e-4), and
+/// `cohort device` says which applies.
+#[test]
+fn float32_matmuls_stay_float32_unless_tf32_is_asked_for() {
+    let report = |tf32: Option<&str>| {
+        let mut c = cohort();
+        c.arg("device");
+        match tf32 {
+            Some(v) => c.env("MLX_ENABLE_TF32", v),
+            None => c.env_remove("MLX_ENABLE_TF32"),
+        };
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(report(None).contains("float32 matmuls full float32"), "{}", report(None));
+    assert!(report(Some("1")).contains("float32 matmuls TF32"), "{}", report(Some("1")));
+}

@@ -109,6 +109,9 @@ pub struct RuntimeReport {
     pub mlx_version: String,
     pub backend: &'static str,
     pub device: String,
+    /// How MLX runs float32 matrix products: in full float32 (cohort's default: `main` sets
+    /// `MLX_ENABLE_TF32=0` unless it is set), or as TF32 where the hardware has it.
+    pub float32_matmuls: &'static str,
     pub memory: MemoryStats,
 }
 
@@ -120,6 +123,10 @@ impl RuntimeReport {
             mlx_version: mlx_version(),
             backend: Backend::detect().name(),
             device: device_label(&device),
+            float32_matmuls: match std::env::var("MLX_ENABLE_TF32").as_deref() {
+                Ok("0") => "full float32",
+                _ => "TF32 where the hardware has it (MLX_ENABLE_TF32)",
+            },
             memory: MemoryStats::read(),
         }
     }
@@ -130,6 +137,7 @@ impl fmt::Display for RuntimeReport {
         writeln!(f, "cohort {}", self.cohort_version)?;
         writeln!(f, "MLX    {} ({} backend)", self.mlx_version, self.backend)?;
         writeln!(f, "device {}", self.device)?;
+        writeln!(f, "float32 matmuls {}", self.float32_matmuls)?;
         write!(
             f,
             "memory active {}, peak {}, cache {}",
