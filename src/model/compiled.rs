@@ -133,22 +133,17 @@ pub fn compiled_here() -> Vec<GraphKey> {
     COMPILED.with_borrow(|c| c.keys().copied().collect())
 }
 
-/// A process-wide on/off for one compiled block: forced by tests and benchmarks, else from its
-/// environment variable, else on for the CUDA backend only (or off everywhere, for a route not
-/// yet measured to pay: [`Switch::off_by_default`]).
+/// A process-wide on/off for one route: forced by tests and benchmarks, else from its
+/// environment variable, else on for the CUDA backend only, where every route it guards was
+/// measured to pay.
 pub struct Switch {
     state: AtomicU8,
     env: &'static str,
-    on_cuda: bool,
 }
 
 impl Switch {
     pub const fn new(env: &'static str) -> Self {
-        Switch { state: AtomicU8::new(0), env, on_cuda: true }
-    }
-
-    pub const fn off_by_default(env: &'static str) -> Self {
-        Switch { state: AtomicU8::new(0), env, on_cuda: false }
+        Switch { state: AtomicU8::new(0), env }
     }
 
     /// Force it on or off (`None`: back to the default).
@@ -181,7 +176,7 @@ impl Switch {
                 let state = match std::env::var(self.env).as_deref() {
                     Ok("1") => 3,
                     Ok("0") => 4,
-                    _ if self.on_cuda && Backend::detect() == Backend::Cuda => 5,
+                    _ if Backend::detect() == Backend::Cuda => 5,
                     _ => 6,
                 };
                 let _ = self.state.compare_exchange(0, state, Ordering::Relaxed, Ordering::Relaxed);
