@@ -133,8 +133,7 @@ fn the_ops_route_gives_the_expert_kernels_logits_for_a_verify_sized_block_in_bf1
     }
     let prompt: Vec<u32> = (0..40).map(|i| (i * 29 + 3) % 512).collect();
     let block: Vec<i32> = (0..16).map(|i| (i * 53 + 11) % 512).collect();
-    let run = |dtype: Dtype, kernels: bool| -> Vec<f32> {
-        let model = two_layer_model(dtype, 5);
+    let run = |model: &cohort::model::qwen3_5::Qwen35Model, kernels: bool| -> Vec<f32> {
         with_expert_kernels(kernels, || {
             let mut row = model.new_row();
             model.prefill(&mut row, &prompt, 40, false).unwrap();
@@ -142,8 +141,9 @@ fn the_ops_route_gives_the_expert_kernels_logits_for_a_verify_sized_block_in_bf1
             common::to_f32(out.unwrap().logits.as_ref().unwrap())
         })
     };
-    let reference = run(Dtype::Float32, false);
-    let (kernels, ops) = (run(Dtype::Bfloat16, true), run(Dtype::Bfloat16, false));
+    let reference = run(&two_layer_model(Dtype::Float32, 5), false);
+    let model = two_layer_model(Dtype::Bfloat16, 5);
+    let (kernels, ops) = (run(&model, true), run(&model, false));
     let (k, o) = (common::max_rel_err(&kernels, &reference), common::max_rel_err(&ops, &reference));
     eprintln!(
         "bf16 logits against float32: expert kernels {k:.2e}, ops route {o:.2e}; between them {:.2e}",

@@ -7,10 +7,9 @@ set -u
 . scripts/gpu/env.sh
 export MLX_PTX_CACHE_DIR=/tmp/ptx
 . scripts/gpu/q36_arms.sh
-# mlx-lm's first process in r33 spent its 150 s compiling MLX's kernels.
-mlx_long() { echo "=== mlx-lm"; timeout 260 $PY scripts/gpu/q36_mlx_lm.py bench --model $M --prompt 512 --gen 64 --rounds 2 2>&1 | grep -v TMA | tail -3; }
 {
-time mlx_long
+# mlx-lm's first process in r33 spent its 150 s compiling MLX's kernels.
+time mlx 260
 coh_env COHORT_DEFAULTS=1
 coh_env COHORT_PAD_PRODUCTS=0 COHORT_DENSE_PRODUCTS=0
 coh_env COHORT_GDN_BATCH=0

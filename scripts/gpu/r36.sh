@@ -13,7 +13,6 @@ for L in "COHORT_PAD_PRODUCTS=0 COHORT_DENSE_PRODUCTS=0" "COHORT_DEFAULTS=1"; do
   echo "=== moe_router bf16 block, $L"
   (cd /tmp; env $L MLX_ENABLE_TF32=0 timeout 60 /tmp/moe_router --test-threads=1 the_ops_route_gives 2>&1 | summary 6)
 done
-echo "=== mlx-lm again"
-timeout 200 $PY scripts/gpu/q36_mlx_lm.py bench --model $M --prompt 512 --gen 64 --rounds 2 2>&1 | grep -v TMA | tail -3
+mlx 200
 coh_env COHORT_DEFAULTS=1 | grep -vE "^graph of|^measuring|^geometry"
 } 2>&1 | tee $OUT/r36.txt

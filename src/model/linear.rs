@@ -161,11 +161,7 @@ impl Linear {
         match self {
             Linear::Dense { weight } => Some((Storage::Dense, vec![weight.clone()])),
             Linear::Quantized { weight, scales, biases, spec, layout } => {
-                let mut arrays = vec![weight.clone(), scales.clone(), biases.clone()];
-                if let Layout::WithDense(dense) = layout {
-                    arrays.push(dense.clone());
-                }
-                Some((layout.storage(*spec), arrays))
+                Some((layout.storage(*spec), layout.inputs([weight, scales, biases])))
             }
             Linear::CpuPacked { .. } => None,
         }

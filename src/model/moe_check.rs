@@ -144,11 +144,8 @@ pub fn check_qmm(
     // The model's route: laid out at load as the backend's defaults say (src/model/product.rs),
     // then its product.
     let spec = crate::model::config::QuantSpec { bits, group_size: group };
-    let (arrays, layout) = crate::model::product::lay_out(packed.clone(), scales.clone(), biases.clone(), spec)?;
-    let mut arrays = arrays.to_vec();
-    if let crate::model::product::Layout::WithDense(dense) = &layout {
-        arrays.push(dense.clone());
-    }
+    let ([w, s, b], layout) = crate::model::product::lay_out(packed.clone(), scales.clone(), biases.clone(), spec)?;
+    let arrays = layout.inputs([&w, &s, &b]);
     let product = || crate::model::product::served(&x, &arrays, layout.storage(spec));
     let mlx = mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, group, bits)?;
     Ok(QmmReport {

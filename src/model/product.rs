@@ -73,6 +73,16 @@ impl Layout {
             Layout::WithDense(_) => Storage::WithDense(spec),
         }
     }
+
+    /// The arrays a product in this layout takes, in [`Layout::storage`]'s order: the packed
+    /// three, then the dense copy when there is one.
+    pub fn inputs(&self, packed: [&Array; 3]) -> Vec<Array> {
+        let mut arrays: Vec<Array> = packed.into_iter().cloned().collect();
+        if let Layout::WithDense(dense) = self {
+            arrays.push(dense.clone());
+        }
+        arrays
+    }
 }
 
 /// The layout for a packed weight `w` [out, ·] with its scales and biases: the arrays to keep
@@ -94,9 +104,9 @@ pub fn lay_out_as(
 ) -> Result<([Array; 3], Layout)> {
     let out = w.shape()[0];
     if out <= NARROW_MAX_OUT && dense {
-        let dense = mlx_rs::ops::dequantize(&w, &scales, &biases, spec.group_size, spec.bits)?;
-        dense.eval()?;
-        return Ok(([w, scales, biases], Layout::WithDense(dense)));
+        let copy = mlx_rs::ops::dequantize(&w, &scales, &biases, spec.group_size, spec.bits)?;
+        copy.eval()?;
+        return Ok(([w, scales, biases], Layout::WithDense(copy)));
     }
     if out % TILE_N != 0 && pad {
         let extra = TILE_N - out % TILE_N;
@@ -237,10 +247,7 @@ mod tests {
                 }
             };
             assert_eq!(kind, want, "{out} outputs, pad {pad}, dense {dense}");
-            let mut arrays = vec![q, s, b];
-            if let Layout::WithDense(d) = &layout {
-                arrays.push(d.clone());
-            }
+            let arrays = layout.inputs([&q, &s, &b]);
             for rows in [1, DENSE_MIN_ROWS, 16] {
                 let x = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, 64], None).unwrap();
                 let y = served(&x, &arrays, layout.storage(spec)).unwrap();
