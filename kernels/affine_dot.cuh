@@ -1,29 +1,155 @@
 // Shared by the MoE expert kernels (passed to MLX as the kernels' header, ahead of their
-// bodies): one lane's share of a dot product between a row of an affine-quantized matrix and a
-// float vector. The row's `width` inputs are packed PER_WORD codes a uint32 word, low bits first,
-// each group of G inputs with one scale and one bias (value = scale * q + bias). Lanes take words
-// lane, lane + 32, ..., so a warp's loads of one row are contiguous; the caller sums the lanes.
-template <int BITS, int G, typename Scale, typename Vector>
-__device__ inline float affine_partial(const unsigned int* words, const Scale* scales, const Scale* biases,
-                                       const Vector* v, int width, int lane) {
+// bodies): a warp's dot products between rows of an affine-quantized matrix and float vectors.
+// A row's inputs are packed PER_WORD codes a uint32 word, low bits first, each group of G inputs
+// with one scale and one bias (value = scale * q + bias).
+//
+// Why this shape: at one to sixteen tokens every (token, expert) pair reads its expert's rows
+// once, so the kernels are bound by how many bytes are in flight, not by arithmetic. Each lane
+// takes a chunk of LW consecutive words per pass (one 16-byte load where the row allows) and the
+// matching vector values stay in registers, so a warp issues every load of its rows before it
+// waits on any of them.
+
+// Words a lane loads at once for rows of `words` words: the widest of 4, 2, 1 that divides the
+// row and keeps the chunk inside one quantization group (so it has one scale and one bias).
+__host__ __device__ constexpr int lane_words(int words, int per_word, int g) {
+  return (words % 4 == 0 && 4 * per_word <= g && g % (4 * per_word) == 0)   ? 4
+         : (words % 2 == 0 && 2 * per_word <= g && g % (2 * per_word) == 0) ? 2
+                                                                            : 1;
+}
+
+// One lane's chunk of a row: its packed words, and the group's scale and bias as floats.
+template <int LW>
+struct Chunk {
+  unsigned int w[LW];
+  float scale;
+  float bias;
+};
+
+template <int LW>
+__device__ inline void load_words(const unsigned int* p, unsigned int* out) {
+#pragma unroll
+  for (int i = 0; i < LW; ++i) {
+    out[i] = p[i];
+  }
+}
+template <>
+__device__ inline void load_words<4>(const unsigned int* p, unsigned int* out) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
+}
+template <>
+__device__ inline void load_words<2>(const unsigned int* p, unsigned int* out) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  out[0] = v.x;
+  out[1] = v.y;
+}
+
+// N consecutive vector values as floats; 16-byte loads for float32 and bf16 where N allows
+// (callers keep chunks aligned: rows are whole groups, chunks start at multiples of N).
+template <typename T, int N>
+struct Floats {
+  __device__ static void load(const T* p, float* out) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      out[i] = static_cast<float>(p[i]);
+    }
+  }
+};
+template <int N>
+struct Floats<float, N> {
+  __device__ static void load(const float* p, float* out) {
+    if (N % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < N / 4; ++i) {
+        const float4 v = reinterpret_cast<const float4*>(p)[i];
+        out[4 * i] = v.x;
+        out[4 * i + 1] = v.y;
+        out[4 * i + 2] = v.z;
+        out[4 * i + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        out[i] = p[i];
+      }
+    }
+  }
+};
+template <int N>
+struct Floats<__nv_bfloat16, N> {
+  __device__ static void load(const __nv_bfloat16* p, float* out) {
+    if (N % 8 == 0) {
+      // A bf16 is the top half of a float32: widen by shifting, no conversion instruction.
+#pragma unroll
+      for (int i = 0; i < N / 8; ++i) {
+        const uint4 v = reinterpret_cast<const uint4*>(p)[i];
+        const unsigned int u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          out[8 * i + 2 * j] = __uint_as_float(u[j] << 16);
+          out[8 * i + 2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        out[i] = __bfloat162float(p[i]);
+      }
+    }
+  }
+};
+
+template <int N, typename T>
+__device__ inline void load_floats(const T* p, float* out) {
+  Floats<T, N>::load(p, out);
+}
+
+// The chunk at word `word` of the row starting at `words` (scales and biases at `scales`,
+// `biases`, G inputs a group).
+template <int BITS, int G, int LW, typename Scale>
+__device__ inline Chunk<LW> load_chunk(const unsigned int* words, const Scale* scales, const Scale* biases, int word) {
+  constexpr int PER_WORD = 32 / BITS;
+  Chunk<LW> c;
+  load_words<LW>(words + word, c.w);
+  const int g = word * PER_WORD / G;
+  c.scale = static_cast<float>(scales[g]);
+  c.bias = static_cast<float>(biases[g]);
+  return c;
+}
+
+// A chunk's share of the dot product with its vector values `v` (sum_v: their sum).
+template <int BITS, int LW>
+__device__ inline float chunk_dot(const Chunk<LW>& c, const float* v, float sum_v) {
   constexpr int PER_WORD = 32 / BITS;
   constexpr unsigned int MASK = (1u << BITS) - 1u;
-  static_assert(32 % BITS == 0, "codes must not straddle words");
-  static_assert(G % PER_WORD == 0, "a word must lie inside one group");
-  float acc = 0.0f;
-  for (int w = lane; w < width / PER_WORD; w += 32) {
-    const unsigned int packed = words[w];
-    const int first = w * PER_WORD;
-    float qv = 0.0f;
-    float sv = 0.0f;
+  float qv = 0.0f;
 #pragma unroll
-    for (int i = 0; i < PER_WORD; ++i) {
-      const float value = static_cast<float>(v[first + i]);
-      qv += value * static_cast<float>((packed >> (i * BITS)) & MASK);
-      sv += value;
+  for (int i = 0; i < LW; ++i) {
+#pragma unroll
+    for (int j = 0; j < PER_WORD; ++j) {
+      qv += v[i * PER_WORD + j] * static_cast<float>((c.w[i] >> (j * BITS)) & MASK);
     }
-    const int g = first / G;
-    acc += static_cast<float>(scales[g]) * qv + static_cast<float>(biases[g]) * sv;
   }
-  return acc;
+  return c.scale * qv + c.bias * sum_v;
+}
+
+template <int N>
+__device__ inline float sum_of(const float* v) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    s += v[i];
+  }
+  return s;
+}
+
+__device__ inline float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
 }

@@ -11,13 +11,16 @@
 //         ids[n, j]) and for slot K (the shared expert); channels past a slot's width are zero.
 //
 // Layout: one warp per (token, slot, channel): block z = token * (K+1) + slot, channel = block
-// y * blockDim.y + thread y; each row's dot product is affine_dot.cuh's, lanes striding over
-// its packed words.
+// y * blockDim.y + thread y. Lane l takes chunks of LW words at word (p * 32 + l) * LW of both
+// rows (gate and up), with x's matching values held in registers; both rows' loads are issued
+// before either is summed.
 constexpr int LANES = 32;
 constexpr int PER_WORD = 32 / BITS;
 constexpr int WORDS = H / PER_WORD;
-constexpr int GROUPS = H / G;
 constexpr int W = I > IS ? I : IS;
+constexpr int LW = lane_words(WORDS, PER_WORD, G);
+constexpr int VALS = LW * PER_WORD;
+constexpr int PASSES = (WORDS + LANES * LW - 1) / (LANES * LW);
 static_assert(H % G == 0, "whole groups a row");
 
 const int lane = threadIdx.x;
@@ -40,30 +43,41 @@ if (channel >= width || (!shared && expert >= static_cast<unsigned int>(gu_w_sha
   return;
 }
 
-const auto* x_row = x + static_cast<size_t>(n) * H;
-// One row of the stacked matrix against x's row n, summed over the warp.
-auto dot = [&](const unsigned int* words, decltype(gu_s) scales, decltype(gu_b) biases) -> float {
-  float acc = affine_partial<BITS, G>(words, scales, biases, x_row, H, lane);
-#pragma unroll
-  for (int offset = LANES / 2; offset > 0; offset >>= 1) {
-    acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-  }
-  return acc;
-};
-
 // The gate row is `channel` of the slot's matrix, the up row `width + channel`.
 const size_t first_row = shared ? 0 : static_cast<size_t>(expert) * 2 * I;
 const size_t gate_row = first_row + channel;
 const size_t up_row = first_row + width + channel;
-float gate;
-float up;
-if (shared) {
-  gate = dot(sgu_w + gate_row * WORDS, sgu_s + gate_row * GROUPS, sgu_b + gate_row * GROUPS);
-  up = dot(sgu_w + up_row * WORDS, sgu_s + up_row * GROUPS, sgu_b + up_row * GROUPS);
-} else {
-  gate = dot(gu_w + gate_row * WORDS, gu_s + gate_row * GROUPS, gu_b + gate_row * GROUPS);
-  up = dot(gu_w + up_row * WORDS, gu_s + up_row * GROUPS, gu_b + up_row * GROUPS);
+const unsigned int* words = shared ? sgu_w : gu_w;
+const auto* scales = shared ? sgu_s : gu_s;
+const auto* biases = shared ? sgu_b : gu_b;
+constexpr int GROUPS = H / G;
+
+Chunk<LW> gate_c[PASSES];
+Chunk<LW> up_c[PASSES];
+#pragma unroll
+for (int p = 0; p < PASSES; ++p) {
+  const int word = (p * LANES + lane) * LW;
+  if (word < WORDS) {
+    gate_c[p] = load_chunk<BITS, G, LW>(words + gate_row * WORDS, scales + gate_row * GROUPS, biases + gate_row * GROUPS, word);
+    up_c[p] = load_chunk<BITS, G, LW>(words + up_row * WORDS, scales + up_row * GROUPS, biases + up_row * GROUPS, word);
+  }
 }
+const auto* x_row = x + static_cast<size_t>(n) * H;
+float gate = 0.0f;
+float up = 0.0f;
+#pragma unroll
+for (int p = 0; p < PASSES; ++p) {
+  const int word = (p * LANES + lane) * LW;
+  if (word < WORDS) {
+    float v[VALS];
+    load_floats<VALS>(x_row + word * PER_WORD, v);
+    const float sum_v = sum_of<VALS>(v);
+    gate += chunk_dot<BITS, LW>(gate_c[p], v, sum_v);
+    up += chunk_dot<BITS, LW>(up_c[p], v, sum_v);
+  }
+}
+gate = warp_sum(gate);
+up = warp_sum(up);
 if (lane == 0) {
   act[out] = gate / (1.0f + expf(-gate)) * up;
 }

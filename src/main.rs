@@ -31,7 +31,7 @@ enum Command {
     /// The serial-vs-cohort benchmark (8 marker prompts, seeds 4200-4207, paired rounds).
     Bench(cli::bench::BenchArgs),
     /// Time one step (prefill, B1 AR, B8 draft/verify/commit) against its bandwidth floor.
-    BenchStep(cli::bench_step::BenchStepArgs),
+    BenchStep(Box<cli::bench_step::BenchStepArgs>),
     /// Import a GGUF file (Llama family) as an MLX-format checkpoint.
     ImportGguf(cli::import::ImportArgs),
     /// Train an MTP head for a model that ships none (self-distillation, AdamW).
@@ -85,7 +85,7 @@ fn run(cli: Cli) -> Result<u8> {
         None => cohort::tui::run(cli.tui, &paths).map(|()| exit::OK),
         Some(Command::Generate(args)) => cli::generate::run(args),
         Some(Command::Bench(args)) => cli::bench::run(args).map(|()| exit::OK),
-        Some(Command::BenchStep(args)) => cli::bench_step::run(args).map(|()| exit::OK),
+        Some(Command::BenchStep(args)) => cli::bench_step::run(*args).map(|()| exit::OK),
         Some(Command::ImportGguf(args)) => cli::import::run(args).map(|()| exit::OK),
         Some(Command::TrainMtp(args)) => cli::train::run(*args).map(|()| exit::OK),
         Some(Command::Inspect(args)) => cli::inspect::run(args).map(|()| exit::OK),

@@ -20,8 +20,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # name: (file, [(input, C type)], [(output, C type)], {constant: value}); kernels whose Rust
 # wrapper hands MLX a header name it in HEADERS.
-HEADERS = {"moe_experts_up": "affine_dot.cuh", "moe_experts_down": "affine_dot.cuh"}
+HEADERS = {"add_rms_norm": "round_to.cuh", "moe_experts_up": "affine_dot.cuh", "moe_experts_down": "affine_dot.cuh"}
 KERNELS = {
+    "add_rms_norm": (
+        "add_rms_norm.cu",
+        [("x", "__nv_bfloat16"), ("r", "__nv_bfloat16"), ("w", "__nv_bfloat16")],
+        [("h", "__nv_bfloat16"), ("y", "__nv_bfloat16")],
+        {"D": 2049, "THREADS": 256, "EPS_BITS": 897988541},
+    ),
     "moe_router": (
         "moe_router.cu",
         [("logits", "__nv_bfloat16")],

@@ -69,10 +69,14 @@ pub struct BenchStepArgs {
     /// engine's (on for CUDA).
     #[arg(long, value_delimiter = ',')]
     fused_kernels: Vec<OnOff>,
-    /// The MoE expert kernels (`model/moe_experts.rs`; off by default) on or off in the
+    /// The MoE expert kernels (`model/moe_experts.rs`; on by default for B1) on or off in the
     /// interleaved B1 arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     experts_kernel: Vec<OnOff>,
+    /// The residual sum and RMSNorm kernel (`model/add_norm.rs`; on by default for CUDA) on or
+    /// off in the interleaved B1 arms, each with every other arm setting.
+    #[arg(long, value_delimiter = ',')]
+    add_norm: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]
@@ -227,6 +231,9 @@ struct Figures {
     b8_ar_enqueued_ms: f64,
     prefill_tok_s: f64,
     b1_ms: f64,
+    /// A B1 AR step as a decode loop runs it: step n + 1 handed over before step n's token is
+    /// read (total time / steps, so no median).
+    b1_pipelined_ms: f64,
     draft_ms: f64,
     verify_ms: f64,
     commit_ms: f64,
@@ -316,6 +323,31 @@ fn b1_step(model: &Qwen35Model, tok: &Array, row: &mut RowCache) -> Result<(Step
     Ok((StepTimes { build, enqueued, total: ms(t) }, next.reshape(&[1, 1])?))
 }
 
+/// `steps` B1 AR steps from `tok` as a greedy decode loop runs them (the engine's solo AR path,
+/// and mlx-lm's `generate_step`): each step is built from the previous step's token while that
+/// is still on the device and handed over before the previous token is read, so the host builds
+/// step n + 1 while the device runs step n. Returns ms a step (total over `steps`).
+fn b1_pipelined_ms(model: &Qwen35Model, row: &mut RowCache, tok: Array, steps: usize) -> Result<f64> {
+    let step = |tok: &Array, row: &mut RowCache| -> Result<Array> {
+        let out = model.forward(tok, &mut [&mut *row], Logits::Last, false)?;
+        let next = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?
+            .as_dtype(Dtype::Int32)?
+            .reshape(&[1, 1])?;
+        mlx_rs::transforms::async_eval(row.arrays().into_iter().chain([&next]))?;
+        Ok(next)
+    };
+    let mut current = step(&tok, row)?;
+    current.eval()?;
+    let t = Instant::now();
+    for _ in 0..steps {
+        let next = step(&current, row)?;
+        let _ = current.item_cast::<i32>(); // the token a decode loop would emit now
+        current = next;
+    }
+    current.eval()?;
+    Ok(ms(t) / steps as f64)
+}
+
 /// Evaluate a step's outputs, handing them to the device first: ms from `t` to the handover.
 fn eval_timed(outputs: Vec<Array>, t: Instant) -> Result<f64> {
     mlx_rs::transforms::async_eval(&outputs)?;
@@ -343,11 +375,18 @@ struct Arm {
     moe_rows: MoeRows,
     fused: Option<OnOff>,
     experts: Option<OnOff>,
+    add_norm: Option<OnOff>,
+}
+
+/// An arm setting's values: each listed one, or the engine's default alone.
+fn settings(listed: &[OnOff]) -> Vec<Option<OnOff>> {
+    if listed.is_empty() { vec![None] } else { listed.iter().map(|&k| Some(k)).collect() }
 }
 
 /// B1 steps of every arm taken in turn (mirrored order every other round), each arm on its own
 /// row: the arms see the same moments of a noisy host, which separate runs do not. Arms cross
-/// the loaded models (`--stacking`) with `--compiled`, `--moe-rows` and `--fused-kernels`.
+/// the loaded models (`--stacking`) with `--compiled`, `--moe-rows`, `--fused-kernels`,
+/// `--experts-kernel` and `--add-norm`.
 fn interleaved_b1(
     models: &[(Option<OnOff>, Box<Qwen35Model>)],
     args: &BenchStepArgs,
@@ -357,19 +396,12 @@ fn interleaved_b1(
     for (model, (stacking, _)) in models.iter().enumerate() {
         for &compiled in compiled {
             for &moe_rows in &args.moe_rows {
-                let fused: Vec<Option<OnOff>> = if args.fused_kernels.is_empty() {
-                    vec![None]
-                } else {
-                    args.fused_kernels.iter().map(|&k| Some(k)).collect()
-                };
-                let experts: Vec<Option<OnOff>> = if args.experts_kernel.is_empty() {
-                    vec![None]
-                } else {
-                    args.experts_kernel.iter().map(|&k| Some(k)).collect()
-                };
-                for fused in fused {
-                    for &experts in &experts {
-                        arms.push(Arm { model, stacking: *stacking, compiled, moe_rows, fused, experts });
+                for fused in settings(&args.fused_kernels) {
+                    for experts in settings(&args.experts_kernel) {
+                        for add_norm in settings(&args.add_norm) {
+                            let stacking = *stacking;
+                            arms.push(Arm { model, stacking, compiled, moe_rows, fused, experts, add_norm });
+                        }
                     }
                 }
             }
@@ -380,6 +412,7 @@ fn interleaved_b1(
         crate::model::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
         apply_fused_kernels(arm.fused);
         crate::model::moe_experts::set_enabled(arm.experts.map(OnOff::on));
+        crate::model::add_norm::set_enabled(arm.add_norm.map(OnOff::on));
     };
     let mut rows = Vec::new();
     for arm in &arms {
@@ -395,10 +428,11 @@ fn interleaved_b1(
             let next = mlx_rs::ops::indexing::argmax_axis(probe.logits.as_ref().unwrap(), -1, None)?;
             let label = |k: Option<OnOff>| k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into());
             let what = format!(
-                "a B1 step (stacking {}, fused kernels {}, expert kernels {})",
+                "a B1 step (stacking {}, fused kernels {}, expert kernels {}, add-norm kernel {})",
                 label(arm.stacking),
                 label(arm.fused),
-                label(arm.experts)
+                label(arm.experts),
+                label(arm.add_norm)
             );
             print_graph_stats(&what, &probe_row.arrays().into_iter().chain([&next]).collect::<Vec<_>>())?;
             mlx_rs::transforms::eval(probe_row.arrays().into_iter().chain([&next]))?;
@@ -424,17 +458,18 @@ fn interleaved_b1(
         args.iters, args.prefill
     );
     println!(
-        "| stacking | fused kernels | expert kernels | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |"
+        "| stacking | fused kernels | expert kernels | add-norm kernel | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
         let (lo, hi) = steps.iter().fold((f64::MAX, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
         let label = |k: Option<OnOff>| k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into());
         println!(
-            "| {} | {} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
+            "| {} | {} | {} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
             label(arm.stacking),
             label(arm.fused),
             label(arm.experts),
+            label(arm.add_norm),
             arm.compiled,
             arm.moe_rows,
             median(steps),
@@ -512,6 +547,8 @@ fn measure(
         tok = next;
     }
     progress(&format!("{} timed B1 steps", args.iters), b1.iter().sum::<f64>() / 1e3);
+    let b1_pipelined =
+        if rounds(StepKind::B1) > 0 { b1_pipelined_ms(model, &mut row, tok, args.iters)? } else { f64::NAN };
 
     // B8 cycles: draft at M8, verify at M16, commit (keep = 1 for every row), sampling readback.
     let b8 = if rounds(StepKind::B8) > 0 { b8_cycles(model, args, &progress)? } else { B8Times::default() };
@@ -522,6 +559,7 @@ fn measure(
         prefill_tok_s: args.prefill as f64 / prefill_s,
         b1_logits_vs_first,
         b1_ms: median_or_nan(b1),
+        b1_pipelined_ms: b1_pipelined,
         b1_build_ms: median_or_nan(b1_build),
         b1_enqueued_ms: median_or_nan(b1_enqueued),
         b8_ar_ms: median_or_nan(b8.ar),
@@ -824,6 +862,12 @@ fn print_figures(f: &Figures, floors: &Floors, prefill: usize) {
     println!("| step | median ms | floor ms | ratio |");
     println!("| --- | --- | --- | --- |");
     println!("| B1 AR step (T=1) | {:.2} | {:.3} | {:.1}x |", f.b1_ms, floors.b1, f.b1_ms / floors.b1);
+    println!(
+        "| B1 AR step, pipelined | {:.2} | {:.3} | {:.1}x |",
+        f.b1_pipelined_ms,
+        floors.b1,
+        f.b1_pipelined_ms / floors.b1
+    );
     println!("| B8 draft (MTP, M=8) | {:.2} | {:.3} | {:.1}x |", f.draft_ms, floors.draft, f.draft_ms / floors.draft);
     println!(
         "| B8 verify (T=2, M=16) | {:.2} | {:.3} | {:.1}x |",
@@ -841,8 +885,9 @@ fn print_figures(f: &Figures, floors: &Floors, prefill: usize) {
     );
     let cycle = f.draft_ms + f.verify_ms + f.commit_ms + f.sample_ms;
     println!(
-        "B1 AR: {:.1} tok/s; B8 AR: {:.0} tok/s; B8 cycle {cycle:.2} ms",
+        "B1 AR: {:.1} tok/s ({:.1} pipelined); B8 AR: {:.0} tok/s; B8 cycle {cycle:.2} ms",
         1e3 / f.b1_ms,
+        1e3 / f.b1_pipelined_ms,
         FIXED_WIDTH as f64 * 1e3 / f.b8_ar_ms
     );
     for acc in [0.0, 0.3, 0.6, 0.8] {

@@ -153,6 +153,7 @@ fn check_kernels() -> Result<()> {
     if runtime::Backend::detect() == runtime::Backend::Cuda {
         check_fused_front(dtype)?;
         check_router()?;
+        check_add_norm()?;
     }
     Ok(())
 }
@@ -309,6 +310,33 @@ fn check_fused_front(dtype: mlx_rs::Dtype) -> Result<()> {
         );
     }
     println!("fused front within {KERNEL_TOLERANCE:e} of the float64 reference");
+    Ok(())
+}
+
+/// Largest error of the add-norm kernel against float64, relative to the largest value, and
+/// against MLX's own add and rms_norm: float32's, and bf16's rounding (2^-8) with room for one
+/// more rounding step.
+fn add_norm_tolerance(dtype: mlx_rs::Dtype) -> f64 {
+    if dtype == mlx_rs::Dtype::Float32 { 1e-5 } else { 1e-2 }
+}
+
+/// The residual sum and norm kernel at the real hidden size, 2048: a B1 step, a B8 verify's 16
+/// rows and a prefill block, in bf16 and float32.
+fn check_add_norm() -> Result<()> {
+    for (name, n) in [("B1 step", 1), ("B8 verify", 16), ("prefill block", 512)] {
+        for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float32] {
+            let r = crate::model::add_norm::check(n, 2048, dtype, true, 13)?;
+            println!(
+                "add-norm kernel, {name} ({dtype:?}, {n} x 2048): sum {:.2e}, normed {:.2e}, against MLX's ops {:.2e}",
+                r.sum, r.normed, r.against_ops
+            );
+            let tol = add_norm_tolerance(dtype);
+            anyhow::ensure!(
+                r.sum <= tol && r.normed <= tol && r.against_ops <= tol,
+                "the add-norm kernel is off on {name} ({dtype:?}): {r:?} (tolerance {tol:e})"
+            );
+        }
+    }
     Ok(())
 }
 

@@ -128,6 +128,9 @@ pub fn run_solo_on(
     let mtp = mode == GenerationMode::Mtp;
     prefill_row(model, tok, run, row, chunk, mtp, events)?;
     let t0 = Instant::now();
+    if !mtp && run.sampler.is_greedy() {
+        ar_pipelined(model, tok, run, row, events)?;
+    }
     while run.is_active() {
         if run.cancel.is_cancelled() {
             run.cancel_now();
@@ -172,6 +175,58 @@ fn ar_step(
     run.hidden_last = Some(out.hidden);
     run.primary = Some(next);
     run.emit(next, tok, events)?;
+    Ok(())
+}
+
+/// A greedy step handed to the device: the next token [1, 1] (still on the device) and the hidden
+/// state. The argmax is the sampler's greedy one (over float32 logits, lowest id on ties).
+fn greedy_step(model: &dyn LanguageModel, token: &Array, row: &mut RowCache) -> Result<(Array, Array)> {
+    let out = model.forward(token, &mut [&mut *row], Logits::Last, false)?;
+    let logits = out.logits.context("no logits")?;
+    let v = *logits.shape().last().unwrap();
+    let next =
+        mlx_rs::ops::indexing::argmax_axis(&logits.reshape(&[-1, v])?.as_dtype(mlx_rs::Dtype::Float32)?, -1, None)?;
+    let next = next.as_dtype(mlx_rs::Dtype::Int32)?.reshape(&[1, 1])?;
+    let mut arrays = row.arrays();
+    arrays.push(&next);
+    mlx_rs::transforms::async_eval(arrays)?;
+    Ok((next, out.hidden))
+}
+
+/// Greedy AR decoding, pipelined as mlx-lm's `generate_step` is: each step is built from the
+/// previous step's token while that is still on the device, and handed over before that token is
+/// read, so the host builds step n + 1 while the device runs step n (on the H200 a B1 step's
+/// graph takes about as long to hand over as the device takes to run it). The tokens are those
+/// of `ar_step`. A row that stops on eos or a stop string leaves one step computed and unused;
+/// its state is the request's own and is dropped with it.
+fn ar_pipelined(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    run: &mut RowRun,
+    row: &mut RowCache,
+    events: &mut dyn FnMut(RowEvent),
+) -> Result<()> {
+    let x = run.primary.context("no primary token")?;
+    if !run.is_active() {
+        return Ok(());
+    }
+    let mut pending = greedy_step(model, &token_array(&[x]), row)?;
+    while run.is_active() {
+        if run.cancel.is_cancelled() {
+            run.cancel_now();
+            break;
+        }
+        // The budget's last token needs no step after it.
+        let following = if run.budget_left() > 1 { Some(greedy_step(model, &pending.0, row)?) } else { None };
+        let next = pending.0.item_cast::<u32>();
+        run.hidden_last = Some(pending.1);
+        run.primary = Some(next);
+        run.emit(next, tok, events)?;
+        match following {
+            Some(f) => pending = f,
+            None => break,
+        }
+    }
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! Model loading and layers: one file per family or layer kind.
 
+pub mod add_norm;
 pub mod attention;
 pub mod attention_cpu;
 pub mod attention_timing;

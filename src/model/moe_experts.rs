@@ -5,10 +5,12 @@
 //! cost per node (docs/benchmarks.md), and the ops route builds about eight kernel nodes and as
 //! many views here per MoE layer.
 //!
-//! Off by default (`COHORT_MOE_KERNEL=1` or [`set_enabled`] turns it on): it has not yet been
-//! checked or timed on the GPU machine. `moe_check::check_experts` compares it with a float64
-//! host product (`cohort device --check-kernels`); the ops route stays the reference and the
-//! route everywhere else.
+//! On by default where MLX drives CUDA, for blocks of at most [`PAYING_TOKENS`] tokens (B1
+//! steps and drafts): at the B8 verify's 16 tokens MLX's `gather_qmm` is still faster on the
+//! H200 (docs/benchmarks.md, sessions 25 and 27). `COHORT_MOE_KERNEL=1` forces them on for every
+//! block that fits, `=0` off. `moe_check::check_experts` compares them with a float64 host
+//! product (`cohort device --check-kernels`); the ops route stays the reference and the route on
+//! every other backend.
 
 use std::sync::OnceLock;
 

@@ -226,8 +226,11 @@ impl LanguageModel for Qwen35Model {
         let t = tokens.shape()[1];
         let mut x = self.embed.forward(tokens, self.dtype)?;
         let mut captures = Vec::with_capacity(self.layers.len());
+        // Each residual sum is normed by the norm that follows it (the next layer's input norm,
+        // after the last layer the final one), so the two can run as one node.
+        let input_norm = |li: usize| self.layers.get(li).map_or(&self.norm, |l| &l.input_norm);
+        let mut normed = input_norm(0).forward(&x)?;
         for (li, layer) in self.layers.iter().enumerate() {
-            let normed = layer.input_norm.forward(&x)?;
             let (mixed, cap) = match &layer.mixer {
                 Mixer::Linear(gdn) => {
                     let mut states: Vec<_> = rows
@@ -251,13 +254,13 @@ impl LanguageModel for Qwen35Model {
                 }
             };
             captures.push(cap);
-            let h = x.add(mixed)?;
-            x = h.add(layer.ffn.forward(&layer.post_norm.forward(&h)?)?)?;
+            let (h, post) = layer.post_norm.forward_after_add(&x, &mixed)?;
+            (x, normed) = input_norm(li + 1).forward_after_add(&h, &layer.ffn.forward(&post)?)?;
         }
         for r in rows.iter_mut() {
             r.len += t;
         }
-        let hidden = self.norm.forward(&x)?;
+        let hidden = normed;
         let logits = match logits {
             Logits::All => Some(self.head(&hidden)?),
             Logits::Last => Some(self.head(&super::ops::slice_axis(&hidden, 1, t - 1, t)?)?),
@@ -274,9 +277,9 @@ impl LanguageModel for Qwen35Model {
         let normed = mtp.layer.input_norm.forward(&x)?;
         let Mixer::Full(attn) = &mtp.layer.mixer else { bail!("MTP layer must be full attention") };
         let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
-        let hh = x.add(attn.forward(&normed, &mut kvs)?)?;
-        let out = hh.add(mtp.layer.ffn.forward(&mtp.layer.post_norm.forward(&hh)?)?)?;
-        self.head(&mtp.norm.forward(&out)?)
+        let (hh, post) = mtp.layer.post_norm.forward_after_add(&x, &attn.forward(&normed, &mut kvs)?)?;
+        let (_, out) = mtp.norm.forward_after_add(&hh, &mtp.layer.ffn.forward(&post)?)?;
+        self.head(&out)
     }
 }
 
