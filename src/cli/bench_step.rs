@@ -9,15 +9,14 @@ use anyhow::{Context, Result};
 use clap::Args;
 use mlx_rs::{Array, Dtype};
 
+use super::bench_b8::{B8Times, b8_cycles, interleaved_b8};
 use crate::engine::cohort::FIXED_WIDTH;
 use crate::engine::cuda_profiler::Window;
 use crate::engine::runtime::{MemoryStats, human_bytes, median};
-use crate::engine::solo::restore_from_capture;
 use crate::model::cache::RowCache;
 use crate::model::config::{LayerKind, Qwen35Config};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::kv_slots;
-use crate::model::ops::host_u32;
 use crate::model::qwen3_5::Qwen35Model;
 
 #[derive(Args)]
@@ -41,7 +40,7 @@ pub struct BenchStepArgs {
     prefill: usize,
     /// Timed repetitions (medians are reported).
     #[arg(long, default_value_t = 20)]
-    iters: usize,
+    pub(super) iters: usize,
     /// Gated DeltaNet recurrence routes to measure one after the other on the same model
     /// (`kernel,ops` compares the fused CUDA kernel with the plain-ops loop side by side);
     /// default: the route the engine picks.
@@ -59,6 +58,11 @@ pub struct BenchStepArgs {
     /// After the arms, time B1 steps of every `--compiled` arm in turn, each on its own row.
     #[arg(long)]
     interleave_b1: bool,
+    /// After the arms, time B8 cycles and B8 AR steps with every arm's switches in turn
+    /// (`--compiled`, `--fused-kernels`, `--experts-kernel`, `--add-norm`) on one cohort of
+    /// eight rows of the first loaded model.
+    #[arg(long)]
+    interleave_b8: bool,
     /// Where the MoE block's gather rows come from in the interleaved B1 arms (each `--compiled`
     /// arm with each of these): `held` (evaluated inputs, the engine's way) or `built` (by
     /// `gather_qmm` in every call, as before).
@@ -73,8 +77,8 @@ pub struct BenchStepArgs {
     /// interleaved B1 arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     experts_kernel: Vec<OnOff>,
-    /// The residual sum and RMSNorm kernel (`model/add_norm.rs`; on by default for CUDA) on or
-    /// off in the interleaved B1 arms, each with every other arm setting.
+    /// The residual sum and RMSNorm kernel (`model/add_norm.rs`; off by default) on or off in
+    /// the interleaved arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     add_norm: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
@@ -87,7 +91,7 @@ pub struct BenchStepArgs {
     steps: Vec<StepKind>,
     /// Count the nodes of one B1 step's graph, one B8 draft's and one B8 verify's, by primitive.
     #[arg(long)]
-    graph_stats: bool,
+    pub(super) graph_stats: bool,
     /// Bracket one step of this kind (the second of its kind, untimed) for Nsight Compute run as
     /// `ncu --profile-from-start off`, so its report holds that step's kernels only
     /// (scripts/gpu/ncu_step.sh; scripts/gpu/ncu_summary.py sums them by kernel).
@@ -112,7 +116,7 @@ pub enum ProfiledStep {
 /// The step that `--profile-step` names opens a window: the second of its kind (`round` 1), so
 /// the one-off work of the first (JIT compiles, graph caches) stays out and no timed step pays
 /// for ncu serialising its kernels.
-fn profile_window(args: &BenchStepArgs, kind: ProfiledStep, round: usize) -> Result<Option<Window>> {
+pub(super) fn profile_window(args: &BenchStepArgs, kind: ProfiledStep, round: usize) -> Result<Option<Window>> {
     if args.profile_step != Some(kind) || round != 1 {
         return Ok(None);
     }
@@ -121,7 +125,7 @@ fn profile_window(args: &BenchStepArgs, kind: ProfiledStep, round: usize) -> Res
 }
 
 /// Close a window after its step's outputs are evaluated.
-fn close_window(window: Option<Window>) -> Result<()> {
+pub(super) fn close_window(window: Option<Window>) -> Result<()> {
     match window {
         Some(w) => {
             w.close()?;
@@ -240,7 +244,7 @@ struct Figures {
     sample_ms: f64,
 }
 
-fn ms(t: Instant) -> f64 {
+pub(super) fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
@@ -302,7 +306,7 @@ fn step_bytes(cfg: &Qwen35Config, rows: i64, with_head: bool) -> f64 {
 
 /// `n` token ids spread over the vocabulary, different for each `salt` (the same prompt for the
 /// same salt, so every arm prefills the same state).
-fn synthetic_ids(n: usize, salt: u32, vocab: i32) -> Vec<u32> {
+pub(super) fn synthetic_ids(n: usize, salt: u32, vocab: i32) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 7919 + salt * 104729) % vocab as u32).collect()
 }
 
@@ -349,7 +353,7 @@ fn b1_pipelined_ms(model: &Qwen35Model, row: &mut RowCache, tok: Array, steps: u
 }
 
 /// Evaluate a step's outputs, handing them to the device first: ms from `t` to the handover.
-fn eval_timed(outputs: Vec<Array>, t: Instant) -> Result<f64> {
+pub(super) fn eval_timed(outputs: Vec<Array>, t: Instant) -> Result<f64> {
     mlx_rs::transforms::async_eval(&outputs)?;
     let handed = ms(t);
     mlx_rs::transforms::eval(&outputs)?;
@@ -357,7 +361,7 @@ fn eval_timed(outputs: Vec<Array>, t: Instant) -> Result<f64> {
 }
 
 /// `--graph-stats`: one step's nodes by primitive, most frequent first, on one line each.
-fn print_graph_stats(what: &str, outputs: &[&Array]) -> Result<()> {
+pub(super) fn print_graph_stats(what: &str, outputs: &[&Array]) -> Result<()> {
     let stats = crate::engine::graph_stats::GraphStats::of(outputs)?;
     let mut kinds: Vec<_> = stats.by_primitive.iter().collect();
     kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
@@ -368,14 +372,14 @@ fn print_graph_stats(what: &str, outputs: &[&Array]) -> Result<()> {
 
 /// One interleaved B1 arm: which loaded model (by its stacking) and which switches.
 #[derive(Clone, Copy)]
-struct Arm {
-    model: usize,
-    stacking: Option<OnOff>,
-    compiled: CompiledBlocks,
-    moe_rows: MoeRows,
-    fused: Option<OnOff>,
-    experts: Option<OnOff>,
-    add_norm: Option<OnOff>,
+pub(super) struct Arm {
+    pub model: usize,
+    pub stacking: Option<OnOff>,
+    pub compiled: CompiledBlocks,
+    pub moe_rows: MoeRows,
+    pub fused: Option<OnOff>,
+    pub experts: Option<OnOff>,
+    pub add_norm: Option<OnOff>,
 }
 
 /// An arm setting's values: each listed one, or the engine's default alone.
@@ -383,15 +387,14 @@ fn settings(listed: &[OnOff]) -> Vec<Option<OnOff>> {
     if listed.is_empty() { vec![None] } else { listed.iter().map(|&k| Some(k)).collect() }
 }
 
-/// B1 steps of every arm taken in turn (mirrored order every other round), each arm on its own
-/// row: the arms see the same moments of a noisy host, which separate runs do not. Arms cross
-/// the loaded models (`--stacking`) with `--compiled`, `--moe-rows`, `--fused-kernels`,
-/// `--experts-kernel` and `--add-norm`.
-fn interleaved_b1(
-    models: &[(Option<OnOff>, Box<Qwen35Model>)],
-    args: &BenchStepArgs,
-    compiled: &[CompiledBlocks],
-) -> Result<()> {
+/// An arm's switch setting as the tables show it.
+pub(super) fn label(k: Option<OnOff>) -> String {
+    k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into())
+}
+
+/// Every interleaved arm: the loaded models (`--stacking`) crossed with `--compiled`,
+/// `--moe-rows`, `--fused-kernels`, `--experts-kernel` and `--add-norm`.
+fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, compiled: &[CompiledBlocks]) -> Vec<Arm> {
     let mut arms = Vec::new();
     for (model, (stacking, _)) in models.iter().enumerate() {
         for &compiled in compiled {
@@ -407,13 +410,27 @@ fn interleaved_b1(
             }
         }
     }
-    let set = |arm: &Arm| {
-        arm.compiled.apply();
-        crate::model::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
-        apply_fused_kernels(arm.fused);
-        crate::model::moe_experts::set_enabled(arm.experts.map(OnOff::on));
-        crate::model::add_norm::set_enabled(arm.add_norm.map(OnOff::on));
-    };
+    arms
+}
+
+/// Set an arm's process-wide switches for the steps that follow.
+fn set_arm(arm: &Arm) {
+    arm.compiled.apply();
+    crate::model::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
+    apply_fused_kernels(arm.fused);
+    crate::model::moe_experts::set_enabled(arm.experts.map(OnOff::on));
+    crate::model::add_norm::set_enabled(arm.add_norm.map(OnOff::on));
+}
+
+/// B1 steps of every arm ([`arms`]) taken in turn (mirrored order every other round), each arm
+/// on its own row: the arms see the same moments of a noisy host, which separate runs do not.
+fn interleaved_b1(
+    models: &[(Option<OnOff>, Box<Qwen35Model>)],
+    args: &BenchStepArgs,
+    compiled: &[CompiledBlocks],
+) -> Result<()> {
+    let arms = arms(models, args, compiled);
+    let set = set_arm;
     let mut rows = Vec::new();
     for arm in &arms {
         set(arm);
@@ -426,7 +443,6 @@ fn interleaved_b1(
             let mut probe_row = row.clone();
             let probe = model.forward(&tok, &mut [&mut probe_row], Logits::Last, false)?;
             let next = mlx_rs::ops::indexing::argmax_axis(probe.logits.as_ref().unwrap(), -1, None)?;
-            let label = |k: Option<OnOff>| k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into());
             let what = format!(
                 "a B1 step (stacking {}, fused kernels {}, expert kernels {}, add-norm kernel {})",
                 label(arm.stacking),
@@ -463,7 +479,6 @@ fn interleaved_b1(
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
         let (lo, hi) = steps.iter().fold((f64::MAX, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
-        let label = |k: Option<OnOff>| k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into());
         println!(
             "| {} | {} | {} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
             label(arm.stacking),
@@ -577,121 +592,6 @@ fn median_or_nan(v: Vec<f64>) -> f64 {
     if v.is_empty() { f64::NAN } else { median(v) }
 }
 
-/// Each timed B8 cycle's parts (the verify's handover too), then each B8 AR step's, in ms.
-#[derive(Default)]
-struct B8Times {
-    draft: Vec<f64>,
-    verify: Vec<f64>,
-    verify_enqueued: Vec<f64>,
-    commit: Vec<f64>,
-    sample: Vec<f64>,
-    ar: Vec<f64>,
-    ar_enqueued: Vec<f64>,
-}
-
-/// `iters` timed B8 cycles (after two untimed ones), each from the same packed state, then as
-/// many B8 AR steps.
-fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&str, f64)) -> Result<B8Times> {
-    let mut times = B8Times::default();
-    let ids = |n: usize, salt: u32| synthetic_ids(n, salt, model.cfg.vocab_size);
-    let t_rows = Instant::now();
-    let mut rows: Vec<_> = (0..FIXED_WIDTH).map(|_| model.new_row()).collect();
-    let mut hidden = Vec::new();
-    for (b, r) in rows.iter_mut().enumerate() {
-        let (h, _, _) = model.prefill(r, &ids(64 + 8 * b, b as u32 + 2), 512, false)?;
-        hidden.push(h);
-    }
-    let hidden = mlx_rs::ops::concatenate(&hidden, 0)?;
-    let x0 = Array::from_slice(&(0..FIXED_WIDTH as i32).map(|b| 11 + b).collect::<Vec<_>>(), &[FIXED_WIDTH as i32, 1]);
-    // As in an MTP cohort: every row has MTP history, and the cohort packs every row's KV.
-    model.mtp_forward(&hidden, &x0, &mut rows.iter_mut().collect::<Vec<_>>())?;
-    let slots = kv_slots::pack(&mut rows)?;
-    kv_slots::eval_with(&slots, [])?;
-    // One untimed step of all eight rows, so their recurrent states sit in one batch as in a
-    // cohort past its first cycle (model/gdn_batch.rs), not in the prefills' eight.
-    let mut refs: Vec<_> = rows.iter_mut().collect();
-    model.forward(&x0, &mut refs, Logits::Last, false)?;
-    kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()))?;
-    progress("B8 rows prefilled, packed and stepped once", t_rows.elapsed().as_secs_f64());
-    for i in 0..args.iters + 2 {
-        let before = rows.clone();
-        let mut refs: Vec<_> = rows.iter_mut().collect();
-        let window = profile_window(args, ProfiledStep::Draft, i)?;
-        let t = Instant::now();
-        let q = model.mtp_forward(&hidden, &x0, &mut refs)?;
-        let d = mlx_rs::ops::indexing::argmax_axis(&q.reshape(&[FIXED_WIDTH as i32, -1])?, -1, true)?
-            .as_dtype(Dtype::Int32)?;
-        if i == 0 && args.graph_stats {
-            print_graph_stats("a B8 draft", &refs.iter().flat_map(|r| r.mtp.arrays()).chain([&d]).collect::<Vec<_>>())?;
-        }
-        kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.mtp.arrays()).chain([&d]))?;
-        let t_draft = ms(t);
-        close_window(window)?;
-        let window = profile_window(args, ProfiledStep::Verify, i)?;
-        let t = Instant::now();
-        let out = model.forward(&mlx_rs::ops::concatenate(&[x0.clone(), d], 1)?, &mut refs, Logits::All, true)?;
-        let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
-        let outputs: Vec<_> = refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]).collect();
-        if i == 0 && args.graph_stats {
-            print_graph_stats("a B8 verify", &outputs)?;
-        }
-        let t_verify_enqueued = eval_timed(kv_slots::with_buffers(&slots, outputs), t)?;
-        let t_verify = ms(t);
-        close_window(window)?;
-        let t = Instant::now();
-        let picked = host_u32(&am)?;
-        let t_sample = ms(t);
-        let t = Instant::now();
-        for (b, r) in rows.iter_mut().enumerate() {
-            r.trim_attention(1)?;
-            restore_from_capture(r, &out.captures, 0, b);
-        }
-        let a: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
-        mlx_rs::transforms::eval(a)?;
-        let t_commit = ms(t);
-        debug_assert_eq!(picked.len(), 2 * FIXED_WIDTH);
-        rows = before; // every timed cycle starts from the same state
-        if i >= 2 {
-            times.draft.push(t_draft);
-            times.verify.push(t_verify);
-            times.verify_enqueued.push(t_verify_enqueued);
-            times.commit.push(t_commit);
-            times.sample.push(t_sample);
-        } else {
-            progress(
-                &format!("B8 cycle {} (draft {t_draft:.1} ms, verify {t_verify:.1} ms)", i + 1),
-                (t_draft + t_verify + t_sample + t_commit) / 1e3,
-            );
-        }
-    }
-    progress(
-        &format!("{} timed B8 cycles", args.iters),
-        [&times.draft, &times.verify, &times.commit, &times.sample].iter().flat_map(|v| v.iter()).sum::<f64>() / 1e3,
-    );
-    // B8 AR steps on the same packed rows, each from the same state.
-    for i in 0..args.iters + 2 {
-        let before = rows.clone();
-        let mut refs: Vec<_> = rows.iter_mut().collect();
-        let window = profile_window(args, ProfiledStep::Ar, i)?;
-        let t = Instant::now();
-        let out = model.forward(&x0, &mut refs, Logits::Last, false)?;
-        let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
-        let outputs: Vec<_> = refs.iter().flat_map(|r| r.arrays()).chain([&am]).collect();
-        if i == 0 && args.graph_stats {
-            print_graph_stats("a B8 AR step", &outputs)?;
-        }
-        let enqueued = eval_timed(kv_slots::with_buffers(&slots, outputs), t)?;
-        host_u32(&am)?;
-        close_window(window)?;
-        if i >= 2 {
-            times.ar.push(ms(t));
-            times.ar_enqueued.push(enqueued);
-        }
-        rows = before;
-    }
-    Ok(times)
-}
-
 pub fn run(args: BenchStepArgs) -> Result<()> {
     let routes = if args.gdn_routes.is_empty() {
         vec![if crate::model::gdn_kernel::enabled() { GdnRoute::Kernel } else { GdnRoute::Ops }]
@@ -703,6 +603,17 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             || crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
         "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
     );
+    for (flag, listed) in [
+        ("--fused-kernels", &args.fused_kernels),
+        ("--experts-kernel", &args.experts_kernel),
+        ("--add-norm", &args.add_norm),
+    ] {
+        anyhow::ensure!(
+            !listed.contains(&OnOff::On)
+                || crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
+            "{flag} on forces one of cohort's CUDA kernels, which needs MLX's CUDA backend"
+        );
+    }
     if let Some(kind) = args.profile_step {
         anyhow::ensure!(
             crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
@@ -801,12 +712,20 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             }
         }
     }
-    if args.interleave_b1 {
-        let interleaved = interleaved_b1(&models, &args, &compiled_arms);
+    if args.interleave_b1 || args.interleave_b8 {
+        let mut interleaved = Ok(());
+        if args.interleave_b1 {
+            interleaved = interleaved_b1(&models, &args, &compiled_arms);
+        }
+        if args.interleave_b8 && interleaved.is_ok() {
+            let arms: Vec<Arm> = arms(&models, &args, &compiled_arms).into_iter().filter(|a| a.model == 0).collect();
+            interleaved = interleaved_b8(model, &args, &arms, &set_arm);
+        }
         // The arms' switches are process-wide: back to the engine's defaults, whatever happened.
         crate::model::moe_graph::set_built_rows(false);
         apply_fused_kernels(None);
         crate::model::moe_experts::set_enabled(None);
+        crate::model::add_norm::set_enabled(None);
         interleaved?;
     }
     println!("\npeak memory {}", human_bytes(MemoryStats::read().peak));

@@ -66,7 +66,7 @@ pub fn run(dtype: Dtype) -> Result<Vec<NodeCost>> {
     let logits = random(&[1, 256], Dtype::Float32)?;
     let tail = random(&[1, 3, 8192], dtype)?;
     let new = random(&[1, 1, 8192], dtype)?;
-    let kinds: Vec<(&'static str, MakeNode)> = vec![
+    let mut kinds: Vec<(&'static str, MakeNode)> = vec![
         ("Reshape (a view)", Box::new(|_| Ok(x.reshape(&[1, 1, h])?))),
         ("Slice (a view)", Box::new(|i| crate::model::ops::slice_axis(&x, 1, i as i32 % 64, 64 + i as i32 % 64))),
         ("Add [1, 2048]", Box::new(|_| Ok(x.add(&x)?))),
@@ -82,7 +82,19 @@ pub fn run(dtype: Dtype) -> Result<Vec<NodeCost>> {
         ("Softmax [1, 256]", Box::new(|_| Ok(mlx_rs::ops::softmax_axis(&logits, -1, true)?))),
         ("ArgPartition [1, 256]", Box::new(|_| Ok(mlx_rs::ops::argpartition_axis(&logits, 248, -1)?))),
         ("Concatenate [1, 3 + 1, 8192]", Box::new(|_| Ok(mlx_rs::ops::concatenate(&[&tail, &new], 1)?))),
+        (
+            "Add, then RMSNorm [1, 2048] (two nodes)",
+            Box::new(|_| Ok(mlx_rs::fast::rms_norm(&x.add(&x)?, Some(&norm_w), 1e-6)?)),
+        ),
     ];
+    // The same pair as one of cohort's kernels: whether a custom kernel's node costs the host
+    // what MLX's own do.
+    if crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda {
+        kinds.push((
+            "add-norm kernel [1, 2048] (one CustomKernel node)",
+            Box::new(|_| Ok(crate::model::add_norm::add_rms_norm(&x, &x, &norm_w, 1e-6)?.1)),
+        ));
+    }
     kinds.iter().map(|(kind, make)| measure(kind, make.as_ref())).collect()
 }
 

@@ -4,8 +4,11 @@
 //! host's cost per kernel node (docs/benchmarks.md), and the ops route builds two nodes each
 //! time, 80 of a B1 step's ~680 kernels at the real geometry.
 //!
-//! On by default where MLX drives CUDA (`COHORT_ADD_NORM_KERNEL=0` turns it off); the ops route
-//! (`add`, then `fast::rms_norm`) serves everywhere else, for mixed dtypes and for rows wider
+//! Off by default: on the H200 a custom kernel's node costs the host about twice what the two
+//! nodes of MLX's own it replaces do (16.3 against 8.6 us, `bench-step --node-costs`), and with
+//! the kernel on the B1 step, the B8 verify and the B8 AR step were each 0.7-1.3 ms slower side
+//! by side (docs/benchmarks.md, session 28). `COHORT_ADD_NORM_KERNEL=1` turns it on; the ops
+//! route (`add`, then `fast::rms_norm`) serves otherwise, and for mixed dtypes and rows wider
 //! than the kernel holds. [`check`] compares the kernel with a float64 host reference and with
 //! the ops route (`cohort device --check-kernels`, tests/add_norm.rs).
 
@@ -31,7 +34,7 @@ pub const MAX_WIDTH: i32 = MAX_THREADS * 32;
 
 static SWITCH: Switch = Switch::new("COHORT_ADD_NORM_KERNEL");
 
-/// Force the kernel on or off (`None`: back to the default, on for the CUDA backend only).
+/// Force the kernel on or off (`None`: back to the default, off).
 pub fn set_enabled(on: Option<bool>) {
     SWITCH.set(on);
 }
@@ -43,11 +46,11 @@ fn kernel() -> Result<&'static CudaKernel> {
     })
 }
 
-/// Whether the kernel takes this sum: on, one dtype throughout, the same shape on both sides
-/// and a row it holds.
+/// Whether the kernel takes this sum: turned on (it is off by default), one dtype throughout,
+/// the same shape on both sides and a row it holds.
 pub fn serves(x: &Array, r: &Array, weight: &Array) -> bool {
     let d = weight.shape().last().copied().unwrap_or(0);
-    SWITCH.enabled()
+    SWITCH.forced_on()
         && x.shape() == r.shape()
         && x.shape().last() == Some(&d)
         && weight.ndim() == 1

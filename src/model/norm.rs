@@ -19,8 +19,8 @@ impl RmsNorm {
         Ok(mlx_rs::fast::rms_norm(x, Some(&self.weight), self.eps)?)
     }
 
-    /// The residual sum `x + r` and its norm: one kernel where `add_norm` serves (CUDA), the
-    /// add and the norm elsewhere.
+    /// The residual sum `x + r` and its norm: one kernel where `add_norm` serves (CUDA, turned
+    /// on), the add and the norm otherwise.
     pub fn forward_after_add(&self, x: &Array, r: &Array) -> Result<(Array, Array)> {
         if super::add_norm::serves(x, r, &self.weight) {
             return super::add_norm::add_rms_norm(x, r, &self.weight, self.eps);

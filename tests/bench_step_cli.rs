@@ -1,0 +1,34 @@
+//! `cohort bench-step` refuses, before loading anything, an arm that forces one of cohort's CUDA
+//! kernels on a backend without CUDA, and says which flag asked for it (instead of failing deep
+//! inside a step, after minutes of building random weights).
+
+mod common;
+
+use common::cohort_command;
+
+#[test]
+fn forcing_a_cuda_kernel_off_cuda_is_refused_by_name() {
+    if cohort::engine::runtime::Backend::detect() == cohort::engine::runtime::Backend::Cuda {
+        eprintln!("skipped: this backend has the CUDA kernels");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    for flag in ["--add-norm", "--experts-kernel", "--fused-kernels"] {
+        let out = cohort_command(home.path())
+            .args(["bench-step", "--synthetic", "qwen36-35b-a3b", flag, "on,off"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} on ran: {stderr}");
+        assert!(stderr.contains(&format!("{flag} on forces")) && stderr.contains("CUDA"), "{flag}: {stderr}");
+    }
+    // Off alone is the ops route, which every backend has: it gets past the check (and is cut
+    // short here by an unknown geometry, which loads nothing).
+    let out = cohort_command(home.path())
+        .args(["bench-step", "--synthetic", "no-such-geometry", "--add-norm", "off"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("forces"), "{stderr}");
+    assert!(stderr.contains("no-such-geometry"), "{stderr}");
+}
