@@ -9,8 +9,8 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::bench_step::{
-    Arm, BenchStepArgs, ProfiledStep, close_window, eval_timed, label, ms, print_graph_stats, profile_window,
-    synthetic_ids,
+    Arm, BenchStepArgs, ProfiledStep, arm_order, close_window, eval_timed, label, min_max, ms, print_graph_stats,
+    profile_window, set_arm, synthetic_ids,
 };
 use crate::engine::cohort::FIXED_WIDTH;
 use crate::engine::runtime::median;
@@ -179,14 +179,12 @@ pub fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&s
 /// B8 cycles and B8 AR steps with every arm's switches taken in turn (mirrored order every
 /// other round) on one cohort of rows, each step from the same state: the arms' differences in
 /// draft, verify and AR time, measured side by side.
-pub fn interleaved_b8(model: &Qwen35Model, args: &BenchStepArgs, arms: &[Arm], set: &dyn Fn(&Arm)) -> Result<()> {
+pub fn interleaved_b8(model: &Qwen35Model, args: &BenchStepArgs, arms: &[Arm]) -> Result<()> {
     let mut cohort = Cohort::new(model)?;
     let mut times: Vec<B8Times> = arms.iter().map(|_| B8Times::default()).collect();
     for round in 0..args.iters + 2 {
-        let order: Vec<usize> =
-            if round % 2 == 0 { (0..arms.len()).collect() } else { (0..arms.len()).rev().collect() };
-        for &a in &order {
-            set(&arms[a]);
+        for a in arm_order(round, arms.len()) {
+            set_arm(&arms[a]);
             // Numbered from 2: graph statistics and profiling windows belong to b8_cycles' first
             // two rounds.
             cohort.cycle(model, args, round + 2, round >= 2, &mut times[a])?;
@@ -199,7 +197,7 @@ pub fn interleaved_b8(model: &Qwen35Model, args: &BenchStepArgs, arms: &[Arm], s
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (arm, t) in arms.iter().zip(times) {
-        let (lo, hi) = t.verify.iter().fold((f64::MAX, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        let (lo, hi) = min_max(&t.verify);
         let cycles: Vec<f64> =
             (0..t.draft.len()).map(|k| t.draft[k] + t.verify[k] + t.commit[k] + t.sample[k]).collect();
         println!(

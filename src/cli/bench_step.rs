@@ -392,6 +392,17 @@ pub(super) fn label(k: Option<OnOff>) -> String {
     k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into())
 }
 
+/// The order arms take turns in a round: mirrored every other round (ABBA), so no arm always
+/// runs right after the same one.
+pub(super) fn arm_order(round: usize, arms: usize) -> Vec<usize> {
+    if round.is_multiple_of(2) { (0..arms).collect() } else { (0..arms).rev().collect() }
+}
+
+/// The smallest and the largest of `v`, as the interleaved tables show a spread.
+pub(super) fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::MAX, 0f64), |(l, h), &x| (l.min(x), h.max(x)))
+}
+
 /// Every interleaved arm: the loaded models (`--stacking`) crossed with `--compiled`,
 /// `--moe-rows`, `--fused-kernels`, `--experts-kernel` and `--add-norm`.
 fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, compiled: &[CompiledBlocks]) -> Vec<Arm> {
@@ -414,7 +425,7 @@ fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, comp
 }
 
 /// Set an arm's process-wide switches for the steps that follow.
-fn set_arm(arm: &Arm) {
+pub(super) fn set_arm(arm: &Arm) {
     arm.compiled.apply();
     crate::model::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
     apply_fused_kernels(arm.fused);
@@ -430,10 +441,9 @@ fn interleaved_b1(
     compiled: &[CompiledBlocks],
 ) -> Result<()> {
     let arms = arms(models, args, compiled);
-    let set = set_arm;
     let mut rows = Vec::new();
     for arm in &arms {
-        set(arm);
+        set_arm(arm);
         let model = &models[arm.model].1;
         let prompt = synthetic_ids(args.prefill, 1, model.cfg.vocab_size);
         let mut row = model.new_row();
@@ -456,10 +466,8 @@ fn interleaved_b1(
         rows.push((row, tok, Vec::new(), Vec::new()));
     }
     for round in 0..args.iters + 2 {
-        let order: Vec<usize> =
-            if round % 2 == 0 { (0..arms.len()).collect() } else { (0..arms.len()).rev().collect() };
-        for a in order {
-            set(&arms[a]);
+        for a in arm_order(round, arms.len()) {
+            set_arm(&arms[a]);
             let (row, tok, steps, builds) = &mut rows[a];
             let (times, next) = b1_step(&models[arms[a].model].1, tok, row)?;
             *tok = next;
@@ -478,7 +486,7 @@ fn interleaved_b1(
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
-        let (lo, hi) = steps.iter().fold((f64::MAX, 0f64), |(l, h), &v| (l.min(v), h.max(v)));
+        let (lo, hi) = min_max(&steps);
         println!(
             "| {} | {} | {} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
             label(arm.stacking),
@@ -598,9 +606,9 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     } else {
         args.gdn_routes.clone()
     };
+    let on_cuda = crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda;
     anyhow::ensure!(
-        !routes.iter().any(|r| matches!(r, GdnRoute::Kernel))
-            || crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
+        !routes.iter().any(|r| matches!(r, GdnRoute::Kernel)) || on_cuda,
         "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
     );
     for (flag, listed) in [
@@ -609,16 +617,12 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         ("--add-norm", &args.add_norm),
     ] {
         anyhow::ensure!(
-            !listed.contains(&OnOff::On)
-                || crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
+            !listed.contains(&OnOff::On) || on_cuda,
             "{flag} on forces one of cohort's CUDA kernels, which needs MLX's CUDA backend"
         );
     }
     if let Some(kind) = args.profile_step {
-        anyhow::ensure!(
-            crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda,
-            "--profile-step brackets a step for Nsight Compute, which needs MLX's CUDA backend"
-        );
+        anyhow::ensure!(on_cuda, "--profile-step brackets a step for Nsight Compute, which needs MLX's CUDA backend");
         let needs = if kind == ProfiledStep::B1 { StepKind::B1 } else { StepKind::B8 };
         anyhow::ensure!(
             args.steps.contains(&needs),
@@ -713,14 +717,17 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         }
     }
     if args.interleave_b1 || args.interleave_b8 {
-        let mut interleaved = Ok(());
-        if args.interleave_b1 {
-            interleaved = interleaved_b1(&models, &args, &compiled_arms);
-        }
-        if args.interleave_b8 && interleaved.is_ok() {
-            let arms: Vec<Arm> = arms(&models, &args, &compiled_arms).into_iter().filter(|a| a.model == 0).collect();
-            interleaved = interleaved_b8(model, &args, &arms, &set_arm);
-        }
+        let interleaved = (|| -> Result<()> {
+            if args.interleave_b1 {
+                interleaved_b1(&models, &args, &compiled_arms)?;
+            }
+            if args.interleave_b8 {
+                let arms: Vec<Arm> =
+                    arms(&models, &args, &compiled_arms).into_iter().filter(|a| a.model == 0).collect();
+                interleaved_b8(model, &args, &arms)?;
+            }
+            Ok(())
+        })();
         // The arms' switches are process-wide: back to the engine's defaults, whatever happened.
         crate::model::moe_graph::set_built_rows(false);
         apply_fused_kernels(None);
