@@ -4,29 +4,43 @@
 // does what the ops route builds as a dozen nodes per layer: the causal depthwise convolution
 // over [carried tail | new rows] with SiLU, the L2 normalisation of q and k (q also scaled by
 // 1/sqrt(DK)), the decay g = exp(-exp(A_log) * softplus(a + dt_bias)) and the write strength
-// beta = sigmoid(b). All arithmetic is float32.
+// beta = sigmoid(b). With NORM it also does what follows the recurrence up to the output
+// projection: the gated RMSNorm, rounded where MLX's ops round it. All other arithmetic is
+// float32.
 //
-// Inputs  proj [B, T, P] (model dtype): the stacked product [qkv (C) | z (HV*DV) | b (HV) |
-//         a (HV)] with C = 2*HK*DK + HV*DV; tail [B, KS-1, C] (model dtype), the carried
-//         convolution rows; conv_w [C, KS, 1]; a_log, dt_bias [HV]; state_in [B, HV, DV, DK]
-//         float32.
-// Outputs y [B, T, HV, DV] float32; state_out [B, HV, DV, DK] float32; states as in
-//         gated_delta.cu (with CAPTURE the state after every position, else a placeholder);
-//         conv_in [B, KS-1+T, C] (model dtype), the convolution's input, whose last KS-1 rows
-//         (or, with capture, the KS-1 rows ending at a position) are the next carried tail.
+// Inputs  proj [B, T, P] (model dtype T): the stacked product [qkv (C) | z (HV*DV) | b (HV) |
+//         a (HV) | padding], with C = 2*HK*DK + HV*DV (P may exceed the parts' sum: a product
+//         padded at load to MLX's tile width is read in place); tail [B, KS-1, C] (T), the
+//         carried convolution rows; conv_w [C, KS, 1]; a_log, dt_bias [HV]; state_in
+//         [B, HV, DV, DK] float32; norm_w [DV] (T), the gated norm's weight (read with NORM).
+// Outputs y [B, T, HV, DV] float32, the recurrence's output (without NORM; with it a one-element
+//         placeholder); state_out [B, HV, DV, DK] float32; states as in gated_delta.cu (with
+//         CAPTURE the state after every position, else a placeholder); conv_in [B, KS-1+T, C]
+//         (T), the convolution's input, whose last KS-1 rows (or, with capture, the KS-1 rows
+//         ending at a position) are the next carried tail; out [B, T, HV*DV] (T): with NORM
+//         T(silu(z) * rms_norm(T(y)) * norm_w) as MLX's ops give it, else a placeholder.
+// Header  round_to.cuh.
+// Constants HK, HV, DK, DV, KS, CAPTURE; CPB value channels per thread block (DV with NORM,
+//         which needs a whole head in one block), WARPS (blockDim.y); NORM, EPS_BITS (the norm's
+//         epsilon as float32 bits).
 //
-// Layout: one warp per (row, value head, value channel), as in gated_delta.cu. Each warp
-// recomputes its key head's q and k rows (2 x DK channels x KS taps, from L1/L2) rather than
-// reading them from a node of their own: a few hundred multiply-adds a lane cost less than a
-// kernel launch does the host. conv_in is copied by a grid-stride loop over all threads.
+// Layout: block z = (row, value head), block y = a run of CPB channels of that head; each warp
+// takes channels warp, warp + WARPS, ... of the run, holding each one's DK-long state slice in
+// registers (DK / 32 values a lane) for the whole block. Each warp recomputes its key head's q
+// and k rows (2 x DK channels x KS taps, from L1/L2) rather than reading them from a node of
+// their own: a few hundred multiply-adds a lane cost less than a kernel launch does the host.
+// With NORM, each position's outputs meet in shared memory for the head's norm. conv_in is
+// copied by a grid-stride loop over all threads.
 constexpr int LANES = 32;
 constexpr int PER_LANE = DK / LANES;
 constexpr int C = 2 * HK * DK + HV * DV;
 constexpr int TAIL = KS - 1;
+constexpr int PER_WARP = (CPB + WARPS - 1) / WARPS;
 static_assert(DK % LANES == 0, "DK must be a multiple of 32");
+static_assert(!NORM || CPB == DV, "the norm needs the whole head in one block");
 
 const int lane = threadIdx.x;
-const int channel = blockIdx.y * blockDim.y + threadIdx.y;
+const int warp = threadIdx.y;
 const int row_head = blockIdx.z;
 const int rows = proj_shape[0];
 const int steps = proj_shape[1];
@@ -34,8 +48,8 @@ const int width = proj_shape[2];
 
 // The convolution's input, [tail | qkv columns of proj], for the next block's tail.
 {
-  const size_t threads = static_cast<size_t>(gridDim.z) * gridDim.y * blockDim.y * LANES;
-  const size_t first = ((static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * blockDim.y + threadIdx.y) * LANES + lane;
+  const size_t threads = static_cast<size_t>(gridDim.z) * gridDim.y * WARPS * LANES;
+  const size_t first = ((static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * WARPS + warp) * LANES + lane;
   const size_t total = static_cast<size_t>(rows) * (TAIL + steps) * C;
   for (size_t i = first; i < total; i += threads) {
     const int ch = static_cast<int>(i % C);
@@ -45,9 +59,6 @@ const int width = proj_shape[2];
     conv_in[i] = s < TAIL ? tail[(static_cast<size_t>(r) * TAIL + s) * C + ch]
                           : proj[(static_cast<size_t>(r) * steps + (s - TAIL)) * width + ch];
   }
-}
-if (channel >= DV) {
-  return;
 }
 const int b = row_head / HV;
 const int hv = row_head % HV;
@@ -77,16 +88,31 @@ auto warp_sum = [](float x) -> float {
 
 const float decay_rate = expf(static_cast<float>(a_log[hv]));
 const float bias = static_cast<float>(dt_bias[hv]);
-const int v_col = 2 * HK * DK + hv * DV + channel;
 const int b_col = C + HV * DV + hv;
 const int a_col = b_col + HV;
 
-const size_t state_base = (static_cast<size_t>(row_head) * DV + channel) * DK;
-float s[PER_LANE];
+// This warp's channels: the j-th is first + WARPS * j, kept while below the run's end and DV.
+const int first_channel = blockIdx.y * CPB + warp;
+auto channel_of = [&](int j) -> int { return first_channel + WARPS * j; };
+auto owns = [&](int j) -> bool {
+  const int ch = channel_of(j);
+  return WARPS * j + warp < CPB && ch < DV;
+};
+float s[PER_WARP][PER_LANE];
 #pragma unroll
-for (int i = 0; i < PER_LANE; ++i) {
-  s[i] = state_in[state_base + lane + LANES * i];
+for (int j = 0; j < PER_WARP; ++j) {
+  if (owns(j)) {
+    const size_t base = (static_cast<size_t>(row_head) * DV + channel_of(j)) * DK;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      s[j][i] = state_in[base + lane + LANES * i];
+    }
+  }
 }
+
+// With NORM: one position's outputs of the whole head, and the norm's scale for them.
+__shared__ float head_out[NORM ? DV : 1];
+__shared__ float head_scale;
 
 for (int t = 0; t < steps; ++t) {
   float key[PER_LANE];
@@ -104,45 +130,93 @@ for (int t = 0; t < steps; ++t) {
   // L2 normalisation as the ops route's rms_norm with eps 1e-6 / DK: x / sqrt(sum x^2 + 1e-6).
   const float k_scale = rsqrtf(warp_sum(kk) + 1e-6f);
   const float q_scale = rsqrtf(warp_sum(qq) + 1e-6f) * rsqrtf(static_cast<float>(DK));
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    key[i] *= k_scale;
+    query[i] *= q_scale;
+  }
 
   const size_t proj_row = (static_cast<size_t>(b) * steps + t) * width;
   const float a = static_cast<float>(proj[proj_row + a_col]) + bias;
   const float softplus = a > 20.0f ? a : log1pf(expf(a));
   const float decay = expf(-decay_rate * softplus);
   const float write = 1.0f / (1.0f + expf(-static_cast<float>(proj[proj_row + b_col])));
-  const float value = conv(t, v_col);
+  const size_t head_index = (static_cast<size_t>(b) * steps + t) * HV + hv;
 
-  float recalled = 0.0f;
 #pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) {
-    key[i] *= k_scale;
-    s[i] *= decay;
-    recalled += s[i] * key[i];
-  }
-  recalled = warp_sum(recalled);
-
-  const size_t out_index = ((static_cast<size_t>(b) * steps + t) * HV + hv) * DV + channel;
-  const float delta = (value - recalled) * write;
-  float read = 0.0f;
-#pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) {
-    s[i] += key[i] * delta;
-    read += s[i] * query[i] * q_scale;
-  }
-  read = warp_sum(read);
-  if (lane == 0) {
-    y[out_index] = read;
-  }
-  if constexpr (CAPTURE) {
-    const size_t captured = out_index * DK;
+  for (int j = 0; j < PER_WARP; ++j) {
+    if (!owns(j)) {
+      continue;
+    }
+    const int channel = channel_of(j);
+    const float value = conv(t, 2 * HK * DK + hv * DV + channel);
+    float recalled = 0.0f;
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i) {
-      states[captured + lane + LANES * i] = s[i];
+      s[j][i] *= decay;
+      recalled += s[j][i] * key[i];
     }
+    recalled = warp_sum(recalled);
+    const float delta = (value - recalled) * write;
+    float read = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      s[j][i] += key[i] * delta;
+      read += s[j][i] * query[i];
+    }
+    read = warp_sum(read);
+    const size_t out_index = head_index * DV + channel;
+    if (lane == 0) {
+      if constexpr (NORM) {
+        head_out[channel] = read;
+      } else {
+        y[out_index] = read;
+      }
+    }
+    if constexpr (CAPTURE) {
+#pragma unroll
+      for (int i = 0; i < PER_LANE; ++i) {
+        states[out_index * DK + lane + LANES * i] = s[j][i];
+      }
+    }
+  }
+
+  if constexpr (NORM) {
+    // The ops route rounds y to T, norms it as MLX's rms_norm does (the mean square in float32,
+    // then w * T(y * rsqrt(mean + eps))), and gates it in float32 with silu(z), rounding last.
+    __syncthreads();
+    if (warp == 0) {
+      float squares = 0.0f;
+      for (int c = lane; c < DV; c += LANES) {
+        const float r = static_cast<float>(round_to(proj, head_out[c]));
+        squares += r * r;
+      }
+      squares = warp_sum(squares);
+      if (lane == 0) {
+        head_scale = rsqrtf(squares / DV + __int_as_float(EPS_BITS));
+      }
+    }
+    __syncthreads();
+    for (int c = warp * LANES + lane; c < DV; c += WARPS * LANES) {
+      const float r = static_cast<float>(round_to(proj, head_out[c]));
+      const float scaled = static_cast<float>(round_to(proj, r * head_scale));
+      const float normed = static_cast<float>(round_to(proj, static_cast<float>(norm_w[c]) * scaled));
+      const float z = static_cast<float>(proj[proj_row + C + hv * DV + c]);
+      const float gate = z / (1.0f + expf(-z));
+      out[head_index * DV + c] = round_to(proj, gate * normed);
+    }
+    // The next position writes head_out again only after every thread has read this one's.
+    __syncthreads();
   }
 }
 
 #pragma unroll
-for (int i = 0; i < PER_LANE; ++i) {
-  state_out[state_base + lane + LANES * i] = s[i];
+for (int j = 0; j < PER_WARP; ++j) {
+  if (owns(j)) {
+    const size_t base = (static_cast<size_t>(row_head) * DV + channel_of(j)) * DK;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      state_out[base + lane + LANES * i] = s[j][i];
+    }
+  }
 }

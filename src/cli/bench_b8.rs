@@ -193,18 +193,19 @@ pub fn interleaved_b8(model: &Qwen35Model, args: &BenchStepArgs, arms: &[Arm]) -
     }
     println!("\nB8 steps interleaved ({} rounds, each arm's cycle and AR step from the same eight rows)", args.iters);
     println!(
-        "| fused kernels | expert kernels | add-norm kernel | compiled blocks | draft ms | verify ms | commit ms | cycle ms | B8 AR ms | verify min | verify max |"
+        "| fused kernels | expert kernels | add-norm kernel | mixer norm | compiled blocks | draft ms | verify ms | commit ms | cycle ms | B8 AR ms | verify min | verify max |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (arm, t) in arms.iter().zip(times) {
         let (lo, hi) = min_max(&t.verify);
         let cycles: Vec<f64> =
             (0..t.draft.len()).map(|k| t.draft[k] + t.verify[k] + t.commit[k] + t.sample[k]).collect();
         println!(
-            "| {} | {} | {} | {:?} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {lo:.2} | {hi:.2} |",
+            "| {} | {} | {} | {} | {:?} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {lo:.2} | {hi:.2} |",
             label(arm.fused),
             label(arm.experts),
             label(arm.add_norm),
+            label(arm.mixer_norm),
             arm.compiled,
             median(t.draft),
             median(t.verify),

@@ -59,7 +59,7 @@ pub struct BenchStepArgs {
     #[arg(long)]
     interleave_b1: bool,
     /// After the arms, time B8 cycles and B8 AR steps with every arm's switches in turn
-    /// (`--compiled`, `--fused-kernels`, `--experts-kernel`, `--add-norm`) on one cohort of
+    /// (`--compiled`, `--fused-kernels`, `--experts-kernel`, `--add-norm`, `--mixer-norm`) on one cohort of
     /// eight rows of the first loaded model.
     #[arg(long)]
     interleave_b8: bool,
@@ -81,6 +81,11 @@ pub struct BenchStepArgs {
     /// the interleaved arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     add_norm: Vec<OnOff>,
+    /// The Gated DeltaNet mixer's gated norm folded into its fused front (`model/gdn_kernel.rs`;
+    /// on by default for blocks of at most 16 positions) on or off in the interleaved arms, each
+    /// with every other arm setting.
+    #[arg(long, value_delimiter = ',')]
+    mixer_norm: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]
@@ -380,6 +385,7 @@ pub(super) struct Arm {
     pub fused: Option<OnOff>,
     pub experts: Option<OnOff>,
     pub add_norm: Option<OnOff>,
+    pub mixer_norm: Option<OnOff>,
 }
 
 /// An arm setting's values: each listed one, or the engine's default alone.
@@ -404,7 +410,7 @@ pub(super) fn min_max(v: &[f64]) -> (f64, f64) {
 }
 
 /// Every interleaved arm: the loaded models (`--stacking`) crossed with `--compiled`,
-/// `--moe-rows`, `--fused-kernels`, `--experts-kernel` and `--add-norm`.
+/// `--moe-rows`, `--fused-kernels`, `--experts-kernel`, `--add-norm` and `--mixer-norm`.
 fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, compiled: &[CompiledBlocks]) -> Vec<Arm> {
     let mut arms = Vec::new();
     for (model, (stacking, _)) in models.iter().enumerate() {
@@ -413,8 +419,19 @@ fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, comp
                 for fused in settings(&args.fused_kernels) {
                     for experts in settings(&args.experts_kernel) {
                         for add_norm in settings(&args.add_norm) {
-                            let stacking = *stacking;
-                            arms.push(Arm { model, stacking, compiled, moe_rows, fused, experts, add_norm });
+                            for mixer_norm in settings(&args.mixer_norm) {
+                                let stacking = *stacking;
+                                arms.push(Arm {
+                                    model,
+                                    stacking,
+                                    compiled,
+                                    moe_rows,
+                                    fused,
+                                    experts,
+                                    add_norm,
+                                    mixer_norm,
+                                });
+                            }
                         }
                     }
                 }
@@ -431,6 +448,7 @@ pub(super) fn set_arm(arm: &Arm) {
     apply_fused_kernels(arm.fused);
     crate::model::moe_experts::set_enabled(arm.experts.map(OnOff::on));
     crate::model::add_norm::set_enabled(arm.add_norm.map(OnOff::on));
+    crate::model::gdn_kernel::set_fused_norm(arm.mixer_norm.map(OnOff::on));
 }
 
 /// B1 steps of every arm ([`arms`]) taken in turn (mirrored order every other round), each arm
@@ -454,11 +472,12 @@ fn interleaved_b1(
             let probe = model.forward(&tok, &mut [&mut probe_row], Logits::Last, false)?;
             let next = mlx_rs::ops::indexing::argmax_axis(probe.logits.as_ref().unwrap(), -1, None)?;
             let what = format!(
-                "a B1 step (stacking {}, fused kernels {}, expert kernels {}, add-norm kernel {})",
+                "a B1 step (stacking {}, fused kernels {}, expert kernels {}, add-norm kernel {}, mixer norm {})",
                 label(arm.stacking),
                 label(arm.fused),
                 label(arm.experts),
-                label(arm.add_norm)
+                label(arm.add_norm),
+                label(arm.mixer_norm)
             );
             print_graph_stats(&what, &probe_row.arrays().into_iter().chain([&next]).collect::<Vec<_>>())?;
             mlx_rs::transforms::eval(probe_row.arrays().into_iter().chain([&next]))?;
@@ -482,17 +501,18 @@ fn interleaved_b1(
         args.iters, args.prefill
     );
     println!(
-        "| stacking | fused kernels | expert kernels | add-norm kernel | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |"
+        "| stacking | fused kernels | expert kernels | add-norm kernel | mixer norm | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
         let (lo, hi) = min_max(&steps);
         println!(
-            "| {} | {} | {} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
+            "| {} | {} | {} | {} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
             label(arm.stacking),
             label(arm.fused),
             label(arm.experts),
             label(arm.add_norm),
+            label(arm.mixer_norm),
             arm.compiled,
             arm.moe_rows,
             median(steps),
@@ -615,6 +635,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         ("--fused-kernels", &args.fused_kernels),
         ("--experts-kernel", &args.experts_kernel),
         ("--add-norm", &args.add_norm),
+        ("--mixer-norm", &args.mixer_norm),
     ] {
         anyhow::ensure!(
             !listed.contains(&OnOff::On) || on_cuda,
@@ -733,6 +754,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         apply_fused_kernels(None);
         crate::model::moe_experts::set_enabled(None);
         crate::model::add_norm::set_enabled(None);
+        crate::model::gdn_kernel::set_fused_norm(None);
         interleaved?;
     }
     println!("\npeak memory {}", human_bytes(MemoryStats::read().peak));

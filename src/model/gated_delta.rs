@@ -179,6 +179,7 @@ impl GatedDeltaNet {
             fused_recurrence: gdn_kernel::enabled(),
             fused_in: matches!(self.in_proj, InProj::Fused(_)),
             fused_front: matches!(self.in_proj, InProj::Fused(_)) && gdn_kernel::fused_front_enabled(),
+            fused_norm: gdn_kernel::fused_norm_enabled(),
             capture,
         }
     }
@@ -237,6 +238,9 @@ pub struct GdnPlan {
     /// Everything from the stacked product to the recurrence in one kernel
     /// ([`gdn_kernel::recur_fused`]; needs `fused_in`).
     pub fused_front: bool,
+    /// The gated norm in the fused front too, for short blocks ([`gdn_kernel::norm_folds`]),
+    /// which then reads the stacked product with its load padding.
+    pub fused_norm: bool,
     pub capture: bool,
 }
 
@@ -271,16 +275,30 @@ fn mix(
     let dtype = x.dtype();
 
     if plan.fused_front {
+        // With the norm folding, the product may keep its load padding (read in place).
         let all = proj(GdnProj::Qkv, x)?;
-        let z = split_widths(&all, &[conv_dim, hv * dv, 2 * hv])?[1].reshape(&[b, t, hv, dv])?;
         // A fresh row's tail is zeros in the activation dtype, which the product's can differ
         // from (float32 scales promote it); the kernel reads both as one type.
         let tail = if tail.dtype() == all.dtype() { tail.clone() } else { tail.as_dtype(all.dtype())? };
         let inputs = gdn_kernel::FusedInputs { proj: &all, tail: &tail, conv_weight, a_log, dt_bias, state };
         let heads =
             gdn_kernel::Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: plan.kernel };
-        let (rec, conv_in) = gdn_kernel::recur_fused(&inputs, heads, plan.capture)?;
-        return finish(rec, &z, conv_in, norm_weight, plan, proj, dtype);
+        let eps = f32::from_bits(plan.eps_bits);
+        let folds = plan.fused_norm && gdn_kernel::norm_folds(t, all.dtype(), norm_weight, dtype, dv);
+        let norm = folds.then_some(gdn_kernel::GatedNorm { weight: norm_weight, eps });
+        let gdn_kernel::Fused { out, state: last, per_position, conv_in } =
+            gdn_kernel::recur_fused(&inputs, heads, plan.capture, norm)?;
+        return match out {
+            gdn_kernel::FusedOut::Gated(gated) => {
+                let per_position = per_position.unwrap_or_else(|| last.clone());
+                Ok(vec![proj(GdnProj::Out, &gated)?, conv_in, last, per_position])
+            }
+            gdn_kernel::FusedOut::Raw(y) => {
+                // Sliced, not split: the product may be wider than its parts.
+                let z = slice_axis(&all, 2, conv_dim, conv_dim + hv * dv)?.reshape(&[b, t, hv, dv])?;
+                finish(Recurrence { y, state: last, per_position }, &z, conv_in, norm_weight, plan, proj, dtype)
+            }
+        };
     }
     let [qkv, z, beta_in, a] = if plan.fused_in {
         let parts = split_widths(&proj(GdnProj::Qkv, x)?, &[conv_dim, hv * dv, hv, hv])?;
@@ -352,7 +370,13 @@ pub(super) fn mix_from_inputs(inputs: &[Array], plan: &GdnPlan) -> Result<Vec<Ar
     anyhow::ensure!(inputs.len() == next, "the Gated DeltaNet graph takes {next} inputs, got {}", inputs.len());
     let proj = |p: GdnProj, x: &Array| {
         let i = p as usize;
-        project(x, &inputs[at[i]..at[i] + plan.storage[i].inputs()], plan.storage[i])
+        let arrays = &inputs[at[i]..at[i] + plan.storage[i].inputs()];
+        // The fused front reads the stacked product in place, padding and all, sparing the
+        // slice and the copy that cutting it back costs.
+        if p == GdnProj::Qkv && plan.fused_front && plan.fused_norm {
+            return super::product::served_padded(x, arrays, plan.storage[i]);
+        }
+        project(x, arrays, plan.storage[i])
     };
     mix(&inputs[0], &inputs[1], &inputs[2], [&inputs[3], &inputs[4], &inputs[5], &inputs[6]], plan, &proj)
 }

@@ -192,6 +192,29 @@ pub fn real_geometries() -> Vec<(&'static str, Geometry)> {
 pub struct FusedReport {
     pub recurrence: CheckReport,
     pub conv_in_exact: bool,
+    /// With the gated norm folded in (blocks of at most [`gdn_kernel::NORM_MAX_POSITIONS`]),
+    /// read from a product with padding columns after its parts: the gated output against the
+    /// float64 norm of the reference's y, and that run's recurrence as above.
+    pub gated: Option<f64>,
+    pub gated_recurrence: Option<CheckReport>,
+}
+
+impl FusedReport {
+    /// Whether every figure is within `tolerance`, the gated output within `gated_tolerance`
+    /// (it is rounded to the model's dtype, the others are float32).
+    pub fn within(&self, tolerance: f64, gated_tolerance: f64) -> bool {
+        self.recurrence.worst() <= tolerance
+            && self.conv_in_exact
+            && self.gated_recurrence.is_none_or(|r| r.worst() <= tolerance)
+            && self.gated.is_none_or(|g| g <= gated_tolerance)
+    }
+}
+
+/// The gated norm's tolerance: float32's, or for a half-precision output the four roundings
+/// MLX's ops make on the way (y, the normalised value, the weighted one, the product), relative
+/// to the largest output.
+pub fn gated_tolerance(dtype: Dtype) -> f64 {
+    if dtype == Dtype::Float32 { 1e-4 } else { 2e-2 }
 }
 
 /// The fused front (convolution, SiLU, q/k normalisation, gates and the recurrence in one
@@ -260,16 +283,72 @@ pub fn check_fused(geo: Geometry, taps: i32, dtype: Dtype, seed: u64) -> Result<
         state: &state,
     };
     let heads = gdn_kernel::Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: taps };
-    let (rec, conv_in) = gdn_kernel::recur_fused(&inputs, heads, geo.capture)?;
-    let got_conv = host_f32(&conv_in)?;
-    let mut conv_in_exact = got_conv.len() == (b * (tail_rows + t) * c) as usize;
-    for bi in 0..b {
-        for s in 0..tail_rows + t {
-            for ch in 0..c {
-                conv_in_exact &=
-                    got_conv.get(((bi * (tail_rows + t) + s) * c + ch) as usize) == Some(&(input(bi, s, ch) as f32));
+    let fused = gdn_kernel::recur_fused(&inputs, heads, geo.capture, None)?;
+    let conv_exact = |conv_in: &Array| -> Result<bool> {
+        let got = host_f32(conv_in)?;
+        let mut exact = got.len() == (b * (tail_rows + t) * c) as usize;
+        for bi in 0..b {
+            for s in 0..tail_rows + t {
+                for ch in 0..c {
+                    exact &=
+                        got.get(((bi * (tail_rows + t) + s) * c + ch) as usize) == Some(&(input(bi, s, ch) as f32));
+                }
             }
         }
+        Ok(exact)
+    };
+    let raw = |f: gdn_kernel::Fused| -> Result<(Recurrence, Array)> {
+        match f.out {
+            gdn_kernel::FusedOut::Raw(y) => {
+                Ok((Recurrence { y, state: f.state, per_position: f.per_position }, f.conv_in))
+            }
+            gdn_kernel::FusedOut::Gated(_) => anyhow::bail!("the fused front gated its output unasked"),
+        }
+    };
+    let (rec, conv_in) = raw(fused)?;
+    let mut report = FusedReport {
+        recurrence: compare(&rec, &want, geo.capture)?,
+        conv_in_exact: conv_exact(&conv_in)?,
+        gated: None,
+        gated_recurrence: None,
+    };
+    if t > gdn_kernel::NORM_MAX_POSITIONS {
+        return Ok(report);
     }
-    Ok(FusedReport { recurrence: compare(&rec, &want, geo.capture)?, conv_in_exact })
+
+    // Again with the norm folded in, from a product 64 columns wider than its parts (as a
+    // product padded at load is read), against the float64 gated norm of the reference's y.
+    let eps = 1e-6f32;
+    let (norm_w, nw) = device(&random(dv, 0.5).iter().map(|x| x + 1.0).collect::<Vec<_>>(), &[dv], dtype)?;
+    let (junk, _) = device(&random(b * t * 64, 3.0), &[b, t, 64], dtype)?;
+    let padded = mlx_rs::ops::concatenate(&[proj.clone(), junk], 2)?;
+    let inputs = gdn_kernel::FusedInputs { proj: &padded, ..inputs };
+    let norm = gdn_kernel::GatedNorm { weight: &norm_w, eps };
+    let fused = gdn_kernel::recur_fused(&inputs, heads, geo.capture, Some(norm))?;
+    let gated = match &fused.out {
+        gdn_kernel::FusedOut::Gated(g) => host_f32(g)?,
+        gdn_kernel::FusedOut::Raw(_) => anyhow::bail!("the fused front did not gate its output"),
+    };
+    let mut want_gated = Vec::with_capacity(want.0.len());
+    for (head, y) in want.0.chunks(dv as usize).enumerate() {
+        let (bt, h) = (head as i32 / hv, head as i32 % hv);
+        let scale = 1.0 / (y.iter().map(|v| v * v).sum::<f64>() / dv as f64 + eps as f64).sqrt();
+        for (ch, v) in y.iter().enumerate() {
+            let z = p[(bt * width + c + h * dv + ch as i32) as usize] as f64;
+            want_gated.push(z / (1.0 + (-z).exp()) * v * scale * nw[ch] as f64);
+        }
+    }
+    report.gated = Some(relative_error(&gated, &want_gated));
+    // No y comes out with the norm: the gated output stands for it.
+    report.gated_recurrence = Some(CheckReport {
+        y: 0.0,
+        state: relative_error(&host_f32(&fused.state)?, &want.1),
+        per_position: match &fused.per_position {
+            Some(p) => Some(relative_error(&host_f32(p)?, &want.2)),
+            None => geo.capture.then_some(f64::INFINITY),
+        },
+    });
+    let conv_in = fused.conv_in;
+    report.conv_in_exact &= conv_exact(&conv_in)?;
+    Ok(report)
 }

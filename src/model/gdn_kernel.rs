@@ -107,10 +107,13 @@ pub fn recur(x: &RecurrenceInputs, capture: bool) -> Result<Recurrence> {
 }
 
 const FUSED_SOURCE: &str = include_str!("../../kernels/gated_delta_fused.cu");
-const FUSED_INPUTS: [&str; 6] = ["proj", "tail", "conv_w", "a_log", "dt_bias", "state_in"];
-const FUSED_OUTPUTS: [&str; 4] = ["y", "state_out", "states", "conv_in"];
+/// Rounding to the model's element type, which the body sees only as a pointer.
+const FUSED_HEADER: (&str, &str) = ("round_to.cuh", include_str!("../../kernels/round_to.cuh"));
+const FUSED_INPUTS: [&str; 7] = ["proj", "tail", "conv_w", "a_log", "dt_bias", "state_in", "norm_w"];
+const FUSED_OUTPUTS: [&str; 5] = ["y", "state_out", "states", "conv_in", "out"];
 
 static FUSED_FRONT: super::compiled::Switch = super::compiled::Switch::new("COHORT_GDN_FUSED_FRONT");
+static FUSED_NORM: super::compiled::Switch = super::compiled::Switch::new("COHORT_GDN_FUSED_NORM");
 
 /// Force the fused front ([`recur_fused`]) on or off (`None`: back to the default, on wherever
 /// the recurrence kernel serves); benchmarks and tests.
@@ -123,6 +126,28 @@ pub fn fused_front_enabled() -> bool {
     enabled() && FUSED_FRONT.enabled()
 }
 
+/// Force the gated norm into the fused front on or off (`None`: back to the default, on
+/// wherever the fused front serves); benchmarks and tests.
+pub fn set_fused_norm(on: Option<bool>) {
+    FUSED_NORM.set(on);
+}
+
+/// Whether the fused front also does the gated RMSNorm after the recurrence, for blocks of at
+/// most [`NORM_MAX_POSITIONS`] positions, and reads a padded input product in place.
+/// Opt-in (`COHORT_GDN_FUSED_NORM=1`) until it has been checked and measured on the GPU.
+pub fn fused_norm_enabled() -> bool {
+    fused_front_enabled() && FUSED_NORM.forced_on()
+}
+
+/// The most positions a block may have for the norm to fold: it needs a whole head in one thread
+/// block, so a long prefill keeps the layout of a few channels a block, which spreads its long
+/// sequential recurrence over more of the device.
+pub const NORM_MAX_POSITIONS: i32 = 16;
+
+/// Value channels a block in the layout without the norm, and the warps a block with it.
+const CHANNELS_UNFOLDED: i32 = 4;
+const WARPS_FOLDED: i32 = 16;
+
 fn fused_kernel() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
     cuda_kernel::once(&KERNEL, || {
@@ -132,14 +157,15 @@ fn fused_kernel() -> Result<&'static CudaKernel> {
             &FUSED_INPUTS,
             &FUSED_OUTPUTS,
             FUSED_SOURCE,
-            None,
+            Some(FUSED_HEADER),
         )
     })
 }
 
-/// What the fused front reads: the stacked input projection's product [B, T, C + Hv*Dv + 2Hv]
-/// ([qkv | z | b | a]), the carried convolution tail [B, K-1, C], the convolution weight
-/// [C, K, 1], A_log and dt_bias [Hv], and the carried state [B, Hv, Dv, Dk] float32.
+/// What the fused front reads: the stacked input projection's product [B, T, P] ([qkv | z | b |
+/// a], possibly followed by load padding), the carried convolution tail [B, K-1, C], the
+/// convolution weight [C, K, 1], A_log and dt_bias [Hv], and the carried state [B, Hv, Dv, Dk]
+/// float32.
 pub struct FusedInputs<'a> {
     pub proj: &'a Array,
     pub tail: &'a Array,
@@ -159,10 +185,46 @@ pub struct Heads {
     pub kernel: i32,
 }
 
+/// The gated RMSNorm after the recurrence: its weight [Dv] and epsilon.
+#[derive(Clone, Copy)]
+pub struct GatedNorm<'a> {
+    pub weight: &'a Array,
+    pub eps: f32,
+}
+
+/// What the recurrence hands on: its raw output y [B, T, Hv, Dv] float32, or with the norm
+/// folded in the gated, normed output [B, T, Hv*Dv] in the model's dtype, ready for the output
+/// projection.
+pub enum FusedOut {
+    Raw(Array),
+    Gated(Array),
+}
+
+/// The fused front's outputs: [`FusedOut`], the final state [B, Hv, Dv, Dk] float32, with
+/// capture the state after every position, and the convolution's input [B, K-1+T, C].
+pub struct Fused {
+    pub out: FusedOut,
+    pub state: Array,
+    pub per_position: Option<Array>,
+    pub conv_in: Array,
+}
+
+/// Whether the norm, where [`fused_norm_enabled`], can fold into a front of `t` positions whose
+/// product is `proj_dtype`: a block short enough, and one element type for the product, the
+/// norm's weight and the mixer's output (the ops route rounds to that type between the steps).
+pub fn norm_folds(t: i32, proj_dtype: Dtype, norm_weight: &Array, out_dtype: Dtype, value_dim: i32) -> bool {
+    (1..=NORM_MAX_POSITIONS).contains(&t)
+        && proj_dtype == out_dtype
+        && norm_weight.dtype() == out_dtype
+        && norm_weight.shape() == [value_dim]
+        && matches!(out_dtype, Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16)
+}
+
 /// Convolution, SiLU, q/k normalisation, decay and write gates and the recurrence in one launch
-/// (`kernels/gated_delta_fused.cu`): the recurrence's outputs and the convolution's input
-/// [B, K-1+T, C] (for the next tails), as the ops front and [`recur`] give them.
-pub fn recur_fused(x: &FusedInputs, heads: Heads, capture: bool) -> Result<(Recurrence, Array)> {
+/// (`kernels/gated_delta_fused.cu`), and with `norm` the gated RMSNorm after it: the outputs
+/// the ops front, [`recur`] and (with `norm`) the ops norm give. The caller decides `norm` with
+/// [`norm_folds`].
+pub fn recur_fused(x: &FusedInputs, heads: Heads, capture: bool, norm: Option<GatedNorm>) -> Result<Fused> {
     let Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: ks } = heads;
     let (ps, ts, ss) = (x.proj.shape(), x.tail.shape(), x.state.shape());
     let c = 2 * hk * dk + hv * dv;
@@ -170,15 +232,17 @@ pub fn recur_fused(x: &FusedInputs, heads: Heads, capture: bool) -> Result<(Recu
     let fits = dk % 32 == 0
         && hk > 0
         && hv % hk == 0
+        && dv > 0
         && ks >= 1
         && ps.len() == 3
-        && ps[2] == c + hv * dv + 2 * hv
+        && ps[2] >= c + hv * dv + 2 * hv
         && ts == [b, ks - 1, c]
         && ss == [b, hv, dv, dk]
         && x.conv_weight.shape() == [c, ks, 1]
         && x.a_log.shape() == [hv]
         && x.dt_bias.shape() == [hv]
-        && x.tail.dtype() == x.proj.dtype();
+        && x.tail.dtype() == x.proj.dtype()
+        && norm.is_none_or(|n| n.weight.shape() == [dv] && n.weight.dtype() == x.proj.dtype());
     if !fits {
         bail!(
             "the fused Gated DeltaNet front does not fit these shapes (proj {ps:?}, tail {ts:?}, state {ss:?}, conv {:?})",
@@ -186,24 +250,46 @@ pub fn recur_fused(x: &FusedInputs, heads: Heads, capture: bool) -> Result<(Recu
         );
     }
     let state = x.state.as_dtype(Dtype::Float32)?;
-    let f32 = Dtype::Float32;
+    let (f32, dtype) = (Dtype::Float32, x.proj.dtype());
+    // With the norm a block is a whole head, its channels shared among the warps; without it a
+    // block is a few channels, one warp each.
+    let (per_block, warps) = match norm {
+        Some(_) => (dv, WARPS_FOLDED.min(dv)),
+        None => (CHANNELS_UNFOLDED, CHANNELS_UNFOLDED),
+    };
+    let blocks_y = (dv + per_block - 1) / per_block;
+    let placeholder = vec![1];
     let launch = Launch {
         outputs: vec![
-            (vec![b, t, hv, dv], f32),
+            (if norm.is_some() { placeholder.clone() } else { vec![b, t, hv, dv] }, f32),
             (vec![b, hv, dv, dk], f32),
-            (if capture { vec![b, t, hv, dv, dk] } else { vec![1] }, f32),
-            (vec![b, ks - 1 + t, c], x.proj.dtype()),
+            (if capture { vec![b, t, hv, dv, dk] } else { placeholder.clone() }, f32),
+            (vec![b, ks - 1 + t, c], dtype),
+            (if norm.is_some() { vec![b, t, hv * dv] } else { placeholder }, dtype),
         ],
-        grid: [32, dv, b * hv],
-        threads: [32, CHANNELS_PER_BLOCK, 1],
-        ints: &[("HK", hk), ("HV", hv), ("DK", dk), ("DV", dv), ("KS", ks)],
-        bools: &[("CAPTURE", capture)],
+        grid: [32, blocks_y * warps, b * hv],
+        threads: [32, warps, 1],
+        ints: &[
+            ("HK", hk),
+            ("HV", hv),
+            ("DK", dk),
+            ("DV", dv),
+            ("KS", ks),
+            ("CPB", per_block),
+            ("WARPS", warps),
+            ("EPS_BITS", norm.map_or(0, |n| n.eps.to_bits() as i32)),
+        ],
+        bools: &[("CAPTURE", capture), ("NORM", norm.is_some())],
     };
-    let inputs = [x.proj, x.tail, x.conv_weight, x.a_log, x.dt_bias, &state];
+    // Without the norm its weight is not read; the state stands in for it.
+    let norm_w = norm.map_or(&state, |n| n.weight);
+    let inputs = [x.proj, x.tail, x.conv_weight, x.a_log, x.dt_bias, &state, norm_w];
     let mut arrays = fused_kernel()?.apply(&inputs, &launch)?;
-    let conv_in = arrays.pop().expect("four outputs");
+    let gated = arrays.pop().expect("five outputs");
+    let conv_in = arrays.pop().expect("five outputs");
     let per_position = arrays.pop().filter(|_| capture);
-    let state = arrays.pop().expect("four outputs");
-    let y = arrays.pop().expect("four outputs");
-    Ok((Recurrence { y, state, per_position }, conv_in))
+    let state = arrays.pop().expect("five outputs");
+    let y = arrays.pop().expect("five outputs");
+    let out = if norm.is_some() { FusedOut::Gated(gated) } else { FusedOut::Raw(y) };
+    Ok(Fused { out, state, per_position, conv_in })
 }

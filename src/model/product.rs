@@ -141,6 +141,15 @@ pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
     }
 }
 
+/// As [`served`], but a product padded at load keeps its padding columns (after the
+/// projection's own), for a reader that takes a row stride.
+pub fn served_padded(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
+    match storage {
+        Storage::Padded(q, _) => quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits),
+        _ => served(x, arrays, storage),
+    }
+}
+
 /// `x W^T` with `W` quantized as `w`, `scales`, `biases`.
 pub fn quantized(x: &Array, w: &Array, scales: &Array, biases: &Array, group_size: i32, bits: i32) -> Result<Array> {
     as_rows(x, |rows| {
