@@ -26,11 +26,13 @@
 //
 // Layout: block z = (row, value head), block y = a run of CPB channels of that head; each warp
 // takes channels warp, warp + WARPS, ... of the run, holding each one's DK-long state slice in
-// registers (DK / 32 values a lane) for the whole block. Each warp recomputes its key head's q
-// and k rows (2 x DK channels x KS taps, from L1/L2) rather than reading them from a node of
-// their own: a few hundred multiply-adds a lane cost less than a kernel launch does the host.
-// With NORM, each position's outputs meet in shared memory for the head's norm. conv_in is
-// copied by a grid-stride loop over all threads.
+// registers (DK / 32 values a lane) for the whole block. At each position the block's threads
+// share out the convolutions it needs (its key head's q and k rows, 2 x DK channels, and its
+// run's CPB value channels) into shared memory, so each is computed once a block rather than
+// once a warp (or, for a value, once a lane); every value is the same float either way. Each
+// block recomputes them rather than reading them from a node of their own: a few multiply-adds
+// a thread cost less than a kernel launch does the host. With NORM, each position's outputs meet
+// in shared memory for the head's norm. conv_in is copied by a grid-stride loop over all threads.
 constexpr int LANES = 32;
 constexpr int PER_LANE = DK / LANES;
 constexpr int C = 2 * HK * DK + HV * DV;
@@ -113,8 +115,21 @@ for (int j = 0; j < PER_WARP; ++j) {
 // With NORM: one position's outputs of the whole head, and the norm's scale for them.
 __shared__ float head_out[NORM ? DV : 1];
 __shared__ float head_scale;
+// One position's convolutions: q [DK], k [DK], then the run's CPB value channels.
+__shared__ float conv_out[2 * DK + CPB];
+const int thread = warp * LANES + lane;
 
 for (int t = 0; t < steps; ++t) {
+  // The last position's readers are done with conv_out before it is written again.
+  __syncthreads();
+  for (int i = thread; i < 2 * DK + CPB; i += WARPS * LANES) {
+    if (i < 2 * DK) {
+      conv_out[i] = conv(t, (i < DK ? hk * DK + i : HK * DK + hk * DK + i - DK));
+    } else if (blockIdx.y * CPB + (i - 2 * DK) < DV) {
+      conv_out[i] = conv(t, 2 * HK * DK + hv * DV + blockIdx.y * CPB + (i - 2 * DK));
+    }
+  }
+  __syncthreads();
   float key[PER_LANE];
   float query[PER_LANE];
   float kk = 0.0f;
@@ -122,8 +137,8 @@ for (int t = 0; t < steps; ++t) {
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) {
     const int d = lane + LANES * i;
-    query[i] = conv(t, hk * DK + d);
-    key[i] = conv(t, HK * DK + hk * DK + d);
+    query[i] = conv_out[d];
+    key[i] = conv_out[DK + d];
     qq += query[i] * query[i];
     kk += key[i] * key[i];
   }
@@ -149,7 +164,7 @@ for (int t = 0; t < steps; ++t) {
       continue;
     }
     const int channel = channel_of(j);
-    const float value = conv(t, 2 * HK * DK + hv * DV + channel);
+    const float value = conv_out[2 * DK + channel - blockIdx.y * CPB];
     float recalled = 0.0f;
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i) {

@@ -13,14 +13,30 @@ nvidia-cuda-runtime-cu12 (for cuda_bf16.h), unzip both into one folder, and pass
 """
 
 import ctypes
+import os
 import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The bodies to compile: kernels/, or COHORT_KERNEL_DIR's as the binary would read them.
+KERNEL_DIR = pathlib.Path(os.environ.get("COHORT_KERNEL_DIR", ROOT / "kernels"))
 
 # name: (file, [(input, C type)], [(output, C type)], {constant: value}); kernels whose Rust
 # wrapper hands MLX a header name it in HEADERS.
-HEADERS = {"add_rms_norm": "round_to.cuh", "moe_experts_up": "affine_dot.cuh", "moe_experts_down": "affine_dot.cuh"}
+HEADERS = {
+    "add_rms_norm": "round_to.cuh",
+    "gated_delta_fused": "round_to.cuh",
+    "gated_delta_fused_unfolded": "round_to.cuh",
+    "moe_experts_up": "affine_dot.cuh",
+    "moe_experts_down": "affine_dot.cuh",
+}
+FUSED_ARGS = (
+    [("proj", "__nv_bfloat16"), ("tail", "__nv_bfloat16"), ("conv_w", "__nv_bfloat16"),
+     ("a_log", "__nv_bfloat16"), ("dt_bias", "__nv_bfloat16"), ("state_in", "float"), ("norm_w", "__nv_bfloat16")],
+    [("y", "float"), ("state_out", "float"), ("states", "float"), ("conv_in", "__nv_bfloat16"),
+     ("out", "__nv_bfloat16")],
+)
+FUSED_SIZES = {"HK": 16, "HV": 32, "DK": 128, "DV": 128, "KS": 4, "CAPTURE": "true", "EPS_BITS": 897988541}
 KERNELS = {
     "add_rms_norm": (
         "add_rms_norm.cu",
@@ -41,12 +57,13 @@ KERNELS = {
         [("y", "float"), ("state_out", "float"), ("states", "float")],
         {"HK": 16, "HV": 32, "DK": 128, "DV": 128, "CAPTURE": "true"},
     ),
-    "gated_delta_fused": (
+    # The two layouts recur_fused launches: a whole head a block with the norm folded in, and
+    # four channels a block without it.
+    "gated_delta_fused": ("gated_delta_fused.cu", *FUSED_ARGS, {**FUSED_SIZES, "CPB": 128, "WARPS": 16, "NORM": "true"}),
+    "gated_delta_fused_unfolded": (
         "gated_delta_fused.cu",
-        [("proj", "__nv_bfloat16"), ("tail", "__nv_bfloat16"), ("conv_w", "__nv_bfloat16"),
-         ("a_log", "__nv_bfloat16"), ("dt_bias", "__nv_bfloat16"), ("state_in", "float")],
-        [("y", "float"), ("state_out", "float"), ("states", "float"), ("conv_in", "__nv_bfloat16")],
-        {"HK": 16, "HV": 32, "DK": 128, "DV": 128, "KS": 4, "CAPTURE": "true"},
+        *FUSED_ARGS,
+        {**FUSED_SIZES, "CPB": 4, "WARPS": 4, "NORM": "false"},
     ),
     "moe_experts_up": (
         "moe_experts_up.cu",
@@ -70,7 +87,7 @@ def source(name, dtype):
     file, inputs, outputs, constants = KERNELS[name]
     inputs = [(a, dtype if t == "__nv_bfloat16" else t) for a, t in inputs]
     outputs = [(a, dtype if t == "__nv_bfloat16" else t) for a, t in outputs]
-    body = (ROOT / "kernels" / file).read_text()
+    body = (KERNEL_DIR / file).read_text()
     params = []
     for arg, ctype in inputs:
         params += [f"const {ctype}* {arg}", f"const int* {arg}_shape"]
@@ -79,7 +96,7 @@ def source(name, dtype):
     consts = "".join(
         f"constexpr {'bool' if v in ('true', 'false') else 'int'} {k} = {v};\n" for k, v in constants.items()
     )
-    header = (ROOT / "kernels" / HEADERS[name]).read_text() if name in HEADERS else ""
+    header = (KERNEL_DIR / HEADERS[name]).read_text() if name in HEADERS else ""
     return (
         "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
         + header

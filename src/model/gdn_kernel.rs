@@ -133,10 +133,11 @@ pub fn set_fused_norm(on: Option<bool>) {
 }
 
 /// Whether the fused front also does the gated RMSNorm after the recurrence, for blocks of at
-/// most [`NORM_MAX_POSITIONS`] positions, and reads a padded input product in place.
-/// Opt-in (`COHORT_GDN_FUSED_NORM=1`) until it has been checked and measured on the GPU.
+/// most [`NORM_MAX_POSITIONS`] positions, and reads a padded input product in place: on wherever
+/// the fused front serves (measured on the H200: B1 6.66 against 7.25 ms, verify 20.55 against
+/// 21.48 ms, docs/benchmarks.md, session 30); `COHORT_GDN_FUSED_NORM=0` turns it off.
 pub fn fused_norm_enabled() -> bool {
-    fused_front_enabled() && FUSED_NORM.forced_on()
+    fused_front_enabled() && FUSED_NORM.enabled()
 }
 
 /// The most positions a block may have for the norm to fold: it needs a whole head in one thread
