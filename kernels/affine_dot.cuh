@@ -17,6 +17,18 @@ __host__ __device__ constexpr int lane_words(int words, int per_word, int g) {
                                                                             : 1;
 }
 
+// The same, preferring a width that gives every lane of a warp a chunk of the row (a 512-input
+// 4-bit row is 64 words: 16 lanes of 4 words would leave half the warp without loads, 32 lanes
+// of 2 words fill it).
+__host__ __device__ constexpr bool lane_words_fit(int lw, int words, int per_word, int g) {
+  return words % lw == 0 && lw * per_word <= g && g % (lw * per_word) == 0;
+}
+__host__ __device__ constexpr int lane_words_filling(int words, int per_word, int g) {
+  return (lane_words_fit(4, words, per_word, g) && words >= 4 * 32)   ? 4
+         : (lane_words_fit(2, words, per_word, g) && words >= 2 * 32) ? 2
+                                                                       : lane_words(words, per_word, g);
+}
+
 // One lane's chunk of a row: its packed words, and the group's scale and bias as floats.
 template <int LW>
 struct Chunk {

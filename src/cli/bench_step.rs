@@ -73,7 +73,7 @@ pub struct BenchStepArgs {
     /// engine's (on for CUDA).
     #[arg(long, value_delimiter = ',')]
     fused_kernels: Vec<OnOff>,
-    /// The MoE expert kernels (`model/moe_experts.rs`; on by default for B1) on or off in the
+    /// The MoE expert kernels (`model/moe_experts.rs`; on by default on CUDA) on or off in the
     /// interleaved B1 arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     experts_kernel: Vec<OnOff>,

@@ -5,12 +5,12 @@
 //! cost per node (docs/benchmarks.md), and the ops route builds about eight kernel nodes and as
 //! many views here per MoE layer.
 //!
-//! On by default where MLX drives CUDA, for blocks of at most [`PAYING_TOKENS`] tokens (B1
-//! steps and drafts): at the B8 verify's 16 tokens MLX's `gather_qmm` is still faster on the
-//! H200 (docs/benchmarks.md, sessions 25 and 27). `COHORT_MOE_KERNEL=1` forces them on for every
-//! block that fits, `=0` off. `moe_check::check_experts` compares them with a float64 host
-//! product (`cohort device --check-kernels`); the ops route stays the reference and the route on
-//! every other backend.
+//! On by default where MLX drives CUDA, for every block that fits one launch ([`fits`]): with
+//! several output channels a warp for blocks of more than two tokens they beat MLX's
+//! `gather_qmm` at B1, at the B8 verify's and AR step's 16 and 8 tokens, and at 512-token
+//! prefill chunks on the H200 (docs/benchmarks.md, session 30). `COHORT_MOE_KERNEL=0` turns them
+//! off. `moe_check::check_experts` compares them with a float64 host product (`cohort device
+//! --check-kernels`); the ops route stays the reference and the route on every other backend.
 
 use std::sync::OnceLock;
 
@@ -28,13 +28,25 @@ const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../kernels/affi
 const UP_INPUTS: [&str; 8] = ["x", "ids", "gu_w", "gu_s", "gu_b", "sgu_w", "sgu_s", "sgu_b"];
 const DOWN_INPUTS: [&str; 10] = ["act", "ids", "scores", "gate", "d_w", "d_s", "d_b", "sd_w", "sd_s", "sd_b"];
 
-/// Warps (one output channel each) in a thread block.
+/// Warps in a thread block.
 const WARPS: i32 = 8;
 
-/// On by default where MLX drives CUDA, for the block sizes they pay at ([`serves`]).
+/// Output channels one warp takes in the up and the down kernel, for a block of `n` tokens. With
+/// one channel a warp every warp of the down kernel reads its token's whole input row for a
+/// single weight row, and a float32 input row holds eight times a 4-bit weight row's bytes: at a
+/// B8 verify's 16 tokens it ran at 0.34 TB/s (docs/benchmarks.md, session 30). Four channels a
+/// warp read each input value once for all four (4.5x faster there). The up kernel's bf16 input
+/// is a quarter of that, and two channels a warp made it slower, so it keeps one; so does the
+/// down kernel for a token or two, whose grid would otherwise hold too few warps.
+fn channels_per_warp(n: i32) -> (i32, i32) {
+    if n <= 2 { (1, 1) } else { (1, 4) }
+}
+
+/// On by default where MLX drives CUDA.
 static SWITCH: Switch = Switch::new("COHORT_MOE_KERNEL");
 
-/// Force the kernels on (for every block that fits) or off (`None`: back to the default).
+/// Force the kernels on (on any backend but CUDA they still stay off) or off (`None`: back to
+/// the default).
 pub fn set_enabled(on: Option<bool>) {
     SWITCH.set(on);
 }
@@ -45,21 +57,7 @@ pub fn enabled() -> bool {
     SWITCH.enabled() && crate::engine::runtime::Backend::is_cuda()
 }
 
-/// The most tokens a block may have for the kernels to take it by default. They read each
-/// (token, expert) pair's weights once, as MLX's `gather_qmm` does for a pair or two, so they win
-/// where the block is one token (a B1 step: 9.63 -> 6.97 ms on the H200, docs/benchmarks.md);
-/// at 8 and 16 tokens MLX's batched expert products are faster (B8 verify 33.1 vs 38.6 ms), and
-/// two tokens (the solo path's verify) read as many pairs as one token's twice.
-pub const PAYING_TOKENS: i32 = 2;
-
-/// Whether the kernels take a block of `n` tokens with `k` experts each: by default only blocks
-/// of at most [`PAYING_TOKENS`]; forced on (`COHORT_MOE_KERNEL=1`, tests, benchmarks), every
-/// block that fits.
-pub fn serves(n: i32, k: i32) -> bool {
-    fits(n, k) && (n <= PAYING_TOKENS || SWITCH.forced_on())
-}
-
-/// Tokens one launch takes at most (larger blocks are prefill chunks, which gain little).
+/// Tokens one launch takes at most (a longer prefill chunk takes the ops route).
 pub const MAX_TOKENS: i32 = 1024;
 
 /// Whether a block of `n` tokens with `k` experts each fits one launch: the up kernel's grid has
@@ -181,23 +179,27 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
     }
     let ids = if ids.dtype() == Dtype::Uint32 { ids.clone() } else { ids.as_dtype(Dtype::Uint32)? };
     let width = i.max(is);
-    let round = |v: i32| (v + WARPS - 1) / WARPS * WARPS;
-    let ints = [("H", h), ("I", i), ("IS", is), ("K", k), ("BITS", bits), ("G", g)];
+    let (up_cpw, down_cpw) = channels_per_warp(n);
+    // MLX counts the grid in threads: a block of WARPS warps for each WARPS * cpw channels.
+    let warps_for = |channels: i32, cpw: i32| (channels + WARPS * cpw - 1) / (WARPS * cpw) * WARPS;
+    let sizes = [("H", h), ("I", i), ("IS", is), ("K", k), ("BITS", bits), ("G", g)];
+    let up_ints: Vec<(&str, i32)> = sizes.iter().copied().chain([("CPW", up_cpw)]).collect();
     let up = Launch {
         outputs: vec![(vec![n, k + 1, width], Dtype::Float32)],
-        grid: [32, round(width), n * (k + 1)],
+        grid: [32, warps_for(width, up_cpw), n * (k + 1)],
         threads: [32, WARPS, 1],
-        ints: &ints,
+        ints: &up_ints,
         bools: &[],
     };
     let [gw, gs, gb] = &w.gate_up;
     let [sw, ss, sb] = &w.shared_gate_up;
     let act = up_kernel()?.apply(&[x, &ids, gw, gs, gb, sw, ss, sb], &up)?.pop().expect("one output");
+    let down_ints: Vec<(&str, i32)> = sizes.iter().copied().chain([("CPW", down_cpw)]).collect();
     let down = Launch {
         outputs: vec![(vec![n, h], x.dtype())],
-        grid: [32, round(h), n],
+        grid: [32, warps_for(h, down_cpw), n],
         threads: [32, WARPS, 1],
-        ints: &ints,
+        ints: &down_ints,
         bools: &[],
     };
     let [dw, ds, db] = &w.down;

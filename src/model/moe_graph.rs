@@ -174,7 +174,7 @@ pub fn block(
         }
         (indices, scores)
     };
-    if let Some(weights) = experts_kernel.filter(|_| super::moe_experts::serves(x.shape()[0], top_k)) {
+    if let Some(weights) = experts_kernel.filter(|_| super::moe_experts::fits(x.shape()[0], top_k)) {
         // The kernel reads the logit as the last column in place (a split view would be copied
         // to be contiguous).
         return super::moe_experts::apply(x, &indices, &scores, gate_product.as_ref().unwrap_or(&product), weights);
