@@ -82,9 +82,14 @@ fn the_fused_front_gives_the_ops_fronts_logits_and_states_in_the_model() {
         let tokens = mlx_rs::Array::from_slice(&[3i32, 11], &[1, 2]);
         let out = model.forward(&tokens, &mut [&mut row], Logits::All, true).unwrap();
         let mut parts = vec![common::to_f32(out.logits.as_ref().unwrap())];
-        parts.extend(row.arrays().into_iter().map(common::to_f32));
+        let own = |s: &cohort::model::cache::GdnState| [s.conv().unwrap(), s.ssm().unwrap()].into_iter().flatten();
+        for layer in &row.layers {
+            if let cohort::model::cache::LayerState::Linear(s) = layer {
+                parts.extend(own(s).map(|a| common::to_f32(&a)));
+            }
+        }
         for states in out.captures.iter().flatten().flatten().flatten() {
-            parts.extend(states.conv.iter().chain(states.ssm.iter()).map(common::to_f32));
+            parts.extend(own(states).map(|a| common::to_f32(&a)));
         }
         gdn_kernel::set_fused_front(None);
         gdn_kernel::set_fused_norm(None);

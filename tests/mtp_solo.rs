@@ -90,8 +90,10 @@ fn assert_row_matches_fresh_prefill(model: &Qwen35Model, row: &cohort::model::ca
                 assert_close(&xv, &yv, &format!("layer {i} values"));
             }
             (LayerState::Linear(x), LayerState::Linear(y)) => {
-                assert_close(x.conv.as_ref().unwrap(), y.conv.as_ref().unwrap(), &format!("layer {i} conv tail"));
-                assert_close(x.ssm.as_ref().unwrap(), y.ssm.as_ref().unwrap(), &format!("layer {i} recurrent state"));
+                let (xc, yc) = (x.conv().unwrap().unwrap(), y.conv().unwrap().unwrap());
+                let (xs, ys) = (x.ssm().unwrap().unwrap(), y.ssm().unwrap().unwrap());
+                assert_close(&xc, &yc, &format!("layer {i} conv tail"));
+                assert_close(&xs, &ys, &format!("layer {i} recurrent state"));
             }
             _ => panic!("layer {i}: kinds differ"),
         }

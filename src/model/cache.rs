@@ -158,16 +158,41 @@ impl KvCache {
     }
 }
 
-/// One row's Gated DeltaNet state for one layer.
+/// One row's Gated DeltaNet state for one layer: nothing before the row's first block, else
+/// the row's place in the batch that made it ([`super::gdn_batch`]). A row holds no arrays of
+/// its own: a cohort of eight rows would otherwise put 2 x 8 views a mixer into every step's
+/// graph (480 of a B8 verify's nodes at the real geometry) only to hand each row its part, while
+/// the next step of the same rows reads the batch whole. [`GdnState::conv`] and
+/// [`GdnState::ssm`] make the row's views when a caller needs them.
 #[derive(Default, Clone)]
 pub struct GdnState {
-    /// The last K-1 pre-convolution qkv rows, [1, K-1, conv_dim].
-    pub conv: Option<Array>,
-    /// The recurrent state, [1, Hv, Dv, Dk], float32.
-    pub ssm: Option<Array>,
-    /// Where `conv` and `ssm` sit in the batch that made them, when a batch did: the next batch
-    /// of the same rows in the same order reads them whole ([`super::gdn_batch`]).
-    pub packed: Option<super::gdn_batch::PackedAt>,
+    packed: Option<super::gdn_batch::PackedAt>,
+}
+
+impl GdnState {
+    pub(super) fn in_batch(at: super::gdn_batch::PackedAt) -> Self {
+        GdnState { packed: Some(at) }
+    }
+
+    /// Where the row's state sits in the batch that made it; `None` before its first block.
+    pub fn packed(&self) -> Option<&super::gdn_batch::PackedAt> {
+        self.packed.as_ref()
+    }
+
+    /// The last K-1 pre-convolution qkv rows, [1, K-1, conv_dim]; `None` before the first block.
+    pub fn conv(&self) -> Result<Option<Array>> {
+        self.packed.as_ref().map(|at| at.tail()).transpose()
+    }
+
+    /// The recurrent state, [1, Hv, Dv, Dk], float32; `None` before the first block.
+    pub fn ssm(&self) -> Result<Option<Array>> {
+        self.packed.as_ref().map(|at| at.state()).transpose()
+    }
+
+    /// The arrays to evaluate so the state holds no pending graph: its batch's, whole.
+    pub fn arrays(&self) -> Vec<&Array> {
+        self.packed.as_ref().map(|at| at.batch_arrays()).unwrap_or_default()
+    }
 }
 
 /// One layer's state in one row.
@@ -235,7 +260,7 @@ impl RowCache {
         for layer in &self.layers {
             match layer {
                 LayerState::Attention(kv) => out.extend(kv.arrays()),
-                LayerState::Linear(s) => out.extend(s.conv.iter().chain(s.ssm.iter())),
+                LayerState::Linear(s) => out.extend(s.arrays()),
             }
         }
         out.extend(self.mtp.arrays());

@@ -100,14 +100,22 @@ impl GatedDeltaNet {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (hk, dk, hv, dv, k) = (self.key_heads, self.key_dim, self.value_heads, self.value_dim, self.kernel);
         let conv_dim = 2 * hk * dk + hv * dv;
-        let (tail, state) = match super::gdn_batch::whole(states, k)? {
+        let (tail, state) = match super::gdn_batch::whole(states)? {
             Some(whole) => whole,
             None => {
-                let tails: Vec<Option<&Array>> = states.iter().map(|s| s.conv.as_ref()).collect();
-                let ssms: Vec<Option<&Array>> = states.iter().map(|s| s.ssm.as_ref()).collect();
+                let tails = states.iter().map(|s| s.conv()).collect::<Result<Vec<_>>>()?;
+                let ssms = states.iter().map(|s| s.ssm()).collect::<Result<Vec<_>>>()?;
                 (
-                    gather_rows(&tails, &[1, k - 1, conv_dim], x.dtype())?,
-                    gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?,
+                    gather_rows(
+                        &tails.iter().map(Option::as_ref).collect::<Vec<_>>(),
+                        &[1, k - 1, conv_dim],
+                        x.dtype(),
+                    )?,
+                    gather_rows(
+                        &ssms.iter().map(Option::as_ref).collect::<Vec<_>>(),
+                        &[1, hv, dv, dk],
+                        Dtype::Float32,
+                    )?,
                 )
             }
         };
@@ -136,12 +144,12 @@ impl GatedDeltaNet {
         // Hand each row its new state back. After a verify that is the capture's last position
         // (the same values as the final state), so rows that keep every position and rows put
         // back to an earlier one still share one batch (gdn_batch::whole).
-        let positions = if capture { Some(super::gdn_batch::after_verify(&conv_in, &per_position, k)?) } else { None };
+        let positions = capture.then(|| super::gdn_batch::after_verify(&conv_in, &per_position, k));
         let new = match positions.as_ref().and_then(|p| p.last()) {
             Some(last) => last.clone(),
             None => {
                 let total = conv_in.shape()[1];
-                super::gdn_batch::after_step(&slice_axis(&conv_in, 1, total - (k - 1), total)?, &state)?
+                super::gdn_batch::after_step(&slice_axis(&conv_in, 1, total - (k - 1), total)?, &state)
             }
         };
         anyhow::ensure!(new.len() == states.len(), "the mixer returned {} rows' states for {} rows", new.len(), b);

@@ -4,11 +4,12 @@
 //! (`concatenate`) and hand each row a slice of the results. On MLX's CUDA backend a
 //! concatenate of 8 rows launches a copy per row: 30 mixers x 2 states made 480 copy kernels a
 //! B8 verify (1.4 ms of device time and several ms of the host's, docs/benchmarks.md). Each
-//! row's state now also records where it sits in the batch's arrays ([`PackedAt`]). When the
-//! next call's rows are that batch's rows in the same order, the mixer reads the batch's arrays
+//! row's state is now only where it sits in the batch's arrays ([`PackedAt`]). When the next
+//! call's rows are that batch's rows in the same order, the mixer reads the batch's arrays
 //! whole: as they are after a step; after a verify, at the position each row kept (a view when
-//! every row kept the same one, one gather otherwise). The values are the rows' own, so the
-//! result is the same bit for bit.
+//! every row kept the same one, one gather otherwise). Otherwise (a row joined or left) each
+//! row's own part is sliced out then, and stacked. The values are the rows' own either way, so
+//! the result is the same bit for bit.
 
 use std::rc::Rc;
 
@@ -26,12 +27,14 @@ pub struct Batch {
     /// After a step: the states [B, Hv, Dv, Dk]. With capture: [B, T, Hv, Dv, Dk].
     ssm: Array,
     rows: i32,
+    /// The convolution's width K.
+    kernel: i32,
 }
 
 impl Batch {
     /// Every row's tail [B, K-1, C] and state [B, Hv, Dv, Dk] after position `p` of a verify.
-    fn at(&self, p: i32, kernel: i32) -> Result<(Array, Array)> {
-        let tail = slice_axis(&self.conv, 1, p + 1, p + kernel)?;
+    fn at(&self, p: i32) -> Result<(Array, Array)> {
+        let tail = slice_axis(&self.conv, 1, p + 1, p + self.kernel)?;
         let state = slice_axis(&self.ssm, 1, p, p + 1)?.squeeze_axes(&[1])?;
         Ok((tail, state))
     }
@@ -46,37 +49,46 @@ pub struct PackedAt {
     position: Option<i32>,
 }
 
+impl PackedAt {
+    /// The row's tail [1, K-1, C], as a view of the batch's arrays.
+    pub fn tail(&self) -> Result<Array> {
+        match self.position {
+            None => row(&self.batch.conv, self.row),
+            Some(p) => row(&slice_axis(&self.batch.conv, 1, p + 1, p + self.batch.kernel)?, self.row),
+        }
+    }
+
+    /// The row's state [1, Hv, Dv, Dk], as a view of the batch's arrays.
+    pub fn state(&self) -> Result<Array> {
+        match self.position {
+            None => row(&self.batch.ssm, self.row),
+            Some(p) => Ok(row(&slice_axis(&self.batch.ssm, 1, p, p + 1)?, self.row)?.squeeze_axes(&[1])?),
+        }
+    }
+
+    /// The batch's arrays, which hold every row's state.
+    pub fn batch_arrays(&self) -> Vec<&Array> {
+        vec![&self.batch.conv, &self.batch.ssm]
+    }
+}
+
 /// Each row's state after a step: `tails` [B, K-1, C], `states` [B, Hv, Dv, Dk].
-pub fn after_step(tails: &Array, states: &Array) -> Result<Vec<GdnState>> {
+pub fn after_step(tails: &Array, states: &Array) -> Vec<GdnState> {
     let rows = states.shape()[0];
-    let batch = Rc::new(Batch { conv: tails.clone(), ssm: states.clone(), rows });
-    (0..rows)
-        .map(|i| {
-            Ok(GdnState {
-                conv: Some(row(tails, i)?),
-                ssm: Some(row(states, i)?),
-                packed: Some(PackedAt { batch: batch.clone(), row: i, position: None }),
-            })
-        })
-        .collect()
+    let kernel = tails.shape()[1] + 1;
+    let batch = Rc::new(Batch { conv: tails.clone(), ssm: states.clone(), rows, kernel });
+    (0..rows).map(|i| GdnState::in_batch(PackedAt { batch: batch.clone(), row: i, position: None })).collect()
 }
 
 /// Each row's state after each position of a verify: `conv_in` [B, K-1+T, C] and
 /// `per_position` [B, T, Hv, Dv, Dk]; the result is indexed [position][row].
-pub fn after_verify(conv_in: &Array, per_position: &Array, kernel: i32) -> Result<Vec<Vec<GdnState>>> {
+pub fn after_verify(conv_in: &Array, per_position: &Array, kernel: i32) -> Vec<Vec<GdnState>> {
     let (rows, steps) = (per_position.shape()[0], per_position.shape()[1]);
-    let batch = Rc::new(Batch { conv: conv_in.clone(), ssm: per_position.clone(), rows });
+    let batch = Rc::new(Batch { conv: conv_in.clone(), ssm: per_position.clone(), rows, kernel });
     (0..steps)
         .map(|p| {
-            let (tail, state) = batch.at(p, kernel)?;
             (0..rows)
-                .map(|i| {
-                    Ok(GdnState {
-                        conv: Some(row(&tail, i)?),
-                        ssm: Some(row(&state, i)?),
-                        packed: Some(PackedAt { batch: batch.clone(), row: i, position: Some(p) }),
-                    })
-                })
+                .map(|i| GdnState::in_batch(PackedAt { batch: batch.clone(), row: i, position: Some(p) }))
                 .collect()
         })
         .collect()
@@ -92,20 +104,20 @@ fn enabled() -> bool {
 
 /// The rows' tails [B, K-1, C] and states [B, Hv, Dv, Dk] read whole from the batch they all
 /// come from, in order; `None` when they do not (then the caller stacks them row by row).
-pub fn whole(states: &[&mut GdnState], kernel: i32) -> Result<Option<(Array, Array)>> {
+pub fn whole(states: &[&mut GdnState]) -> Result<Option<(Array, Array)>> {
     if !enabled() {
         return Ok(None);
     }
-    let Some(first) = states.first().and_then(|s| s.packed.as_ref()) else {
+    let Some(first) = states.first().and_then(|s| s.packed()) else {
         return Ok(None);
     };
     let batch = &first.batch;
-    if states.len() < 2 || batch.rows != states.len() as i32 {
+    if batch.rows != states.len() as i32 {
         return Ok(None);
     }
     let mut kept = Vec::with_capacity(states.len());
     for (i, s) in states.iter().enumerate() {
-        match &s.packed {
+        match s.packed() {
             Some(at) if Rc::ptr_eq(&at.batch, batch) && at.row == i as i32 => kept.extend(at.position),
             _ => return Ok(None),
         }
@@ -115,11 +127,11 @@ pub fn whole(states: &[&mut GdnState], kernel: i32) -> Result<Option<(Array, Arr
         return Ok(Some((batch.conv.clone(), batch.ssm.clone())));
     }
     if kept.iter().all(|&p| p == kept[0]) {
-        return batch.at(kept[0], kernel).map(Some);
+        return batch.at(kept[0]).map(Some);
     }
     // Rows kept different positions: one gather per array picks each row's.
     let rows = batch.rows;
-    let taps = kernel - 1;
+    let taps = batch.kernel - 1;
     let tail_rows: Vec<i32> = kept.iter().flat_map(|&p| (0..taps).map(move |j| p + 1 + j)).collect();
     let tail = batch.conv.take_along_axis(Array::from_slice(&tail_rows, &[rows, taps, 1]), 1)?;
     let state = batch.ssm.take_along_axis(Array::from_slice(&kept, &[rows, 1, 1, 1, 1]), 1)?.squeeze_axes(&[1])?;
@@ -137,18 +149,18 @@ mod tests {
 
     /// What the rows' own arrays give stacked one by one (the route `whole` replaces).
     fn stacked(states: &[&mut GdnState]) -> (Vec<f32>, Vec<f32>) {
-        let tails: Vec<Option<&Array>> = states.iter().map(|s| s.conv.as_ref()).collect();
-        let ssms: Vec<Option<&Array>> = states.iter().map(|s| s.ssm.as_ref()).collect();
+        let tails: Vec<Option<Array>> = states.iter().map(|s| s.conv().unwrap()).collect();
+        let ssms: Vec<Option<Array>> = states.iter().map(|s| s.ssm().unwrap()).collect();
         let (t, s) = (
-            gather_rows(&tails, &[1], mlx_rs::Dtype::Float32).unwrap(),
-            gather_rows(&ssms, &[1], mlx_rs::Dtype::Float32).unwrap(),
+            gather_rows(&tails.iter().map(Option::as_ref).collect::<Vec<_>>(), &[1], mlx_rs::Dtype::Float32).unwrap(),
+            gather_rows(&ssms.iter().map(Option::as_ref).collect::<Vec<_>>(), &[1], mlx_rs::Dtype::Float32).unwrap(),
         );
         (host(&t), host(&s))
     }
 
     fn check(states: &mut [GdnState], expect_whole: bool) {
         let refs: Vec<&mut GdnState> = states.iter_mut().collect();
-        let got = whole(&refs, 4).unwrap();
+        let got = whole(&refs).unwrap();
         assert_eq!(got.is_some(), expect_whole);
         if let Some((tail, state)) = got {
             let (want_tail, want_state) = stacked(&refs);
@@ -162,14 +174,18 @@ mod tests {
         let (rows, taps, c) = (3, 3, 5);
         let tails = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, taps, c], None).unwrap();
         let ssm = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, 2, 4, 4], None).unwrap();
-        let mut states = after_step(&tails, &ssm).unwrap();
+        let mut states = after_step(&tails, &ssm);
         check(&mut states, true);
-        // Another order, a subset, or a row from elsewhere: stacked row by row.
+        // Each row's own part is its row of the batch.
+        let (conv, state) = (states[1].conv().unwrap().unwrap(), states[1].ssm().unwrap().unwrap());
+        assert_eq!(host(&conv), host(&row(&tails, 1).unwrap()));
+        assert_eq!(host(&state), host(&row(&ssm, 1).unwrap()));
+        // Another order, a subset, or a row without state: stacked row by row.
         states.swap(0, 1);
         check(&mut states, false);
         states.swap(0, 1);
         check(&mut states[..2], false);
-        states[2].packed = None;
+        states[2] = GdnState::default();
         check(&mut states, false);
     }
 
@@ -178,8 +194,15 @@ mod tests {
         let (rows, steps, kernel, c) = (4, 2, 4, 3);
         let conv_in = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, kernel - 1 + steps, c], None).unwrap();
         let per_position = mlx_rs::random::uniform::<_, f32>(-1.0, 1.0, &[rows, steps, 2, 3, 3], None).unwrap();
-        let captured = after_verify(&conv_in, &per_position, kernel).unwrap();
+        let captured = after_verify(&conv_in, &per_position, kernel);
         assert_eq!((captured.len(), captured[0].len()), (steps as usize, rows as usize));
+        // Row 2's own part after position 0: the tail rows 1 .. K-1 of its convolution input, and
+        // its state after that position.
+        let (conv, state) = (captured[0][2].conv().unwrap().unwrap(), captured[0][2].ssm().unwrap().unwrap());
+        let want_tail = slice_axis(&row(&conv_in, 2).unwrap(), 1, 1, kernel).unwrap();
+        let want_state = slice_axis(&row(&per_position, 2).unwrap(), 1, 0, 1).unwrap();
+        assert_eq!(host(&conv), host(&want_tail));
+        assert_eq!(host(&state), host(&want_state));
         // Every row at the last position, every row at the first, and mixed.
         for kept in [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 1], [0, 1, 1, 1]] {
             let mut states: Vec<GdnState> = kept.iter().enumerate().map(|(b, &p)| captured[p][b].clone()).collect();
@@ -190,8 +213,7 @@ mod tests {
         let other = after_step(
             &mlx_rs::ops::zeros::<f32>(&[rows, kernel - 1, c]).unwrap(),
             &mlx_rs::ops::zeros::<f32>(&[rows, 2, 3, 3]).unwrap(),
-        )
-        .unwrap();
+        );
         states[3] = other[3].clone();
         check(&mut states, false);
     }
