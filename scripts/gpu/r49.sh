@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 30, first measuring call (session 29's r48 with room for a fresh machine's empty MLX JIT
+# Session 30, first measuring call (session 29's r48.sh, which it replaces, with room for a fresh machine's empty MLX JIT
 # cache: the .gpu/ptx of earlier sessions did not survive). Before it, on the same machine:
 # `mkdir -p /tmp/x && cp .gpu/w1/wheel.a /tmp/x/` (carry .gpu/w1); this call carries .gpu/w2
 # .gpu/bin .gpu/tbin. The gated norm folded into the fused mixer front: the CUDA tests of the

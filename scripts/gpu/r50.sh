@@ -7,17 +7,7 @@
 # verify (default) or b1.
 set -u
 . scripts/gpu/env.sh; export MLX_PTX_CACHE_DIR=/tmp/ptx
-NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu 2>/dev/null | head -1)
-arm() { # name, step, extra env...
-  local name=$1 s=$2; shift 2
-  local steps=b8; [ $s = b1 ] && steps=b1
-  echo "=== $name ($s; $*)"
-  env "$@" timeout 110 $NCU --profile-from-start off --clock-control none --cache-control none \
-    --metrics gpu__time_duration.sum --csv --page raw --print-units base --log-file /tmp/ncu_$name.csv \
-    $B bench-step --synthetic qwen36-35b-a3b --gdn-routes kernel --prefill 64 --iters 2 --compiled all \
-    --steps $steps --profile-step $s 2>&1 | grep -E "^\| B|rror" | head -8
-  python3 scripts/gpu/ncu_summary.py /tmp/ncu_$name.csv "$name" | head -16
-}
+. scripts/gpu/ncu_arm.sh
 NEW=COHORT_KERNEL_DIR=$PWD/kernels OLD=COHORT_KERNEL_DIR=$PWD/.gpu/kold
 S=${STEPS:-verify}
 {

@@ -14,17 +14,7 @@ echo "=== test moe_router (the expert kernel tests), one at a time, TF32 off"
 (cd /tmp; MLX_ENABLE_TF32=0 timeout 200 /tmp/moe_router --test-threads=1 expert_kernels verify_sized 2>&1 | summary 12)
 cuda_test qwen35_reference 100
 } 2>&1 | tee $OUT/r51.txt
-NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-arm() { # name, step, extra env...
-  local name=$1 s=$2; shift 2
-  local steps=b8; [ $s = b1 ] && steps=b1
-  echo "=== $name ($s; $*)"
-  env "$@" timeout 100 $NCU --profile-from-start off --clock-control none --cache-control none \
-    --metrics gpu__time_duration.sum --csv --page raw --print-units base --log-file /tmp/ncu_$name.csv \
-    $B bench-step --synthetic qwen36-35b-a3b --gdn-routes kernel --prefill 64 --iters 2 --compiled all \
-    --steps $steps --profile-step $s 2>&1 | grep -E "rror" | head -4
-  python3 scripts/gpu/ncu_summary.py /tmp/ncu_$name.csv "$name" 2>/dev/null | head -9
-}
+export NCU_ROWS=9; . scripts/gpu/ncu_arm.sh
 NEW=COHORT_KERNEL_DIR=$PWD/kernels OLD=COHORT_KERNEL_DIR=$PWD/.gpu/kold
 {
 arm verify_experts_new verify COHORT_MOE_KERNEL=1 $NEW
