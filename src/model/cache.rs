@@ -278,14 +278,14 @@ impl RowCache {
 }
 
 /// Stack rows' optional arrays along axis 0, filling rows without state with zeros of `shape`.
-pub fn gather_rows(parts: &[Option<&Array>], shape: &[i32], dtype: Dtype) -> Result<Array> {
+pub fn gather_rows(parts: &[Option<Array>], shape: &[i32], dtype: Dtype) -> Result<Array> {
     if let [Some(only)] = parts {
-        return Ok((*only).clone()); // a single row needs no gathering
+        return Ok(only.clone()); // a single row needs no gathering
     }
     let rows: Vec<Array> = parts
         .iter()
         .map(|p| match p {
-            Some(a) => Ok((*a).clone()),
+            Some(a) => Ok(a.clone()),
             None => mlx_rs::ops::zeros_dtype(shape, dtype),
         })
         .collect::<Result<_, _>>()?;

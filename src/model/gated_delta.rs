@@ -106,16 +106,8 @@ impl GatedDeltaNet {
                 let tails = states.iter().map(|s| s.conv()).collect::<Result<Vec<_>>>()?;
                 let ssms = states.iter().map(|s| s.ssm()).collect::<Result<Vec<_>>>()?;
                 (
-                    gather_rows(
-                        &tails.iter().map(Option::as_ref).collect::<Vec<_>>(),
-                        &[1, k - 1, conv_dim],
-                        x.dtype(),
-                    )?,
-                    gather_rows(
-                        &ssms.iter().map(Option::as_ref).collect::<Vec<_>>(),
-                        &[1, hv, dv, dk],
-                        Dtype::Float32,
-                    )?,
+                    gather_rows(&tails, &[1, k - 1, conv_dim], x.dtype())?,
+                    gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?,
                 )
             }
         };

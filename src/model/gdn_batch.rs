@@ -152,8 +152,8 @@ mod tests {
         let tails: Vec<Option<Array>> = states.iter().map(|s| s.conv().unwrap()).collect();
         let ssms: Vec<Option<Array>> = states.iter().map(|s| s.ssm().unwrap()).collect();
         let (t, s) = (
-            gather_rows(&tails.iter().map(Option::as_ref).collect::<Vec<_>>(), &[1], mlx_rs::Dtype::Float32).unwrap(),
-            gather_rows(&ssms.iter().map(Option::as_ref).collect::<Vec<_>>(), &[1], mlx_rs::Dtype::Float32).unwrap(),
+            gather_rows(&tails, &[1], mlx_rs::Dtype::Float32).unwrap(),
+            gather_rows(&ssms, &[1], mlx_rs::Dtype::Float32).unwrap(),
         );
         (host(&t), host(&s))
     }

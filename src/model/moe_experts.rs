@@ -31,15 +31,15 @@ const DOWN_INPUTS: [&str; 10] = ["act", "ids", "scores", "gate", "d_w", "d_s", "
 /// Warps in a thread block.
 const WARPS: i32 = 8;
 
-/// Output channels one warp takes in the up and the down kernel, for a block of `n` tokens. With
-/// one channel a warp every warp of the down kernel reads its token's whole input row for a
-/// single weight row, and a float32 input row holds eight times a 4-bit weight row's bytes: at a
-/// B8 verify's 16 tokens it ran at 0.34 TB/s (docs/benchmarks.md, session 30). Four channels a
-/// warp read each input value once for all four (4.5x faster there). The up kernel's bf16 input
-/// is a quarter of that, and two channels a warp made it slower, so it keeps one; so does the
-/// down kernel for a token or two, whose grid would otherwise hold too few warps.
-fn channels_per_warp(n: i32) -> (i32, i32) {
-    if n <= 2 { (1, 1) } else { (1, 4) }
+/// Output channels one warp of the down kernel takes, for a block of `n` tokens. With one
+/// channel a warp every warp reads its token's whole input row for a single weight row, and a
+/// float32 input row holds eight times a 4-bit weight row's bytes: at a B8 verify's 16 tokens
+/// the kernel ran at 0.34 TB/s (docs/benchmarks.md, session 30). Four channels a warp read each
+/// input value once for all four (4.5x faster there). A block of a token or two keeps one, since
+/// its grid would otherwise hold too few warps. (The up kernel's bf16 input is a quarter of
+/// that; two channels a warp made it slower, so it keeps one warp per channel.)
+fn down_channels_per_warp(n: i32) -> i32 {
+    if n <= 2 { 1 } else { 4 }
 }
 
 /// On by default where MLX drives CUDA.
@@ -179,16 +179,15 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
     }
     let ids = if ids.dtype() == Dtype::Uint32 { ids.clone() } else { ids.as_dtype(Dtype::Uint32)? };
     let width = i.max(is);
-    let (up_cpw, down_cpw) = channels_per_warp(n);
+    let down_cpw = down_channels_per_warp(n);
     // MLX counts the grid in threads: a block of WARPS warps for each WARPS * cpw channels.
     let warps_for = |channels: i32, cpw: i32| (channels + WARPS * cpw - 1) / (WARPS * cpw) * WARPS;
     let sizes = [("H", h), ("I", i), ("IS", is), ("K", k), ("BITS", bits), ("G", g)];
-    let up_ints: Vec<(&str, i32)> = sizes.iter().copied().chain([("CPW", up_cpw)]).collect();
     let up = Launch {
         outputs: vec![(vec![n, k + 1, width], Dtype::Float32)],
-        grid: [32, warps_for(width, up_cpw), n * (k + 1)],
+        grid: [32, warps_for(width, 1), n * (k + 1)],
         threads: [32, WARPS, 1],
-        ints: &up_ints,
+        ints: &sizes,
         bools: &[],
     };
     let [gw, gs, gb] = &w.gate_up;
