@@ -132,18 +132,53 @@ __device__ inline Chunk<LW> load_chunk(const unsigned int* words, const Scale* s
   return c;
 }
 
-// A chunk's share of the dot product with its vector values `v` (sum_v: their sum).
+// The code at bit `shift` (below 16) of `half_word` as a float, exactly, with no conversion
+// instruction. On Hopper an int-to-float conversion issues at 16 a clock on an SM, against 128
+// for an FMA and 64 for a logic op; with one a weight value it was what bounded the expert
+// kernels at the verify's 16 tokens. Under the exponent 2^(23 - shift) a float's mantissa bits
+// from `shift` up count whole units, so the code ORed in place reads as 2^(23 - shift) plus the
+// code, and taking the power of two away again is exact (both lie in one binade).
+template <int BITS, int SHIFT>
+__device__ inline float code_value(unsigned int half_word) {
+  constexpr unsigned int POWER = (127u + 23u - SHIFT) << 23;
+  constexpr unsigned int MASK = ((1u << BITS) - 1u) << SHIFT;
+  // (half_word & MASK) | POWER as one three-input logic op (lookup table 0xEA: a & b | c); left
+  // to itself the compiler spends an AND and an OR on it, and at one a weight value the integer
+  // pipe, at half the FMA's rate, would be the next bound.
+  unsigned int bits;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(bits) : "r"(half_word), "n"(MASK), "n"(POWER));
+  return __uint_as_float(bits) - __uint_as_float(POWER);
+}
+
+// acc plus the word's codes J.. (of 32 / BITS) times v[J..], in order; a recursion rather than a
+// loop so that each code's shift is a constant the logic op can take.
+template <int BITS, int J>
+struct WordDot {
+  __device__ static float add(unsigned int lo, unsigned int hi, const float* v, float acc) {
+    constexpr int PER_HALF = 16 / BITS;
+    acc += v[J] * code_value<BITS, (J % PER_HALF) * BITS>(J < PER_HALF ? lo : hi);
+    return WordDot<BITS, J + 1>::add(lo, hi, v, acc);
+  }
+};
+template <>
+struct WordDot<4, 8> {
+  __device__ static float add(unsigned int, unsigned int, const float*, float acc) { return acc; }
+};
+template <>
+struct WordDot<8, 4> {
+  __device__ static float add(unsigned int, unsigned int, const float*, float acc) { return acc; }
+};
+
+// A chunk's share of the dot product with its vector values `v` (sum_v: their sum). A word's
+// upper codes are shifted down by 16 first, so that every code lies below the exponent field.
 template <int BITS, int LW>
 __device__ inline float chunk_dot(const Chunk<LW>& c, const float* v, float sum_v) {
+  static_assert(BITS == 4 || BITS == 8, "4- or 8-bit codes");
   constexpr int PER_WORD = 32 / BITS;
-  constexpr unsigned int MASK = (1u << BITS) - 1u;
   float qv = 0.0f;
 #pragma unroll
   for (int i = 0; i < LW; ++i) {
-#pragma unroll
-    for (int j = 0; j < PER_WORD; ++j) {
-      qv += v[i * PER_WORD + j] * static_cast<float>((c.w[i] >> (j * BITS)) & MASK);
-    }
+    qv = WordDot<BITS, 0>::add(c.w[i], c.w[i] >> 16, v + i * PER_WORD, qv);
   }
   return c.scale * qv + c.bias * sum_v;
 }
