@@ -132,19 +132,19 @@ __device__ inline Chunk<LW> load_chunk(const unsigned int* words, const Scale* s
   return c;
 }
 
-// The code at bit `shift` (below 16) of `half_word` as a float, exactly, with no conversion
-// instruction. On Hopper an int-to-float conversion issues at 16 a clock on an SM, against 128
-// for an FMA and 64 for a logic op; with one a weight value it was what bounded the expert
-// kernels at the verify's 16 tokens. Under the exponent 2^(23 - shift) a float's mantissa bits
-// from `shift` up count whole units, so the code ORed in place reads as 2^(23 - shift) plus the
-// code, and taking the power of two away again is exact (both lie in one binade).
+// The code at bit `SHIFT` (below 16) of `half_word` as a float, exactly, with no conversion
+// instruction: on Hopper an int-to-float conversion issues at 16 a clock on an SM, against 128
+// for an FMA and 64 for a logic op, and the kernels made one for every weight value (5% of the
+// up kernel's time and 13% of the down kernel's at a B8 verify on the H200, docs/benchmarks.md,
+// session 31). Under the exponent 2^(23 - SHIFT) a float's mantissa bits from SHIFT up count
+// whole units, so the code ORed in place reads as 2^(23 - SHIFT) plus the code, and taking the
+// power of two away again is exact (both lie in one binade).
 template <int BITS, int SHIFT>
 __device__ inline float code_value(unsigned int half_word) {
   constexpr unsigned int POWER = (127u + 23u - SHIFT) << 23;
   constexpr unsigned int MASK = ((1u << BITS) - 1u) << SHIFT;
   // (half_word & MASK) | POWER as one three-input logic op (lookup table 0xEA: a & b | c); left
-  // to itself the compiler spends an AND and an OR on it, and at one a weight value the integer
-  // pipe, at half the FMA's rate, would be the next bound.
+  // to itself the compiler spends an AND and an OR on it (two immediates do not fit one).
   unsigned int bits;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(bits) : "r"(half_word), "n"(MASK), "n"(POWER));
   return __uint_as_float(bits) - __uint_as_float(POWER);

@@ -28,7 +28,6 @@ HEADERS = {
     "gated_delta_fused": "round_to.cuh",
     "gated_delta_fused_unfolded": "round_to.cuh",
     "moe_experts_up": "affine_dot.cuh",
-    "moe_experts_up_grouped": "affine_dot.cuh",
     "moe_experts_down": "affine_dot.cuh",
 }
 FUSED_ARGS = (
@@ -68,13 +67,6 @@ KERNELS = {
     ),
     "moe_experts_up": (
         "moe_experts_up.cu",
-        [("x", "__nv_bfloat16"), ("ids", "unsigned int"), ("gu_w", "unsigned int"), ("gu_s", "__nv_bfloat16"),
-         ("gu_b", "__nv_bfloat16"), ("sgu_w", "unsigned int"), ("sgu_s", "__nv_bfloat16"), ("sgu_b", "__nv_bfloat16")],
-        [("act", "float")],
-        {"H": 2048, "I": 512, "IS": 512, "K": 8, "BITS": 4, "G": 64},
-    ),
-    "moe_experts_up_grouped": (
-        "moe_experts_up_grouped.cu",
         [("x", "__nv_bfloat16"), ("ids", "unsigned int"), ("gu_w", "unsigned int"), ("gu_s", "__nv_bfloat16"),
          ("gu_b", "__nv_bfloat16"), ("sgu_w", "unsigned int"), ("sgu_s", "__nv_bfloat16"), ("sgu_b", "__nv_bfloat16")],
         [("act", "float")],

@@ -22,7 +22,6 @@ use super::config::QuantSpec;
 use super::cuda_kernel::{self, CudaKernel, Launch};
 
 const UP_SOURCE: &str = include_str!("../../kernels/moe_experts_up.cu");
-const UP_GROUPED_SOURCE: &str = include_str!("../../kernels/moe_experts_up_grouped.cu");
 const DOWN_SOURCE: &str = include_str!("../../kernels/moe_experts_down.cu");
 /// The affine dot product both kernels share.
 const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../kernels/affine_dot.cuh"));
@@ -45,27 +44,6 @@ fn down_channels_per_warp(n: i32) -> i32 {
 
 /// On by default where MLX drives CUDA.
 static SWITCH: Switch = Switch::new("COHORT_MOE_KERNEL");
-
-/// The up kernel's grouped layout (`kernels/moe_experts_up_grouped.cu`: each picked expert's
-/// rows read once for every token that picked it) for blocks of 2 to [`GROUPED_MAX_TOKENS`]
-/// tokens; on by default where the kernels serve, `COHORT_MOE_GROUPED=0` keeps every block on
-/// the per-pair layout.
-static GROUPED: Switch = Switch::new("COHORT_MOE_GROUPED");
-
-/// The most tokens the grouped layout takes: each of its warps scans the block's picks before
-/// its own, N x K ids, which stays a few loads a lane only for blocks this small.
-pub const GROUPED_MAX_TOKENS: i32 = 32;
-
-/// Whether a block of `n` tokens with `k` experts each takes the up kernel's grouped layout
-/// (a token's picks must fit one warp's lanes).
-fn grouped(n: i32, k: i32) -> bool {
-    (2..=GROUPED_MAX_TOKENS).contains(&n) && k <= 32 && GROUPED.enabled()
-}
-
-/// Force the grouped layout on or off (`None`: back to the default), for tests and benchmarks.
-pub fn set_grouped(on: Option<bool>) {
-    GROUPED.set(on);
-}
 
 /// Force the kernels on (on any backend but CUDA they still stay off) or off (`None`: back to
 /// the default).
@@ -92,20 +70,6 @@ fn up_kernel() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
     cuda_kernel::once(&KERNEL, || {
         CudaKernel::new("cohort_moe_experts_up", "moe_experts_up.cu", &UP_INPUTS, &["act"], UP_SOURCE, Some(HEADER))
-    })
-}
-
-fn up_grouped_kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
-        CudaKernel::new(
-            "cohort_moe_experts_up_grouped",
-            "moe_experts_up_grouped.cu",
-            &UP_INPUTS,
-            &["act"],
-            UP_GROUPED_SOURCE,
-            Some(HEADER),
-        )
     })
 }
 
@@ -219,20 +183,16 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
     // MLX counts the grid in threads: a block of WARPS warps for each WARPS * cpw channels.
     let warps_for = |channels: i32, cpw: i32| (channels + WARPS * cpw - 1) / (WARPS * cpw) * WARPS;
     let sizes = [("H", h), ("I", i), ("IS", is), ("K", k), ("BITS", bits), ("G", g)];
-    // Per pair: a block a (token, slot) along z. Grouped: the shared expert's group, then a
-    // block a pick, of which only each expert's first pick stays.
-    let (up_kernel, up_blocks) =
-        if grouped(n, k) { (up_grouped_kernel()?, n * k + 1) } else { (up_kernel()?, n * (k + 1)) };
     let up = Launch {
         outputs: vec![(vec![n, k + 1, width], Dtype::Float32)],
-        grid: [32, warps_for(width, 1), up_blocks],
+        grid: [32, warps_for(width, 1), n * (k + 1)],
         threads: [32, WARPS, 1],
         ints: &sizes,
         bools: &[],
     };
     let [gw, gs, gb] = &w.gate_up;
     let [sw, ss, sb] = &w.shared_gate_up;
-    let act = up_kernel.apply(&[x, &ids, gw, gs, gb, sw, ss, sb], &up)?.pop().expect("one output");
+    let act = up_kernel()?.apply(&[x, &ids, gw, gs, gb, sw, ss, sb], &up)?.pop().expect("one output");
     let down_ints: Vec<(&str, i32)> = sizes.iter().copied().chain([("CPW", down_cpw)]).collect();
     let down = Launch {
         outputs: vec![(vec![n, h], x.dtype())],
