@@ -29,6 +29,7 @@ HEADERS = {
     "gated_delta_fused_unfolded": "round_to.cuh",
     "moe_experts_up": "affine_dot.cuh",
     "moe_experts_down": "affine_dot.cuh",
+    "attention_short": "affine_dot.cuh",
 }
 FUSED_ARGS = (
     [("proj", "__nv_bfloat16"), ("tail", "__nv_bfloat16"), ("conv_w", "__nv_bfloat16"),
@@ -79,6 +80,12 @@ KERNELS = {
          ("sd_w", "unsigned int"), ("sd_s", "__nv_bfloat16"), ("sd_b", "__nv_bfloat16")],
         [("y", "__nv_bfloat16")],
         {"H": 2048, "I": 512, "IS": 512, "K": 8, "BITS": 4, "G": 64, "CPW": 4},
+    ),
+    "attention_short": (
+        "attention_short.cu",
+        [("q", "__nv_bfloat16"), ("keys", "__nv_bfloat16"), ("values", "__nv_bfloat16"), ("offsets", "int")],
+        [("out", "__nv_bfloat16")],
+        {"NH": 16, "NKV": 2, "D": 256, "T": 2, "WARPS": 8, "SCALE_BITS": 1031798784},
     ),
 }
 

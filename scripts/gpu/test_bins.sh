@@ -1,9 +1,10 @@
 # Sourced on the H200 by the scripts that run the CUDA test binaries (after wheel.sh): the tree
 # where the tests look for fixtures, CUDA-only skips turned into failures, the binaries that
-# prepare.sh packed (qwen35_reference gdn_kernel moe_router add_norm) unpacked into /tmp.
+# prepare.sh packed (qwen35_reference gdn_kernel moe_router add_norm attention_kernel) unpacked
+# into /tmp.
 mkdir -p /work && ln -sfn $PWD /work/main
 export COHORT_REQUIRE_CUDA=1
-for t in qwen35_reference gdn_kernel moe_router add_norm; do
+for t in qwen35_reference gdn_kernel moe_router add_norm attention_kernel; do
   [ -f .gpu/tbin/$t.xz ] && xz -dc .gpu/tbin/$t.xz > /tmp/$t && chmod +x /tmp/$t
 done
 summary() { grep -E "^test |panicked|differ|rror|test result" | grep -v backtrace | head -${1:-12}; }

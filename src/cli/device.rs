@@ -154,6 +154,7 @@ fn check_kernels() -> Result<()> {
         check_fused_front(dtype)?;
         check_router()?;
         check_add_norm()?;
+        check_short_attention()?;
     }
     Ok(())
 }
@@ -318,10 +319,11 @@ fn check_fused_front(dtype: mlx_rs::Dtype) -> Result<()> {
     Ok(())
 }
 
-/// Largest error of the add-norm kernel against float64, relative to the largest value, and
-/// against MLX's own add and rms_norm: float32's, and bf16's rounding (2^-8) with room for one
-/// more rounding step.
-fn add_norm_tolerance(dtype: mlx_rs::Dtype) -> f64 {
+/// Largest error of a kernel whose outputs are rounded to `dtype` (the add-norm and short-block
+/// attention kernels) against float64, relative to the largest value, and of the add-norm
+/// kernel against MLX's own add and rms_norm: float32's, and bf16's rounding (2^-8) with room
+/// for one more rounding step.
+fn rounded_output_tolerance(dtype: mlx_rs::Dtype) -> f64 {
     if dtype == mlx_rs::Dtype::Float32 { 1e-5 } else { 1e-2 }
 }
 
@@ -335,11 +337,28 @@ fn check_add_norm() -> Result<()> {
                 "add-norm kernel, {name} ({dtype:?}, {n} x 2048): sum {:.2e}, normed {:.2e}, against MLX's ops {:.2e}",
                 r.sum, r.normed, r.against_ops
             );
-            let tol = add_norm_tolerance(dtype);
+            let tol = rounded_output_tolerance(dtype);
             anyhow::ensure!(
                 r.sum <= tol && r.normed <= tol && r.against_ops <= tol,
                 "the add-norm kernel is off on {name} ({dtype:?}): {r:?} (tolerance {tol:e})"
             );
+        }
+    }
+    Ok(())
+}
+
+/// The short-block cohort attention kernel (off by default) at the real geometry's attention
+/// heads, B8 rows at the start, middle and end of a 1024-position buffer, against float64.
+fn check_short_attention() -> Result<()> {
+    use crate::model::attention_kernel::{Shape, check};
+    for queries in [2, 1] {
+        for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float32] {
+            let s = Shape { queries, ..Shape::REAL };
+            let offsets: Vec<i32> = (0..8).map(|r| r * (s.capacity - queries) / 7).collect();
+            let error = check(s, &offsets, dtype, true, 17)?;
+            println!("short-block attention kernel, {queries} queries a row ({dtype:?}): relative error {error:.2e}");
+            let tol = rounded_output_tolerance(dtype);
+            anyhow::ensure!(error <= tol, "the short-block attention kernel is off by {error:.2e} (tolerance {tol:e})");
         }
     }
     Ok(())

@@ -253,6 +253,17 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
         let rows = caches.iter().map(|c| c.host_kv(t)).collect::<Result<Vec<_>>>()?;
         return attention_cpu::attend(&qr, &rows, scale);
     }
+    let whole = {
+        let buf = buffer.borrow();
+        (buf.keys.clone(), buf.values.clone())
+    };
+    if super::attention_kernel::serves(&qr, &whole.0, &whole.1) {
+        let out = super::attention_kernel::attend(&qr, &whole.0, &whole.1, &offsets, scale)?;
+        for c in caches.iter_mut() {
+            c.advance(t);
+        }
+        return Ok(out);
+    }
     let (keys, values, len) = {
         let buf = buffer.borrow();
         let len = if padded_block(t) { buf.capacity() } else { longest };
@@ -366,7 +377,7 @@ pub fn set_batched_attention(on: bool) {
 
 /// [rows, 1, T, len]: row b's query i sees its own positions 0..=offsets[b] + i and nothing past
 /// them.
-fn visibility(offsets: &[i32], t: i32, len: i32) -> Array {
+pub(crate) fn visibility(offsets: &[i32], t: i32, len: i32) -> Array {
     let visible: Vec<bool> =
         offsets.iter().flat_map(|&o| (0..t).flat_map(move |i| (0..len).map(move |j| j <= o + i))).collect();
     Array::from_slice(&visible, &[offsets.len() as i32, 1, t, len])

@@ -3,6 +3,7 @@
 pub mod add_norm;
 pub mod attention;
 pub mod attention_cpu;
+pub mod attention_kernel;
 pub mod attention_timing;
 pub mod cache;
 pub mod compiled;

@@ -1,0 +1,225 @@
+//! A packed cohort's attention for a short query block (a B8 verify's 2 positions, an AR step's
+//! or a draft's 1) as one CUDA kernel (`kernels/attention_short.cu`): every row's queries over
+//! its own keys in the slot buffer, visible by the row's offset, online softmax in float32. On
+//! MLX CUDA the masked SDPA it replaces (`kv_slots::attend_cohort`) falls back to ops for
+//! head_dim 256: per attention layer a mask made on the host and uploaded, a where over the whole
+//! buffer (19 us of a B8 verify's device time a layer, docs/benchmarks.md, session 31), a
+//! softmax, two batched matmuls with their pointer set-ups, and the views between them, each a
+//! node the host pays for.
+//!
+//! **Off by default, not yet run on the GPU**: `COHORT_ATTENTION_KERNEL=1` turns it on (CUDA
+//! only). [`check`] holds it to a float64 host attention, and the same check runs MLX's masked
+//! SDPA as the cohort takes it on any backend, which checks the reference on the CPU
+//! (tests/attention_kernel.rs; `scripts/gpu/r63.sh` runs the CUDA side and times it).
+
+use std::sync::OnceLock;
+
+use anyhow::{Result, bail};
+use mlx_rs::{Array, Dtype};
+
+use super::compiled::Switch;
+use super::cuda_kernel::{self, CudaKernel, Launch};
+use super::ops::{host_f32, relative_error};
+use crate::engine::sampler::Rng;
+
+const SOURCE: &str = include_str!("../../kernels/attention_short.cu");
+/// load_floats and warp_sum, shared with the expert kernels.
+const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../kernels/affine_dot.cuh"));
+
+/// Warps a block (one block per row and query head).
+const WARPS: i32 = 8;
+
+/// Query positions a block takes at most: each lane holds a running output of D / 32 floats
+/// for every one of them.
+pub const MAX_QUERIES: i32 = 2;
+
+static SWITCH: Switch = Switch::new("COHORT_ATTENTION_KERNEL");
+
+/// Force the kernel on or off (`None`: back to the default, off).
+pub fn set_enabled(on: Option<bool>) {
+    SWITCH.set(on);
+}
+
+fn kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new(
+            "cohort_attention_short",
+            "attention_short.cu",
+            &["q", "keys", "values", "offsets"],
+            &["out"],
+            SOURCE,
+            Some(HEADER),
+        )
+    })
+}
+
+/// Whether the kernel's layout holds these shapes: q [B, NH, T, D] with T <= [`MAX_QUERIES`],
+/// keys and values [B, NKV, CAP, D] with NKV dividing NH, D a multiple of 32 up to 512, one
+/// floating dtype throughout.
+fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
+    let (qs, ks) = (q.shape(), keys.shape());
+    if qs.len() != 4 || ks.len() != 4 || values.shape() != ks {
+        return false;
+    }
+    let (b, nh, t, d) = (qs[0], qs[1], qs[2], qs[3]);
+    let nkv = ks[1];
+    ks[0] == b
+        && ks[3] == d
+        && (1..=MAX_QUERIES).contains(&t)
+        && nkv >= 1
+        && nh % nkv == 0
+        && d % 32 == 0
+        && (32..=512).contains(&d)
+        && WARPS * t * d <= 8192
+        && q.dtype() == keys.dtype()
+        && q.dtype() == values.dtype()
+        && matches!(q.dtype(), Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16)
+}
+
+/// Whether the cohort's attention takes the kernel for this block: turned on, on CUDA, and a
+/// layout it holds.
+pub fn serves(q: &Array, keys: &Array, values: &Array) -> bool {
+    SWITCH.forced_on() && crate::engine::runtime::Backend::is_cuda() && fits(q, keys, values)
+}
+
+/// Row b's queries `q` [B, NH, T, D] over its keys and values [B, NKV, CAP, D] at positions
+/// 0 ..= offsets[b] + t for query t, scaled by `scale`: [B, NH, T, D] in q's dtype.
+pub fn attend(q: &Array, keys: &Array, values: &Array, offsets: &[i32], scale: f32) -> Result<Array> {
+    if !fits(q, keys, values) {
+        bail!(
+            "the short-block attention kernel does not fit q {:?}, keys {:?}, values {:?} ({:?})",
+            q.shape(),
+            keys.shape(),
+            values.shape(),
+            q.dtype()
+        );
+    }
+    let (b, nh, t, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
+    let (nkv, cap) = (keys.shape()[1], keys.shape()[2]);
+    if offsets.len() != b as usize || offsets.iter().any(|&o| o < 0 || o + t > cap) {
+        bail!("the short-block attention kernel's offsets {offsets:?} do not fit {b} rows of {cap} positions");
+    }
+    let offsets = Array::from_slice(offsets, &[b]);
+    let launch = Launch {
+        outputs: vec![(q.shape().to_vec(), q.dtype())],
+        grid: [32, WARPS, b * nh],
+        threads: [32, WARPS, 1],
+        ints: &[("NH", nh), ("NKV", nkv), ("D", d), ("T", t), ("WARPS", WARPS), ("SCALE_BITS", scale.to_bits() as i32)],
+        bools: &[],
+    };
+    Ok(kernel()?.apply(&[q, keys, values, &offsets], &launch)?.pop().expect("one output"))
+}
+
+/// A short block's shapes for [`check`].
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub head_dim: i32,
+    pub queries: i32,
+    pub capacity: i32,
+}
+
+impl Shape {
+    /// The real Qwen3.6-35B-A3B geometry's attention at a B8 verify, in a 1024-position buffer.
+    pub const REAL: Shape = Shape { heads: 16, kv_heads: 2, head_dim: 256, queries: 2, capacity: 1024 };
+}
+
+/// Random queries, keys and values in `dtype` for rows at `offsets` (one row each), through the
+/// kernel when `kernel` (else MLX's masked SDPA over the whole buffer, as the cohort attends on
+/// MLX CUDA), against a float64 attention over the same rounded inputs: the relative error.
+/// Buffer positions past a row's block hold values of their own, so a kernel that read them
+/// would be seen.
+pub fn check(s: Shape, offsets: &[i32], dtype: Dtype, kernel: bool, seed: u64) -> Result<f64> {
+    let Shape { heads: nh, kv_heads: nkv, head_dim: d, queries: t, capacity: cap } = s;
+    let b = offsets.len() as i32;
+    let mut rng = Rng::new(seed);
+    let mut random = |shape: &[i32]| -> Result<Array> {
+        let count: i32 = shape.iter().product();
+        let v: Vec<f32> = (0..count).map(|_| (2.0 * rng.next_f64() - 1.0) as f32).collect();
+        let a = Array::from_slice(&v, shape).as_dtype(dtype)?;
+        a.eval()?;
+        Ok(a)
+    };
+    let q = random(&[b, nh, t, d])?;
+    let keys = random(&[b, nkv, cap, d])?;
+    let values = random(&[b, nkv, cap, d])?;
+    let scale = (d as f32).powf(-0.5);
+    let got = if kernel {
+        attend(&q, &keys, &values, offsets, scale)?
+    } else {
+        let mask = super::kv_slots::visibility(offsets, t, cap);
+        mlx_rs::fast::scaled_dot_product_attention(
+            &q,
+            &keys,
+            &values,
+            scale,
+            mlx_rs::fast::ScaledDotProductAttentionMask::Array(&mask),
+            None,
+        )?
+    };
+    let (qs, ks, vs) = (host_f32(&q)?, host_f32(&keys)?, host_f32(&values)?);
+    let (nh, nkv, t, d, cap) = (nh as usize, nkv as usize, t as usize, d as usize, cap as usize);
+    let mut want = vec![0f64; qs.len()];
+    for (row, &offset) in offsets.iter().enumerate() {
+        for h in 0..nh {
+            let kv = (row * nkv + h / (nh / nkv)) * cap * d;
+            for i in 0..t {
+                let qi = ((row * nh + h) * t + i) * d;
+                let seen = offset as usize + i + 1;
+                let scores: Vec<f64> = (0..seen)
+                    .map(|j| {
+                        let dot: f64 = (0..d).map(|c| qs[qi + c] as f64 * ks[kv + j * d + c] as f64).sum();
+                        dot * scale as f64
+                    })
+                    .collect();
+                let top = scores.iter().copied().fold(f64::MIN, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+                let total: f64 = weights.iter().sum();
+                for c in 0..d {
+                    let o: f64 = weights.iter().enumerate().map(|(j, w)| w * vs[kv + j * d + c] as f64).sum();
+                    want[qi + c] = o / total;
+                }
+            }
+        }
+    }
+    Ok(relative_error(&host_f32(&got)?, &want))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zeros(shape: &[i32], dtype: Dtype) -> Array {
+        Array::zeros::<f32>(shape).unwrap().as_dtype(dtype).unwrap()
+    }
+
+    /// The layout's limits: a block longer than the lanes hold, a head width off the warp, mixed
+    /// dtypes or heads that do not group keep the masked SDPA.
+    #[test]
+    fn the_kernel_takes_only_the_layouts_it_holds() {
+        let bf = Dtype::Bfloat16;
+        let kv = zeros(&[8, 2, 64, 256], bf);
+        assert!(fits(&zeros(&[8, 16, 2, 256], bf), &kv, &kv));
+        assert!(fits(&zeros(&[8, 16, 1, 256], bf), &kv, &kv));
+        assert!(!fits(&zeros(&[8, 16, 3, 256], bf), &kv, &kv), "three queries");
+        assert!(!fits(&zeros(&[8, 16, 2, 256], Dtype::Float32), &kv, &kv), "mixed dtypes");
+        assert!(!fits(&zeros(&[8, 15, 2, 256], bf), &kv, &kv), "15 heads on 2 key heads");
+        let narrow = zeros(&[8, 2, 64, 48], bf);
+        assert!(!fits(&zeros(&[8, 16, 2, 48], bf), &narrow, &narrow), "48 dims");
+        assert!(!fits(&zeros(&[4, 16, 2, 256], bf), &kv, &kv), "rows differ");
+    }
+
+    /// Off by default, and on only where MLX drives CUDA even when forced.
+    #[test]
+    fn the_kernel_is_off_unless_forced_on_cuda() {
+        let bf = Dtype::Bfloat16;
+        let (q, kv) = (zeros(&[2, 16, 1, 256], bf), zeros(&[2, 2, 8, 256], bf));
+        set_enabled(None);
+        assert!(!serves(&q, &kv, &kv));
+        set_enabled(Some(true));
+        assert_eq!(serves(&q, &kv, &kv), crate::engine::runtime::Backend::is_cuda());
+        set_enabled(None);
+    }
+}
