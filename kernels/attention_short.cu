@@ -13,7 +13,7 @@
 // Constants NH, NKV, D, T, WARPS (blockDim.y); SCALE_BITS (the softmax scale's float32 bits).
 //
 // Layout: a block per (row, head), block z = b * NH + h, on the key/value head h / (NH / NKV).
-// Warp w takes keys w, w + WARPS, ... up to the row's last visible one; lane l holds dims
+// Warp w takes keys w, w + WARPS, ... up to the row's last visible one, two a pass; lane l holds dims
 // [l * DPL, (l + 1) * DPL) of the queries, of each key and value row and of its running outputs.
 // Each warp keeps a running max, sum and output per query (online softmax), in float32; the
 // warps' parts meet in shared memory at the end, one thread a dim.
@@ -55,29 +55,50 @@ for (int t = 0; t < T; ++t) {
 }
 
 const size_t head_base = (static_cast<size_t>(b) * NKV + kv_head) * cap * D + lane * DPL;
-for (int j = warp; j < len; j += WARPS) {
-  float kj[DPL];
-  float vj[DPL];
-  load_floats<DPL>(keys + head_base + static_cast<size_t>(j) * D, kj);
-  load_floats<DPL>(values + head_base + static_cast<size_t>(j) * D, vj);
-#pragma unroll
-  for (int t = 0; t < T; ++t) {
-    float s = 0.0f;
+// Key j's share of query t's running max, sum and output, if the query sees it.
+auto take = [&](int j, int t, float s, const float* vj) {
+  if (j <= offset + t) {
+    const float next_max = fmaxf(run_max[t], s);
+    const float keep = expf(run_max[t] - next_max);
+    const float p = expf(s - next_max);
+    run_sum[t] = run_sum[t] * keep + p;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) {
-      s += qv[t][i] * kj[i];
+      acc[t][i] = acc[t][i] * keep + p * vj[i];
     }
-    s = warp_sum(s);
-    if (j <= offset + t) {
-      const float next_max = fmaxf(run_max[t], s);
-      const float keep = expf(run_max[t] - next_max);
-      const float p = expf(s - next_max);
-      run_sum[t] = run_sum[t] * keep + p;
+    run_max[t] = next_max;
+  }
+};
+// Two keys a pass (j and j + WARPS), both rows' loads issued before either is summed and their
+// two warp sums interleaved: one key a pass left each warp waiting on one load at a time, with a
+// block's few warps all an SM holds at a B8 verify's 128 blocks.
+for (int j = warp; j < len; j += 2 * WARPS) {
+  const int j2 = j + WARPS;
+  const bool second = j2 < len;
+  float k1[DPL];
+  float v1[DPL];
+  float k2[DPL];
+  float v2[DPL];
+  load_floats<DPL>(keys + head_base + static_cast<size_t>(j) * D, k1);
+  load_floats<DPL>(values + head_base + static_cast<size_t>(j) * D, v1);
+  if (second) {
+    load_floats<DPL>(keys + head_base + static_cast<size_t>(j2) * D, k2);
+    load_floats<DPL>(values + head_base + static_cast<size_t>(j2) * D, v2);
+  }
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) {
-        acc[t][i] = acc[t][i] * keep + p * vj[i];
-      }
-      run_max[t] = next_max;
+  for (int t = 0; t < T; ++t) {
+    float s1 = 0.0f;
+    float s2 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      s1 += qv[t][i] * k1[i];
+      s2 += second ? qv[t][i] * k2[i] : 0.0f;
+    }
+    s1 = warp_sum(s1);
+    s2 = warp_sum(s2);
+    take(j, t, s1, v1);
+    if (second) {
+      take(j2, t, s2, v2);
     }
   }
 }

@@ -13,7 +13,7 @@ fn forcing_a_cuda_kernel_off_cuda_is_refused_by_name() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
-    for flag in ["--add-norm", "--experts-kernel", "--fused-kernels", "--mixer-norm"] {
+    for flag in ["--add-norm", "--experts-kernel", "--fused-kernels", "--mixer-norm", "--attention-kernel"] {
         let out = cohort_command(home.path())
             .args(["bench-step", "--synthetic", "qwen36-35b-a3b", flag, "on,off"])
             .output()

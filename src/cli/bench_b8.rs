@@ -9,8 +9,8 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::bench_step::{
-    Arm, BenchStepArgs, ProfiledStep, arm_order, close_window, eval_timed, label, min_max, ms, print_graph_stats,
-    profile_window, set_arm, synthetic_ids,
+    Arm, BenchStepArgs, ProfiledStep, arm_order, close_window, eval_timed, kernel_cells, kernel_columns, min_max, ms,
+    print_graph_stats, profile_window, set_arm, synthetic_ids,
 };
 use crate::engine::cohort::FIXED_WIDTH;
 use crate::engine::runtime::median;
@@ -193,19 +193,17 @@ pub fn interleaved_b8(model: &Qwen35Model, args: &BenchStepArgs, arms: &[Arm]) -
     }
     println!("\nB8 steps interleaved ({} rounds, each arm's cycle and AR step from the same eight rows)", args.iters);
     println!(
-        "| fused kernels | expert kernels | add-norm kernel | mixer norm | compiled blocks | draft ms | verify ms | commit ms | cycle ms | B8 AR ms | verify min | verify max |"
+        "| {} | compiled blocks | draft ms | verify ms | commit ms | cycle ms | B8 AR ms | verify min | verify max |",
+        kernel_columns()
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("|{}", " --- |".repeat(8 + super::bench_switches::COUNT));
     for (arm, t) in arms.iter().zip(times) {
         let (lo, hi) = min_max(&t.verify);
         let cycles: Vec<f64> =
             (0..t.draft.len()).map(|k| t.draft[k] + t.verify[k] + t.commit[k] + t.sample[k]).collect();
         println!(
-            "| {} | {} | {} | {} | {:?} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {lo:.2} | {hi:.2} |",
-            label(arm.fused),
-            label(arm.experts),
-            label(arm.add_norm),
-            label(arm.mixer_norm),
+            "| {} | {:?} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {lo:.2} | {hi:.2} |",
+            kernel_cells(arm),
             arm.compiled,
             median(t.draft),
             median(t.verify),

@@ -10,6 +10,7 @@ use clap::Args;
 use mlx_rs::{Array, Dtype};
 
 use super::bench_b8::{B8Times, b8_cycles, interleaved_b8};
+use super::bench_switches::{self, KernelSwitch};
 use crate::engine::cohort::FIXED_WIDTH;
 use crate::engine::cuda_profiler::Window;
 use crate::engine::runtime::{MemoryStats, human_bytes, median};
@@ -59,8 +60,8 @@ pub struct BenchStepArgs {
     #[arg(long)]
     interleave_b1: bool,
     /// After the arms, time B8 cycles and B8 AR steps with every arm's switches in turn
-    /// (`--compiled`, `--fused-kernels`, `--experts-kernel`, `--add-norm`, `--mixer-norm`) on one cohort of
-    /// eight rows of the first loaded model.
+    /// (`--compiled`, `--fused-kernels`, `--experts-kernel`, `--add-norm`, `--mixer-norm`,
+    /// `--attention-kernel`) on one cohort of eight rows of the first loaded model.
     #[arg(long)]
     interleave_b8: bool,
     /// Where the MoE block's gather rows come from in the interleaved B1 arms (each `--compiled`
@@ -72,20 +73,25 @@ pub struct BenchStepArgs {
     /// off, in the interleaved B1 arms (each with every other arm setting); default: the
     /// engine's (on for CUDA).
     #[arg(long, value_delimiter = ',')]
-    fused_kernels: Vec<OnOff>,
+    pub(super) fused_kernels: Vec<OnOff>,
     /// The MoE expert kernels (`model/moe_experts.rs`; on by default on CUDA) on or off in the
     /// interleaved B1 arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
-    experts_kernel: Vec<OnOff>,
+    pub(super) experts_kernel: Vec<OnOff>,
     /// The residual sum and RMSNorm kernel (`model/add_norm.rs`; off by default) on or off in
     /// the interleaved arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
-    add_norm: Vec<OnOff>,
+    pub(super) add_norm: Vec<OnOff>,
     /// The Gated DeltaNet mixer's gated norm folded into its fused front (`model/gdn_kernel.rs`;
     /// on by default for blocks of at most 16 positions) on or off in the interleaved arms, each
     /// with every other arm setting.
     #[arg(long, value_delimiter = ',')]
-    mixer_norm: Vec<OnOff>,
+    pub(super) mixer_norm: Vec<OnOff>,
+    /// The short-block cohort attention kernel (`model/attention_kernel.rs`; off by default) on
+    /// or off in the interleaved B8 arms, each with every other arm setting (B1 rows are not a
+    /// packed cohort, so it does not serve them).
+    #[arg(long, value_delimiter = ',')]
+    pub(super) attention_kernel: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]
@@ -173,13 +179,6 @@ impl OnOff {
     fn on(self) -> bool {
         self == OnOff::On
     }
-}
-
-/// Set the fused CUDA kernels (router, mixer front) on or off for the steps that follow
-/// (`None`: the engine's default).
-fn apply_fused_kernels(k: Option<OnOff>) {
-    crate::model::moe_router::set_enabled(k.map(OnOff::on));
-    crate::model::gdn_kernel::set_fused_front(k.map(OnOff::on));
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum, serde::Serialize)]
@@ -382,20 +381,23 @@ pub(super) struct Arm {
     pub stacking: Option<OnOff>,
     pub compiled: CompiledBlocks,
     pub moe_rows: MoeRows,
-    pub fused: Option<OnOff>,
-    pub experts: Option<OnOff>,
-    pub add_norm: Option<OnOff>,
-    pub mixer_norm: Option<OnOff>,
-}
-
-/// An arm setting's values: each listed one, or the engine's default alone.
-fn settings(listed: &[OnOff]) -> Vec<Option<OnOff>> {
-    if listed.is_empty() { vec![None] } else { listed.iter().map(|&k| Some(k)).collect() }
+    /// Each of [`KernelSwitch::ALL`]'s settings, in that order.
+    pub kernels: [Option<OnOff>; bench_switches::COUNT],
 }
 
 /// An arm's switch setting as the tables show it.
 pub(super) fn label(k: Option<OnOff>) -> String {
     k.map(|k| format!("{k:?}")).unwrap_or_else(|| "default".into())
+}
+
+/// The kernel switches' table columns (`| fused kernels | ... |` without the outer bars).
+pub(super) fn kernel_columns() -> String {
+    KernelSwitch::ALL.map(KernelSwitch::column).join(" | ")
+}
+
+/// An arm's kernel settings as table cells, in [`kernel_columns`]' order.
+pub(super) fn kernel_cells(arm: &Arm) -> String {
+    arm.kernels.map(label).join(" | ")
 }
 
 /// The order arms take turns in a round: mirrored every other round (ABBA), so no arm always
@@ -410,30 +412,15 @@ pub(super) fn min_max(v: &[f64]) -> (f64, f64) {
 }
 
 /// Every interleaved arm: the loaded models (`--stacking`) crossed with `--compiled`,
-/// `--moe-rows`, `--fused-kernels`, `--experts-kernel`, `--add-norm` and `--mixer-norm`.
+/// `--moe-rows` and every kernel switch's settings ([`bench_switches::combinations`]).
 fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, compiled: &[CompiledBlocks]) -> Vec<Arm> {
+    let kernels = bench_switches::combinations(args);
     let mut arms = Vec::new();
     for (model, (stacking, _)) in models.iter().enumerate() {
         for &compiled in compiled {
             for &moe_rows in &args.moe_rows {
-                for fused in settings(&args.fused_kernels) {
-                    for experts in settings(&args.experts_kernel) {
-                        for add_norm in settings(&args.add_norm) {
-                            for mixer_norm in settings(&args.mixer_norm) {
-                                let stacking = *stacking;
-                                arms.push(Arm {
-                                    model,
-                                    stacking,
-                                    compiled,
-                                    moe_rows,
-                                    fused,
-                                    experts,
-                                    add_norm,
-                                    mixer_norm,
-                                });
-                            }
-                        }
-                    }
+                for &kernels in &kernels {
+                    arms.push(Arm { model, stacking: *stacking, compiled, moe_rows, kernels });
                 }
             }
         }
@@ -445,10 +432,9 @@ fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, comp
 pub(super) fn set_arm(arm: &Arm) {
     arm.compiled.apply();
     crate::model::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
-    apply_fused_kernels(arm.fused);
-    crate::model::moe_experts::set_enabled(arm.experts.map(OnOff::on));
-    crate::model::add_norm::set_enabled(arm.add_norm.map(OnOff::on));
-    crate::model::gdn_kernel::set_fused_norm(arm.mixer_norm.map(OnOff::on));
+    for (switch, setting) in KernelSwitch::ALL.into_iter().zip(arm.kernels) {
+        switch.set(setting);
+    }
 }
 
 /// B1 steps of every arm ([`arms`]) taken in turn (mirrored order every other round), each arm
@@ -471,14 +457,12 @@ fn interleaved_b1(
             let mut probe_row = row.clone();
             let probe = model.forward(&tok, &mut [&mut probe_row], Logits::Last, false)?;
             let next = mlx_rs::ops::indexing::argmax_axis(probe.logits.as_ref().unwrap(), -1, None)?;
-            let what = format!(
-                "a B1 step (stacking {}, fused kernels {}, expert kernels {}, add-norm kernel {}, mixer norm {})",
-                label(arm.stacking),
-                label(arm.fused),
-                label(arm.experts),
-                label(arm.add_norm),
-                label(arm.mixer_norm)
-            );
+            let kernels: Vec<String> = KernelSwitch::ALL
+                .into_iter()
+                .zip(arm.kernels)
+                .map(|(switch, setting)| format!("{} {}", switch.column(), label(setting)))
+                .collect();
+            let what = format!("a B1 step (stacking {}, {})", label(arm.stacking), kernels.join(", "));
             print_graph_stats(&what, &probe_row.arrays().into_iter().chain([&next]).collect::<Vec<_>>())?;
             mlx_rs::transforms::eval(probe_row.arrays().into_iter().chain([&next]))?;
         }
@@ -501,18 +485,16 @@ fn interleaved_b1(
         args.iters, args.prefill
     );
     println!(
-        "| stacking | fused kernels | expert kernels | add-norm kernel | mixer norm | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |"
+        "| stacking | {} | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |",
+        kernel_columns()
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("|{}", " --- |".repeat(7 + bench_switches::COUNT));
     for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
         let (lo, hi) = min_max(&steps);
         println!(
-            "| {} | {} | {} | {} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
+            "| {} | {} | {:?} | {:?} | {:.2} | {lo:.2} | {hi:.2} | {:.2} |",
             label(arm.stacking),
-            label(arm.fused),
-            label(arm.experts),
-            label(arm.add_norm),
-            label(arm.mixer_norm),
+            kernel_cells(arm),
             arm.compiled,
             arm.moe_rows,
             median(steps),
@@ -631,15 +613,11 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         !routes.iter().any(|r| matches!(r, GdnRoute::Kernel)) || on_cuda,
         "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
     );
-    for (flag, listed) in [
-        ("--fused-kernels", &args.fused_kernels),
-        ("--experts-kernel", &args.experts_kernel),
-        ("--add-norm", &args.add_norm),
-        ("--mixer-norm", &args.mixer_norm),
-    ] {
+    for switch in KernelSwitch::ALL {
         anyhow::ensure!(
-            !listed.contains(&OnOff::On) || on_cuda,
-            "{flag} on forces one of cohort's CUDA kernels, which needs MLX's CUDA backend"
+            !switch.listed(&args).contains(&OnOff::On) || on_cuda,
+            "{} on forces one of cohort's CUDA kernels, which needs MLX's CUDA backend",
+            switch.flag()
         );
     }
     if let Some(kind) = args.profile_step {
@@ -751,10 +729,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         })();
         // The arms' switches are process-wide: back to the engine's defaults, whatever happened.
         crate::model::moe_graph::set_built_rows(false);
-        apply_fused_kernels(None);
-        crate::model::moe_experts::set_enabled(None);
-        crate::model::add_norm::set_enabled(None);
-        crate::model::gdn_kernel::set_fused_norm(None);
+        bench_switches::reset();
         interleaved?;
     }
     println!("\npeak memory {}", human_bytes(MemoryStats::read().peak));

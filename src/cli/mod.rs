@@ -3,6 +3,7 @@
 pub mod bench;
 mod bench_b8;
 pub mod bench_step;
+mod bench_switches;
 pub mod device;
 pub mod generate;
 pub mod import;

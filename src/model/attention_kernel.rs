@@ -26,8 +26,15 @@ const SOURCE: &str = include_str!("../../kernels/attention_short.cu");
 /// load_floats and warp_sum, shared with the expert kernels.
 const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../kernels/affine_dot.cuh"));
 
-/// Warps a block (one block per row and query head).
-const WARPS: i32 = 8;
+/// Floats of shared memory the warps' parts take at most (32 KB: WARPS x T x D).
+const SHARED_FLOATS: i32 = 8192;
+
+/// Warps a block (one block per row and query head): 16 where their parts fit the shared
+/// memory, else 8. At a B8 verify the grid is only 128 blocks, about one an SM, so the warps of
+/// a block are all the loads an SM has in flight.
+fn warps_for(t: i32, d: i32) -> i32 {
+    if 16 * t * d <= SHARED_FLOATS { 16 } else { 8 }
+}
 
 /// Query positions a block takes at most: each lane holds a running output of D / 32 floats
 /// for every one of them.
@@ -71,7 +78,8 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
         && nh % nkv == 0
         && d % 32 == 0
         && (32..=512).contains(&d)
-        && WARPS * t * d <= 8192
+        && 8 * t * d <= SHARED_FLOATS
+        && b * nh <= 65535
         && q.dtype() == keys.dtype()
         && q.dtype() == values.dtype()
         && matches!(q.dtype(), Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16)
@@ -101,11 +109,12 @@ pub fn attend(q: &Array, keys: &Array, values: &Array, offsets: &[i32], scale: f
         bail!("the short-block attention kernel's offsets {offsets:?} do not fit {b} rows of {cap} positions");
     }
     let offsets = Array::from_slice(offsets, &[b]);
+    let warps = warps_for(t, d);
     let launch = Launch {
         outputs: vec![(q.shape().to_vec(), q.dtype())],
-        grid: [32, WARPS, b * nh],
-        threads: [32, WARPS, 1],
-        ints: &[("NH", nh), ("NKV", nkv), ("D", d), ("T", t), ("WARPS", WARPS), ("SCALE_BITS", scale.to_bits() as i32)],
+        grid: [32, warps, b * nh],
+        threads: [32, warps, 1],
+        ints: &[("NH", nh), ("NKV", nkv), ("D", d), ("T", t), ("WARPS", warps), ("SCALE_BITS", scale.to_bits() as i32)],
         bools: &[],
     };
     Ok(kernel()?.apply(&[q, keys, values, &offsets], &launch)?.pop().expect("one output"))

@@ -1,0 +1,109 @@
+//! The switches of cohort's CUDA kernels that `bench-step`'s interleaved arms turn on or off,
+//! each with its flag, its table column and the engine call that sets it: one list, so a new
+//! kernel is one more row here rather than one more nested loop, field and column in each table.
+
+use super::bench_step::{BenchStepArgs, OnOff};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum KernelSwitch {
+    /// The MoE router and the Gated DeltaNet mixer's fused front.
+    Fused,
+    /// The MoE expert kernels.
+    Experts,
+    /// The residual sum and RMSNorm kernel.
+    AddNorm,
+    /// The mixer's gated norm folded into its fused front.
+    MixerNorm,
+    /// The short-block cohort attention kernel.
+    Attention,
+}
+
+/// How many switches an arm carries, one setting each.
+pub(super) const COUNT: usize = 5;
+
+impl KernelSwitch {
+    /// Every switch, in the order of an arm's settings and of the tables' columns.
+    pub(super) const ALL: [KernelSwitch; COUNT] = [
+        KernelSwitch::Fused,
+        KernelSwitch::Experts,
+        KernelSwitch::AddNorm,
+        KernelSwitch::MixerNorm,
+        KernelSwitch::Attention,
+    ];
+
+    pub(super) fn flag(self) -> &'static str {
+        match self {
+            KernelSwitch::Fused => "--fused-kernels",
+            KernelSwitch::Experts => "--experts-kernel",
+            KernelSwitch::AddNorm => "--add-norm",
+            KernelSwitch::MixerNorm => "--mixer-norm",
+            KernelSwitch::Attention => "--attention-kernel",
+        }
+    }
+
+    pub(super) fn column(self) -> &'static str {
+        match self {
+            KernelSwitch::Fused => "fused kernels",
+            KernelSwitch::Experts => "expert kernels",
+            KernelSwitch::AddNorm => "add-norm kernel",
+            KernelSwitch::MixerNorm => "mixer norm",
+            KernelSwitch::Attention => "attention kernel",
+        }
+    }
+
+    /// The settings its flag listed (empty: the engine's default alone).
+    pub(super) fn listed(self, args: &BenchStepArgs) -> &[OnOff] {
+        match self {
+            KernelSwitch::Fused => &args.fused_kernels,
+            KernelSwitch::Experts => &args.experts_kernel,
+            KernelSwitch::AddNorm => &args.add_norm,
+            KernelSwitch::MixerNorm => &args.mixer_norm,
+            KernelSwitch::Attention => &args.attention_kernel,
+        }
+    }
+
+    /// Force it on or off for the steps that follow (`None`: the engine's default).
+    pub(super) fn set(self, setting: Option<OnOff>) {
+        let on = setting.map(|s| s == OnOff::On);
+        match self {
+            KernelSwitch::Fused => {
+                crate::model::moe_router::set_enabled(on);
+                crate::model::gdn_kernel::set_fused_front(on);
+            }
+            KernelSwitch::Experts => crate::model::moe_experts::set_enabled(on),
+            KernelSwitch::AddNorm => crate::model::add_norm::set_enabled(on),
+            KernelSwitch::MixerNorm => crate::model::gdn_kernel::set_fused_norm(on),
+            KernelSwitch::Attention => crate::model::attention_kernel::set_enabled(on),
+        }
+    }
+}
+
+/// Every combination of the switches' listed settings (each switch's settings, or its default
+/// alone), the first switch varying slowest.
+pub(super) fn combinations(args: &BenchStepArgs) -> Vec<[Option<OnOff>; COUNT]> {
+    let mut all = vec![[None; COUNT]];
+    for (i, switch) in KernelSwitch::ALL.into_iter().enumerate() {
+        let listed = switch.listed(args);
+        if listed.is_empty() {
+            continue;
+        }
+        all = all
+            .into_iter()
+            .flat_map(|settings| {
+                listed.iter().map(move |&s| {
+                    let mut next = settings;
+                    next[i] = Some(s);
+                    next
+                })
+            })
+            .collect();
+    }
+    all
+}
+
+/// Back to every engine default.
+pub(super) fn reset() {
+    for switch in KernelSwitch::ALL {
+        switch.set(None);
+    }
+}
