@@ -253,31 +253,25 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
         let rows = caches.iter().map(|c| c.host_kv(t)).collect::<Result<Vec<_>>>()?;
         return attention_cpu::attend(&qr, &rows, scale);
     }
-    let whole = {
+    let (all_keys, all_values) = {
         let buf = buffer.borrow();
         (buf.keys.clone(), buf.values.clone())
     };
-    if super::attention_kernel::serves(&qr, &whole.0, &whole.1) {
-        let out = super::attention_kernel::attend(&qr, &whole.0, &whole.1, &offsets, scale)?;
-        for c in caches.iter_mut() {
-            c.advance(t);
-        }
-        return Ok(out);
-    }
-    let (keys, values, len) = {
-        let buf = buffer.borrow();
-        let len = if padded_block(t) { buf.capacity() } else { longest };
-        (slice_axis(&buf.keys, 2, 0, len)?, slice_axis(&buf.values, 2, 0, len)?, len)
+    let out = if super::attention_kernel::serves(&qr, &all_keys, &all_values) {
+        super::attention_kernel::attend(&qr, &all_keys, &all_values, &offsets, scale)?
+    } else {
+        let len = if padded_block(t) { all_keys.shape()[2] } else { longest };
+        let (keys, values) = (slice_axis(&all_keys, 2, 0, len)?, slice_axis(&all_values, 2, 0, len)?);
+        let mask = visibility(&offsets, t, len);
+        mlx_rs::fast::scaled_dot_product_attention(
+            &qr,
+            &keys,
+            &values,
+            scale,
+            ScaledDotProductAttentionMask::Array(&mask),
+            None,
+        )?
     };
-    let mask = visibility(&offsets, t, len);
-    let out = mlx_rs::fast::scaled_dot_product_attention(
-        &qr,
-        &keys,
-        &values,
-        scale,
-        ScaledDotProductAttentionMask::Array(&mask),
-        None,
-    )?;
     for c in caches.iter_mut() {
         c.advance(t);
     }
