@@ -1,6 +1,7 @@
-//! The engine through its handle, as the TUI and `generate` use it: cohorts form from requests
-//! that arrive together, a faulted cycle poisons only its cohort and the queue behind it, and
-//! the engine then serves new requests without a restart.
+//! The engine through its handle, as the TUI and `generate` use it: a request sent while others
+//! decode joins them and leaves when it ends, sealed cohorts form from requests that arrive
+//! together, a faulted cycle poisons only the rows it ran, and the engine then serves new
+//! requests without a restart.
 
 mod common;
 
@@ -14,9 +15,12 @@ use cohort::engine::scheduler::{Numerics, Preset};
 use common::*;
 
 fn engine(numerics: Numerics) -> EngineHandle {
+    engine_with(Preset::Throughput, numerics)
+}
+
+fn engine_with(preset: Preset, numerics: Numerics) -> EngineHandle {
     let args = ModelArgs { model: Some(fixture("qwen35_moe_4bit").display().to_string()), dtype: None, weights: None };
-    args.start_engine(EngineSetup { scheduler: Preset::Throughput.config(), numerics, mode: None, serial: false })
-        .unwrap()
+    args.start_engine(EngineSetup { scheduler: preset.config(), numerics, mode: None, serial: false }).unwrap()
 }
 
 fn request(i: usize, max_tokens: usize) -> Request {
@@ -43,8 +47,35 @@ fn wait(sub: &Submission) -> (RequestResult, usize) {
 }
 
 #[test]
-fn eight_requests_released_together_form_one_cohort_and_stream() {
+fn a_request_sent_while_another_decodes_joins_it_and_ends_first() {
     let engine = engine(Numerics::Throughput);
+    let c = engine.info.construction.as_ref().expect("a construction check");
+    assert!(c.passed && c.widths == (1..=8).collect::<Vec<_>>(), "{c:?}");
+    let long = engine.submit(request(0, 300));
+    loop {
+        if let RowEvent::Delta { .. } = long.events.recv().unwrap() {
+            break;
+        }
+    }
+    let short = engine.submit(request(1, 4));
+    let (r, _) = wait(&short);
+    assert_eq!(r.finish_reason, FinishReason::Length, "{:?}", r.error);
+    assert!(r.stats.joined_at_cycle > 0 && r.stats.real_width == 2, "{:?}", r.stats);
+    assert!(r.stats.ttft_s > 0.0 && r.stats.ttft_s < 5.0, "{:?}", r.stats);
+    // The long row is still decoding when the short one's result arrives.
+    let t = engine.snapshot();
+    assert_eq!(t.active, 1, "{:?}", t.rows);
+    assert!(long.events.try_iter().all(|e| !matches!(e, RowEvent::Done(_))));
+    let (l, _) = wait(&long);
+    assert_eq!(l.token_ids.len(), 300);
+    let t = engine.snapshot();
+    assert!(t.fixed_width_cycles[&2] > 0 && t.fixed_width_cycles[&1] > 0, "{:?}", t.fixed_width_cycles);
+    assert!(t.last_route.contains("b1") || t.last_route.contains("d1"), "{}", t.last_route);
+}
+
+#[test]
+fn eight_requests_released_together_form_one_sealed_cohort_and_stream() {
+    let engine = engine_with(Preset::Sealed, Numerics::Throughput);
     assert!(engine.info.construction.as_ref().is_some_and(|c| c.passed), "{:?}", engine.info.construction);
     let subs: Vec<Submission> = (0..8).map(|i| engine.submit(request(i, 16))).collect();
     for sub in &subs {
@@ -76,26 +107,37 @@ fn b1_exact_cohorts_equal_balanced_and_throughput_rows() {
 
 #[test]
 fn a_faulted_cycle_poisons_its_cohort_then_the_engine_recovers() {
-    let engine = engine(Numerics::Throughput);
-    engine.inject_fault_at_cycle(2);
-    let subs: Vec<Submission> = (0..8).map(|i| engine.submit(request(i, 10))).collect();
-    for sub in &subs {
-        let (r, _) = wait(sub);
-        assert_eq!(r.finish_reason, FinishReason::Error);
-        let msg = r.error.unwrap();
-        assert!(msg.contains("poisoned") && msg.contains("injected fault"), "{msg}");
+    for preset in [Preset::Sealed, Preset::Throughput] {
+        let engine = engine_with(preset, Numerics::Throughput);
+        engine.inject_fault_at_cycle(2);
+        let subs: Vec<Submission> = (0..8).map(|i| engine.submit(request(i, 10))).collect();
+        let mut failed = 0;
+        for sub in &subs {
+            let (r, _) = wait(sub);
+            // Sealed: the whole cohort ran the faulted cycle. Continuous: the rows live in the
+            // lane at the fault fail; a request admitted after it runs normally.
+            if preset == Preset::Sealed || r.finish_reason == FinishReason::Error {
+                assert_eq!(r.finish_reason, FinishReason::Error, "{preset:?}");
+                let msg = r.error.unwrap();
+                assert!(msg.contains("poisoned") && msg.contains("injected fault"), "{msg}");
+                failed += 1;
+            } else {
+                assert_eq!(r.finish_reason, FinishReason::Length, "{preset:?}: {:?}", r.error);
+            }
+        }
+        assert!(failed > 0, "{preset:?}: no row failed");
+        let t = engine.snapshot();
+        assert_eq!(t.poisoned, 1);
+        assert!(t.last_error.as_deref().unwrap_or("").contains("injected fault"));
+        // The next requests run normally.
+        let subs: Vec<Submission> = (0..3).map(|i| engine.submit(request(i, 6))).collect();
+        for sub in &subs {
+            let (r, _) = wait(sub);
+            assert_eq!(r.finish_reason, FinishReason::Length, "{:?}", r.error);
+        }
+        let t = engine.snapshot();
+        assert_eq!((t.pending, t.active), (0, 0), "{preset:?}");
     }
-    let t = engine.snapshot();
-    assert_eq!(t.poisoned, 1);
-    assert!(t.last_error.as_deref().unwrap_or("").contains("injected fault"));
-    // The next requests run normally.
-    let subs: Vec<Submission> = (0..3).map(|i| engine.submit(request(i, 6))).collect();
-    for sub in &subs {
-        let (r, _) = wait(sub);
-        assert_eq!(r.finish_reason, FinishReason::Length, "{:?}", r.error);
-    }
-    let t = engine.snapshot();
-    assert_eq!((t.pending, t.active), (0, 0));
 }
 
 #[test]

@@ -139,12 +139,12 @@ fn eight_panes_decode_together_and_one_is_cancelled() {
     assert!(kept > 0 && kept < 600, "pane 3 kept a partial answer of {kept} tokens");
     tmux.keys(&["C-z"]);
 
-    // The inspector: one sealed group of width 8.
+    // The inspector: the lane ran cycles with all eight rows, and is idle now.
     tmux.keys(&["C-t"]);
-    let inspector = tmux.wait_for("the inspector", slow, |s| s.contains("last width 8"));
+    let inspector = tmux.wait_for("the inspector", slow, |s| s.contains("real width per cycle"));
     let histogram = inspector.lines().find(|l| l.contains(" 8 █")).map(str::trim);
     assert!(histogram.is_some(), "the width histogram has an 8 bar:\n{inspector}");
-    assert!(inspector.contains("cohorts 1"), "{inspector}");
+    assert!(inspector.contains("width now 0"), "{inspector}");
 
     // Quit: the terminal is given back and the transcripts hold every pane.
     tmux.keys(&["C-q"]);

@@ -66,6 +66,17 @@ fn inspector_cohort_panel_alone() {
 }
 
 #[test]
+fn inspector_cohort_panel_of_a_running_lane() {
+    let mut app = fixture::mixed(4, "dark");
+    app.inspector = Some(InspectorPanel::Cohort);
+    let t = &mut app.telemetry;
+    (t.lane_cycles, t.width_now, t.joins, t.leaves, t.pending) = (310, 3, 5, 2, 1);
+    t.real_width_histogram = [(1, 40), (2, 120), (3, 150)].into();
+    t.fixed_width_cycles = t.real_width_histogram.clone();
+    insta::assert_snapshot!(draw(&app, 120, 30).backend());
+}
+
+#[test]
 fn a_cancelled_pane_keeps_its_partial_answer() {
     let mut app = fixture::mixed(4, "dark");
     app.focus = 2;

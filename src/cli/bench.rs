@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// Only this sampler (greedy or default); both when absent.
     #[arg(long)]
     sampler: Option<String>,
+    /// Requests that arrive over time instead: continuous admission against the sealed lane,
+    /// ABBA (src/cli/bench_arrivals.rs says what is measured).
+    #[arg(long)]
+    arrivals: bool,
 }
 
 const TOPICS: [&str; 8] = [
@@ -94,8 +98,17 @@ struct Summary {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    if args.arrivals {
+        return super::bench_arrivals::run(
+            &args.model,
+            args.generation_mode,
+            args.numerics,
+            args.rounds,
+            &args.receipt,
+        );
+    }
     let setup = EngineSetup {
-        scheduler: Preset::Throughput.config(),
+        scheduler: Preset::Sealed.config(),
         numerics: args.numerics,
         mode: args.generation_mode,
         serial: false,

@@ -1,5 +1,5 @@
 //! `cohort generate`: requests from a JSONL file (or stdin), results as JSONL, through the same
-//! scheduler the TUI uses (requests arriving together decode as one cohort).
+//! scheduler the TUI uses (each request joins the running cohort at the next cycle).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ use crate::engine::solo::GenerationMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SchedulerMode {
-    /// Requests that arrive together decode as one cohort (up to 8 rows).
+    /// Requests decode together, up to 8 rows at once (how they are admitted is the preset's).
     Cohort,
     /// One request at a time on the solo path.
     Serial,
@@ -39,7 +39,8 @@ pub struct GenerateArgs {
     generation_mode: Option<GenerationMode>,
     #[arg(long, value_enum, default_value = "cohort")]
     scheduler: SchedulerMode,
-    /// Batching preset (max active, batch wait, prefill chunk).
+    /// Scheduling preset: continuous admission (throughput, agent, latency, solo) or sealed B8
+    /// cohorts (sealed); docs/configuration.md lists each one's rows, chunk and budget.
     #[arg(long, value_enum, default_value = "throughput")]
     preset: Preset,
     /// Cohort numerics: throughput, balanced or b1-exact.
@@ -48,6 +49,9 @@ pub struct GenerateArgs {
     /// Prompt tokens per prefill chunk (default: the preset's).
     #[arg(long)]
     prefill_chunk: Option<usize>,
+    /// Prompt tokens read between two decode cycles (default: one chunk).
+    #[arg(long)]
+    prefill_budget: Option<usize>,
 }
 
 /// Parse every line; a bad line becomes an error result for that line, the rest still run.
@@ -97,6 +101,10 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     let mut scheduler = args.preset.config();
     if let Some(c) = args.prefill_chunk {
         scheduler.prefill_chunk = c.max(1);
+        scheduler.prefill_budget = scheduler.prefill_chunk;
+    }
+    if let Some(b) = args.prefill_budget {
+        scheduler.prefill_budget = b.max(1);
     }
     let setup = EngineSetup {
         scheduler,

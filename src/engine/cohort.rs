@@ -22,7 +22,7 @@ use super::row::{RowEvent, RowRun};
 use super::sampler::{Decision, Dist, SamplerConfig, decide, distributions};
 use super::solo::{GenerationMode, draft_inputs, prefill_row, restore_from_capture};
 use super::telemetry::{RowState, RowTelemetry, SharedTelemetry, push_recent};
-use crate::model::cache::{RowCache, whole_steps};
+use crate::model::cache::RowCache;
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::kv_slots;
 use crate::model::ops::{host_u32, slice_axis};
@@ -54,7 +54,8 @@ pub struct CohortConfig {
 }
 
 /// A slot's decode inputs: real rows read theirs from `RowRun`, inert rows keep a dummy's.
-struct Inert {
+#[derive(Clone)]
+pub(crate) struct Inert {
     hidden: Array,
     primary: u32,
 }
@@ -64,7 +65,7 @@ fn tokens(ids: &[u32], rows: i32, cols: i32) -> Array {
 }
 
 /// A one-token row used for padding and for rows cancelled before they decode.
-fn dummy(model: &dyn LanguageModel) -> Result<(RowCache, Inert)> {
+pub(crate) fn dummy(model: &dyn LanguageModel) -> Result<(RowCache, Inert)> {
     let mut row = model.new_row();
     let (hidden, _, _) = model.prefill(&mut row, &[0], 1, false)?;
     Ok((row, Inert { hidden, primary: 0 }))
@@ -124,9 +125,10 @@ pub fn run_cohort(
             deliver_cancelled(run, tok, events);
         }
         fault_hook()?;
+        let mut by_row = |_: usize, ev: RowEvent| events(ev);
         match cfg.mode {
-            GenerationMode::Mtp => cycle(model, tok, runs, &mut rows, &inert, events)?,
-            GenerationMode::Ar => cycle_ar(model, tok, runs, &mut rows, &inert, events)?,
+            GenerationMode::Mtp => cycle(model, tok, runs, &mut rows, &inert, &mut by_row)?,
+            GenerationMode::Ar => cycle_ar(model, tok, runs, &mut rows, &inert, &mut by_row)?,
         }
         // One evaluation per cycle, so no row carries a pending graph into the next.
         let hidden = runs.iter().filter_map(|r| r.hidden_last.as_ref());
@@ -151,13 +153,15 @@ pub fn run_cohort(
 /// Move every row's KV into one buffer per layer, so a cycle attends all rows at once. Each slot
 /// is as long as the longest row may grow, so the buffers can need more than the rows did apart;
 /// when the memory available cannot hold them, the rows keep their own KV and attend one by one.
-fn pack_if_it_fits(
+pub(crate) fn pack_if_it_fits(
     model: &dyn LanguageModel,
     runs: &[RowRun],
     rows: &mut [RowCache],
 ) -> Result<Vec<kv_slots::SlotHandle>> {
-    let longest = runs.iter().map(|r| r.prompt_ids.len() + r.max_tokens).max().unwrap_or(0) + VERIFY_SLACK;
-    let needed = rows.len() * whole_steps(longest as i32) as usize * model.kv_bytes_per_position();
+    let step = crate::model::cache::KV_STEP as usize;
+    let longest = runs.iter().map(|r| r.prompt_ids.len().saturating_add(r.max_tokens)).max().unwrap_or(0);
+    let positions = longest.saturating_add(VERIFY_SLACK).div_ceil(step).saturating_mul(step);
+    let needed = rows.len().saturating_mul(positions).saturating_mul(model.kv_bytes_per_position());
     if let Err(e) = memory_guard::ensure_fits(needed as u64, "one KV buffer per layer for the cohort's rows") {
         tracing::warn!("{e:#}; the rows keep their own KV and attend one by one");
         return Ok(Vec::new());
@@ -183,7 +187,7 @@ fn state_of(run: &RowRun) -> RowState {
 }
 
 /// The test hook: fail when this thread reaches the cycle `inject_fault_at_cycle` named.
-fn fault_hook() -> Result<()> {
+pub(crate) fn fault_hook() -> Result<()> {
     let n = CYCLES_RUN.get() + 1;
     CYCLES_RUN.set(n);
     if FAIL_AT_CYCLE.get() == n {
@@ -192,14 +196,16 @@ fn fault_hook() -> Result<()> {
     Ok(())
 }
 
-/// One lockstep cycle over all FIXED_WIDTH slots.
-fn cycle(
+/// One lockstep MTP cycle (owe history, draft, verify, decide, commit) over every slot of
+/// `rows`: slot b < runs.len() is runs[b]'s row, the rest are inert padding. Events go out with
+/// the index of the run that made them.
+pub(crate) fn cycle(
     model: &dyn LanguageModel,
     tok: &TextTokenizer,
     runs: &mut [RowRun],
     rows: &mut [RowCache],
     inert: &[Inert],
-    events: &mut dyn FnMut(RowEvent),
+    events: &mut dyn FnMut(usize, RowEvent),
 ) -> Result<()> {
     let width = rows.len();
     let active: Vec<bool> = (0..width).map(|b| b < runs.len() && runs[b].is_active()).collect();
@@ -313,7 +319,7 @@ fn cycle(
                     run.stats.accepted_drafts += 1;
                     run.pending_mtp = Some((h0, d));
                     run.hidden_last = Some(h1);
-                    if run.emit(d, tok, events)? {
+                    if run.emit(d, tok, &mut |ev| events(b, ev))? {
                         let bonus = match &p1[b] {
                             Some(p) => p.argmax(),
                             None => {
@@ -324,7 +330,7 @@ fn cycle(
                             }
                         };
                         run.primary = Some(bonus);
-                        run.emit(bonus, tok, events)?;
+                        run.emit(bonus, tok, &mut |ev| events(b, ev))?;
                     }
                 }
                 Decision::Reject(t) => {
@@ -335,7 +341,7 @@ fn cycle(
                     restore_from_capture(&mut rows[b], &out.captures, 0, b);
                     run.hidden_last = Some(h0);
                     run.primary = Some(t);
-                    run.emit(t, tok, events)?;
+                    run.emit(t, tok, &mut |ev| events(b, ev))?;
                 }
             }
         }
@@ -345,13 +351,13 @@ fn cycle(
 
 /// One plain step for every slot: feed each row's primary, sample its next token. Inactive rows
 /// are put back as they were (keep = 0).
-fn cycle_ar(
+pub(crate) fn cycle_ar(
     model: &dyn LanguageModel,
     tok: &TextTokenizer,
     runs: &mut [RowRun],
     rows: &mut [RowCache],
     inert: &[Inert],
-    events: &mut dyn FnMut(RowEvent),
+    events: &mut dyn FnMut(usize, RowEvent),
 ) -> Result<()> {
     let width = rows.len();
     let active: Vec<bool> = (0..width).map(|b| b < runs.len() && runs[b].is_active()).collect();
@@ -377,7 +383,7 @@ fn cycle_ar(
         let next = run.draw(&dists[b]);
         run.hidden_last = Some(slice_axis(&out.hidden, 0, b as i32, b as i32 + 1)?);
         run.primary = Some(next);
-        run.emit(next, tok, events)?;
+        run.emit(next, tok, &mut |ev| events(b, ev))?;
     }
     Ok(())
 }

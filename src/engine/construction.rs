@@ -1,6 +1,8 @@
-//! The construction check: before a batched cohort route serves anyone, its B8 verify block is
-//! compared with each row's B1 block on synthetic rows. The rows' mathematics is separable, so
-//! any difference is reduction order; it must stay under a stated bound or the route is refused.
+//! The construction check: before a batched cohort route serves anyone, its verify block at every
+//! physical width the scheduler may run (8 for sealed cohorts; each width a continuous lane can
+//! reach) is compared with each row's B1 block on synthetic rows. The rows' mathematics is
+//! separable, so any difference is reduction order; it must stay under a stated bound at every
+//! width or the route is refused.
 
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};
@@ -20,13 +22,24 @@ fn bound_for(dtype: Dtype) -> f32 {
     if dtype == Dtype::Float32 { 1e-4 } else { 1.0 / 64.0 }
 }
 
-pub fn construction_check(model: &dyn LanguageModel, numerics: Numerics, route: &str) -> Result<ConstructionCheck> {
-    let (max_abs, scale) = linear::with_route(numerics.linear_route(), || compare(model))?;
+pub fn construction_check(
+    model: &dyn LanguageModel,
+    numerics: Numerics,
+    route: &str,
+    widths: &[usize],
+) -> Result<ConstructionCheck> {
+    let (max_abs, scale) = linear::with_route(numerics.linear_route(), || compare(model, widths))?;
     let bound = bound_for(model.dtype()) * scale.max(1.0);
-    Ok(ConstructionCheck { route: route.to_owned(), max_abs_diff: max_abs, bound, passed: max_abs <= bound })
+    Ok(ConstructionCheck {
+        route: route.to_owned(),
+        widths: widths.to_vec(),
+        max_abs_diff: max_abs,
+        bound,
+        passed: max_abs <= bound,
+    })
 }
 
-fn compare(model: &dyn LanguageModel) -> Result<(f32, f32)> {
+fn compare(model: &dyn LanguageModel, widths: &[usize]) -> Result<(f32, f32)> {
     let vocab = model.vocab_size() as u64;
     let mut rng = Rng::new(0xB8);
     let mut rows = Vec::with_capacity(FIXED_WIDTH);
@@ -39,21 +52,32 @@ fn compare(model: &dyn LanguageModel) -> Result<(f32, f32)> {
         rows.push(row);
         verify.extend([(rng.next_u64() % vocab) as i32, (rng.next_u64() % vocab) as i32]);
     }
-    // Packed as a cohort packs its rows, so the check covers the cohort's batched attention too.
-    let mut batch = rows.clone();
-    kv_slots::pack(&mut batch)?;
-    let mut refs: Vec<_> = batch.iter_mut().collect();
-    let b8 = model.forward(&Array::from_slice(&verify, &[FIXED_WIDTH as i32, 2]), &mut refs, Logits::All, true)?;
-    let b8 = b8.logits.unwrap();
+    let mut b1 = Vec::with_capacity(FIXED_WIDTH);
+    for (b, row) in rows.iter().enumerate() {
+        let mut row = row.clone();
+        let out = model.forward(
+            &Array::from_slice(&verify[2 * b..2 * b + 2], &[1, 2]),
+            &mut [&mut row],
+            Logits::All,
+            true,
+        )?;
+        b1.push(host_f32(out.logits.as_ref().unwrap())?);
+    }
     let (mut max_abs, mut scale) = (0f32, 0f32);
-    for (b, row) in rows.iter_mut().enumerate() {
-        let b1 =
-            model.forward(&Array::from_slice(&verify[2 * b..2 * b + 2], &[1, 2]), &mut [row], Logits::All, true)?;
-        let got = host_f32(&slice_axis(&b8, 0, b as i32, b as i32 + 1)?)?;
-        let want = host_f32(b1.logits.as_ref().unwrap())?;
-        for (g, w) in got.iter().zip(&want) {
-            max_abs = max_abs.max((g - w).abs());
-            scale = scale.max(w.abs());
+    for &width in widths.iter().filter(|&&w| (2..=FIXED_WIDTH).contains(&w)) {
+        // Packed as a cohort packs its rows, so the check covers the cohort's batched attention too.
+        let mut batch = rows[..width].to_vec();
+        kv_slots::pack(&mut batch)?;
+        let mut refs: Vec<_> = batch.iter_mut().collect();
+        let tokens = Array::from_slice(&verify[..2 * width], &[width as i32, 2]);
+        let out = model.forward(&tokens, &mut refs, Logits::All, true)?;
+        let logits = out.logits.unwrap();
+        for (b, want) in b1.iter().enumerate().take(width) {
+            let got = host_f32(&slice_axis(&logits, 0, b as i32, b as i32 + 1)?)?;
+            for (g, w) in got.iter().zip(want) {
+                max_abs = max_abs.max((g - w).abs());
+                scale = scale.max(w.abs());
+            }
         }
     }
     Ok((max_abs, scale))

@@ -6,6 +6,7 @@ pub mod construction;
 pub mod cuda_profiler;
 pub mod graph_stats;
 pub mod handle;
+pub mod lane;
 pub mod memory_guard;
 pub mod owner;
 pub mod prepare;

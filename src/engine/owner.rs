@@ -1,6 +1,7 @@
 //! The model-owner thread: the one thread that touches MLX. It loads the model, decides the
 //! generation mode (the exactness gate) and the cohort route (the construction check), then
-//! seals pending requests into solo runs or cohorts and delivers every row's events.
+//! either runs the continuous lane (requests join and leave at cycle boundaries) or seals
+//! pending requests into solo runs or fixed-width cohorts, and delivers every row's events.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -9,13 +10,14 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::cohort::{CohortConfig, inject_fault_at_cycle, run_cohort};
+use super::cohort::{CohortConfig, FIXED_WIDTH, inject_fault_at_cycle, run_cohort};
 use super::construction::construction_check;
+use super::lane::{Lane, LaneConfig, Pending};
 use super::prepare::prepare;
 use super::probe;
 use super::request::{Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
-use super::scheduler::{Numerics, SchedulerConfig};
+use super::scheduler::{Admission, Numerics, SchedulerConfig};
 use super::solo::{GenerationMode, route_id, run_solo};
 use super::telemetry::{FinalizeScope, SharedTelemetry};
 use crate::model::forward::LanguageModel;
@@ -70,15 +72,8 @@ pub enum OwnerCommand {
     Shutdown,
 }
 
-struct Pending {
-    req: Request,
-    cancel: CancelFlag,
-    events: mpsc::Sender<RowEvent>,
-    arrived: Instant,
-}
-
 fn done(p: &Pending, result: RequestResult) {
-    let _ = p.events.send(RowEvent::Done(Box::new(result)));
+    p.done(result);
 }
 
 pub fn run_owner(
@@ -109,8 +104,15 @@ pub fn run_owner(
             probe_summary = Some(decision.summary);
         }
         let mut construction = None;
-        if mode == GenerationMode::Mtp && setup.numerics != Numerics::B1Exact && setup.scheduler.seal_width() > 1 {
-            let check = construction_check(model, setup.numerics, &setup.numerics.route_id(&loaded.family))?;
+        let widths = match setup.scheduler.admission {
+            Admission::Sealed => vec![FIXED_WIDTH],
+            Admission::Continuous => setup.scheduler.width.widths(setup.scheduler.lane_width()),
+        };
+        let batched = widths.iter().any(|&w| w > 1);
+        if mode == GenerationMode::Mtp && setup.numerics != Numerics::B1Exact && batched {
+            let widest = widths.iter().copied().max().unwrap_or(1);
+            let route = setup.numerics.route_id_at(&loaded.family, widest);
+            let check = construction_check(model, setup.numerics, &route, &widths)?;
             tracing::info!(?check, "cohort construction check");
             if !check.passed {
                 tracing::warn!("cohort route {} is over its bound; cohorts run as b1-exact serial", check.route);
@@ -144,6 +146,9 @@ pub fn run_owner(
     }
     let mode = info.mode;
     let _ = ready.send(Ok(info));
+    if setup.scheduler.admission == Admission::Continuous {
+        return run_continuous(&loaded, mode, &setup, &rx, &tel);
+    }
     let model = loaded.model.as_ref();
     let tok = &loaded.tokenizer;
     let mut serial = setup.serial;
@@ -189,18 +194,7 @@ pub fn run_owner(
                 Err(mpsc::RecvTimeoutError::Disconnected) => shutting_down = true,
             }
         }
-        // Requests cancelled while queued end here.
-        pending.retain(|p| {
-            if p.cancel.is_cancelled() {
-                let mut r = RequestResult::error(&p.req.id, String::new());
-                r.finish_reason = super::request::FinishReason::Cancelled;
-                r.error = None;
-                done(p, r);
-                false
-            } else {
-                true
-            }
-        });
+        drop_cancelled(&mut pending);
         if pending.is_empty() {
             continue;
         }
@@ -208,6 +202,101 @@ pub fn run_owner(
         set_queue(&tel, pending.len(), group.len());
         run_group(model, tok, &loaded.family, mode, &setup, group, &mut pending, &tel);
         set_queue(&tel, pending.len(), 0);
+    }
+}
+
+/// Requests cancelled while queued end here.
+fn drop_cancelled(pending: &mut VecDeque<Pending>) {
+    pending.retain(|p| {
+        if p.cancel.is_cancelled() {
+            p.cancelled();
+        }
+        !p.cancel.is_cancelled()
+    });
+}
+
+/// The continuous lane's loop: between every two cycles, take what arrived, end what was
+/// cancelled while queued, give free rows to the oldest waiting requests, and run one step.
+fn run_continuous(
+    loaded: &Loaded,
+    mode: GenerationMode,
+    setup: &EngineSetup,
+    rx: &mpsc::Receiver<OwnerCommand>,
+    tel: &SharedTelemetry,
+) {
+    let model = loaded.model.as_ref();
+    let cfg = LaneConfig {
+        chunk: setup.scheduler.prefill_chunk.max(1),
+        budget: setup.scheduler.prefill_budget,
+        mode,
+        numerics: setup.numerics,
+        width: setup.scheduler.width,
+        family: loaded.family.clone(),
+    };
+    let mut lane = match Lane::new(model, &loaded.tokenizer, cfg) {
+        Ok(lane) => lane,
+        Err(e) => {
+            // Nothing can decode: every request is answered with the reason.
+            let msg = format!("the engine could not start its lane: {e:#}");
+            tracing::error!("{msg}");
+            while let Ok(cmd) = rx.recv() {
+                match cmd {
+                    OwnerCommand::Submit { req, events, .. } => {
+                        let _ = events.send(RowEvent::Done(Box::new(RequestResult::error(&req.id, msg.clone()))));
+                    }
+                    OwnerCommand::Shutdown => return,
+                    _ => {}
+                }
+            }
+            return;
+        }
+    };
+    let mut serial = setup.serial;
+    let mut queue: VecDeque<Pending> = VecDeque::new();
+    let mut shutting_down = false;
+    let handle = |cmd: OwnerCommand, queue: &mut VecDeque<Pending>, serial: &mut bool, down: &mut bool| match cmd {
+        OwnerCommand::Submit { req, cancel, events, arrived } => {
+            queue.push_back(Pending { req, cancel, events, arrived })
+        }
+        OwnerCommand::InjectFault(n) => inject_fault_at_cycle(n),
+        OwnerCommand::SetSerial(on) => *serial = on,
+        OwnerCommand::Shutdown => *down = true,
+    };
+    loop {
+        if lane.is_idle() && queue.is_empty() {
+            if shutting_down {
+                return;
+            }
+            match rx.recv() {
+                Ok(cmd) => handle(cmd, &mut queue, &mut serial, &mut shutting_down),
+                Err(_) => return,
+            }
+        }
+        while let Ok(cmd) = rx.try_recv() {
+            handle(cmd, &mut queue, &mut serial, &mut shutting_down);
+        }
+        drop_cancelled(&mut queue);
+        // b1-exact numerics and the serial arm decode one request at a time.
+        let cap = if serial || setup.numerics == Numerics::B1Exact { 1 } else { setup.scheduler.lane_width() };
+        while lane.live() < cap
+            && let Some(p) = queue.pop_front()
+        {
+            lane.admit(p);
+        }
+        if let Ok(mut t) = tel.lock() {
+            t.pending = queue.len();
+            t.queued = queue.iter().map(|p| p.req.id.clone()).collect();
+        }
+        if let Err(e) = lane.step(tel) {
+            let msg = format!("the cohort lane was poisoned: {e:#}");
+            tracing::error!("{msg}");
+            if let Ok(mut t) = tel.lock() {
+                t.finalize_scope = FinalizeScope::CohortOwnerFinalizeFailed;
+                t.last_error = Some(format!("lane of {} failed: {e:#}", lane.live()));
+                t.poisoned += 1;
+            }
+            lane.fail_all(&msg, tel);
+        }
     }
 }
 
@@ -236,6 +325,7 @@ fn run_group(
         match prepare(model, tok, &p.req, p.cancel.clone()) {
             Ok(mut run) => {
                 run.stats.queue_wait_s = start.duration_since(p.arrived).as_secs_f64();
+                run.arrived = p.arrived;
                 members.push((p, run));
             }
             Err(e) => done(&p, RequestResult::error(&p.req.id, format!("{e:#}"))),

@@ -121,8 +121,16 @@ pub struct Stats {
     pub rejected_drafts: usize,
     pub acceptance_rate: f64,
     pub tokens_per_cycle: f64,
+    /// The widest cohort the row decoded in (1 = alone).
     pub real_width: usize,
+    /// Arrival to admission.
     pub queue_wait_s: f64,
+    /// Arrival to the first token.
+    #[serde(default)]
+    pub ttft_s: f64,
+    /// The lane's cycle count when the row began decoding (0 outside a continuous lane).
+    #[serde(default)]
+    pub joined_at_cycle: u64,
 }
 
 /// One line of `generate` output.

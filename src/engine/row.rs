@@ -55,6 +55,8 @@ pub struct RowRun {
     pub finish: Option<(FinishReason, Option<String>)>,
     pub stats: Stats,
     pub started: Instant,
+    /// When the request reached the engine (time to first token counts from here).
+    pub arrived: Instant,
     /// The newest committed token not yet fed to the target (the cycle's primary).
     pub primary: Option<u32>,
     /// The target's final-norm hidden state of the last committed position [1, 1, H].
@@ -89,6 +91,7 @@ impl RowRun {
             finish: None,
             stats,
             started: Instant::now(),
+            arrived: Instant::now(),
             primary: None,
             hidden_last: None,
             pending_mtp: None,

@@ -1,5 +1,6 @@
-//! Scheduling policy: how long to wait for company, how many rows a cohort seals, how prompts
-//! are chunked, and which numerics route a cohort takes.
+//! Scheduling policy: how rows are admitted (continuously at cycle boundaries, or sealed into
+//! cohorts as the reference system does), how many decode at once, how prompts are chunked and
+//! how much prompt a cycle may prefill, and which numerics route a cohort takes.
 
 use std::time::Duration;
 
@@ -13,6 +14,22 @@ pub enum Preset {
     Latency,
     Agent,
     Throughput,
+    /// The reference system's lane: pending requests are sealed into a fixed-width B8 cohort that
+    /// runs to its end before anything else is admitted (`cohort bench` measures it).
+    Sealed,
+}
+
+/// How requests reach the decoding rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Admission {
+    /// A request takes a free row at the next cycle boundary and leaves the moment it ends; the
+    /// physical width follows the live rows.
+    #[default]
+    Continuous,
+    /// Requests are sealed into a cohort of fixed physical width that runs until its last row
+    /// ends.
+    Sealed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -25,6 +42,41 @@ pub struct SchedulerConfig {
     pub batch_wait_ms: u64,
     /// Prompt tokens per prefill chunk.
     pub prefill_chunk: usize,
+    /// Prompt tokens a continuous lane may prefill between two decode cycles (whole chunks, at
+    /// least one), so running rows keep streaming while a long prompt is read.
+    pub prefill_budget: usize,
+    pub admission: Admission,
+    /// How a continuous lane's physical batch follows its live rows.
+    pub width: WidthPolicy,
+}
+
+/// The physical width a continuous lane runs at for `n` live rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum WidthPolicy {
+    /// Exactly the live rows: no work on padding (the CPU, where a cycle's cost follows its rows).
+    #[default]
+    Packed,
+    /// The smallest of 1, 2, 4 and 8 that holds them, padded with inert rows: a backend that plans
+    /// or compiles per shape meets four shapes instead of eight.
+    PowerOfTwo,
+}
+
+impl WidthPolicy {
+    pub fn physical(self, live: usize) -> usize {
+        match self {
+            WidthPolicy::Packed => live,
+            WidthPolicy::PowerOfTwo => live.next_power_of_two(),
+        }
+    }
+
+    /// Physical widths a lane of at most `most` live rows can run at (what the construction check
+    /// must cover).
+    pub fn widths(self, most: usize) -> Vec<usize> {
+        let mut w: Vec<usize> = (1..=most).map(|n| self.physical(n)).collect();
+        w.dedup();
+        w
+    }
 }
 
 impl Preset {
@@ -33,8 +85,11 @@ impl Preset {
             Preset::Solo => (1, 1, 0, 1024),
             Preset::Latency => (1, 1, 0, 1024),
             Preset::Agent => (4, 4, 50, 2048),
-            Preset::Throughput => (8, 8, 20, 2048),
+            Preset::Throughput | Preset::Sealed => (8, 8, 20, 2048),
         };
+        let admission = if self == Preset::Sealed { Admission::Sealed } else { Admission::Continuous };
+        // Packed on every backend until a GPU run shows that fixed shapes pay (docs/benchmarks.md).
+        let width = WidthPolicy::Packed;
         // On the CPU, chunks of up to 512 attend on the host (model::attention_cpu), where a
         // query costs only the positions it sees: a ~300-token prompt prefills fastest in one
         // chunk, and longer ones gain nothing from longer chunks (docs/benchmarks.md). MLX's
@@ -45,7 +100,17 @@ impl Preset {
         } else {
             prefill_chunk
         };
-        SchedulerConfig { max_active, decode_batch_max, batch_wait_ms, prefill_chunk }
+        // One chunk per cycle: on the CPU a 512-token chunk of the default model takes about
+        // 1.5 s, so a longer prompt is read while the running rows keep their pace.
+        SchedulerConfig {
+            max_active,
+            decode_batch_max,
+            batch_wait_ms,
+            prefill_chunk,
+            prefill_budget: prefill_chunk,
+            admission,
+            width,
+        }
     }
 }
 
@@ -61,6 +126,11 @@ impl SchedulerConfig {
     /// The width a cohort is sealed at (at most the engine's fixed width).
     pub fn seal_width(&self) -> usize {
         self.decode_batch_max.min(self.max_active).clamp(1, super::cohort::FIXED_WIDTH)
+    }
+
+    /// The most rows a continuous lane decodes at once.
+    pub fn lane_width(&self) -> usize {
+        self.max_active.clamp(1, super::cohort::FIXED_WIDTH)
     }
 }
 
@@ -87,11 +157,17 @@ impl Numerics {
         if self == Numerics::Balanced { LinearRoute::RowByRow } else { LinearRoute::Batched }
     }
 
-    /// The route id a cohort of this mode reports.
+    /// The route id a sealed B8 cohort of this mode reports.
     pub fn route_id(self, family: &str) -> String {
+        self.route_id_at(family, super::cohort::FIXED_WIDTH)
+    }
+
+    /// The route id of an MTP cycle of this mode at physical width `width`.
+    pub fn route_id_at(self, family: &str, width: usize) -> String {
+        let m = 2 * width;
         match self {
-            Numerics::Throughput => format!("{family}_mtp_batch_b8_t2_m16_throughput"),
-            Numerics::Balanced => format!("{family}_mtp_batch_b8_t2_rowwise_balanced"),
+            Numerics::Throughput => format!("{family}_mtp_batch_b{width}_t2_m{m}_throughput"),
+            Numerics::Balanced => format!("{family}_mtp_batch_b{width}_t2_rowwise_balanced"),
             Numerics::B1Exact => format!("{family}_mtp_batch_b1_exact_serial"),
         }
     }
@@ -114,10 +190,22 @@ mod tests {
                     CPU_PREFILL_CHUNK
                 } else {
                     2048
-                }
+                },
+                prefill_budget: if runtime::Backend::detect() == runtime::Backend::Cpu {
+                    CPU_PREFILL_CHUNK
+                } else {
+                    2048
+                },
+                admission: Admission::Continuous,
+                width: WidthPolicy::Packed,
             }
         );
+        assert_eq!(Preset::Sealed.config().admission, Admission::Sealed);
+        assert_eq!(Preset::Sealed.config().seal_width(), 8);
         assert_eq!(Preset::Agent.config().seal_width(), 4);
+        assert_eq!(WidthPolicy::Packed.widths(8), (1..=8).collect::<Vec<_>>());
+        assert_eq!(WidthPolicy::PowerOfTwo.widths(8), vec![1, 2, 4, 8]);
+        assert_eq!(WidthPolicy::PowerOfTwo.physical(5), 8);
         assert_eq!(Preset::Solo.config().seal_width(), 1);
     }
 }

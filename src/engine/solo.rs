@@ -74,10 +74,22 @@ pub fn prefill_row(
         Ok((hidden_last, logits))
     })?;
     run.stats.prefill_s = t0.elapsed().as_secs_f64();
+    first_token(run, tok, hidden_last, &logits, events)
+}
+
+/// A prompt has been read: draw and emit the row's first token from the last position's logits.
+pub fn first_token(
+    run: &mut RowRun,
+    tok: &TextTokenizer,
+    hidden_last: Array,
+    logits: &Array,
+    events: &mut dyn FnMut(RowEvent),
+) -> Result<()> {
     run.hidden_last = Some(hidden_last);
-    let dist = dist_of(run, &logits)?;
+    let dist = dist_of(run, logits)?;
     let x0 = run.draw(&dist);
     run.primary = Some(x0);
+    run.stats.ttft_s = run.arrived.elapsed().as_secs_f64();
     run.emit(x0, tok, events)?;
     Ok(())
 }

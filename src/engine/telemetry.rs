@@ -51,12 +51,20 @@ pub struct RowTelemetry {
     pub tokens_per_cycle: f64,
     pub prefill_done: usize,
     pub prefill_total: usize,
+    /// Arrival to admission (seconds).
+    pub admission_wait_s: f64,
+    /// The lane's cycle count when the row began decoding.
+    pub joined_at_cycle: u64,
+    /// The row's slot in the physical batch (None while it reads its prompt).
+    pub slot: Option<usize>,
 }
 
 /// The construction check of a batched route against B1 references.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ConstructionCheck {
     pub route: String,
+    /// The physical widths compared with B1.
+    pub widths: Vec<usize>,
     pub max_abs_diff: f32,
     pub bound: f32,
     pub passed: bool,
@@ -85,6 +93,15 @@ pub struct Telemetry {
     pub rows: Vec<RowTelemetry>,
     pub memory: MemoryStats,
     pub last_queue_wait_s: f64,
+    /// Ids of the requests waiting for a row, oldest first.
+    pub queued: Vec<String>,
+    /// Decode cycles the continuous lane has run.
+    pub lane_cycles: u64,
+    /// Rows that joined a running lane / left it while others decoded on.
+    pub joins: usize,
+    pub leaves: usize,
+    /// The physical width of the lane's latest cycle (0 when idle).
+    pub width_now: usize,
 }
 
 pub type SharedTelemetry = Arc<Mutex<Telemetry>>;

@@ -90,28 +90,45 @@ pub trait LanguageModel {
         let mut last = None;
         let n_chunks = ids.len().div_ceil(chunk);
         for (ci, part) in ids.chunks(chunk).enumerate() {
-            let tokens =
-                Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
             let is_last = ci + 1 == n_chunks;
-            let out = self.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)?;
-            let mut to_eval: Vec<&Array> = row.arrays();
-            to_eval.push(&out.hidden);
-            if let Some(l) = &out.logits {
-                to_eval.push(l);
-            }
-            mlx_rs::transforms::eval(to_eval)?;
+            let out = prefill_chunk(self, row, part, is_last)?;
             progress((ci * chunk + part.len()).min(ids.len()));
             if keep_hidden {
                 hiddens.push(out.hidden.clone());
             }
             if is_last {
-                let t = out.hidden.shape()[1];
-                let logits = out.logits.expect("last chunk asks for logits");
-                last = Some((super::ops::slice_axis(&out.hidden, 1, t - 1, t)?, logits));
+                last = Some(last_position(out)?);
             }
         }
         let (h, l) = last.expect("at least one chunk");
         let all = if keep_hidden { Some(mlx_rs::ops::concatenate(&hiddens, 1)?) } else { None };
         Ok((h, l, all))
     }
+}
+
+/// One chunk of a row's prompt through the model, evaluated (so no graph outlives the chunk):
+/// logits of the last position only when `is_last`. Chunked prefill is a run of these, so a
+/// prompt read chunk by chunk between other rows' cycles gives the same state as one read whole.
+pub fn prefill_chunk<M: LanguageModel + ?Sized>(
+    model: &M,
+    row: &mut RowCache,
+    part: &[u32],
+    is_last: bool,
+) -> Result<ForwardOutput> {
+    let tokens = Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
+    let out = model.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)?;
+    let mut to_eval: Vec<&Array> = row.arrays();
+    to_eval.push(&out.hidden);
+    if let Some(l) = &out.logits {
+        to_eval.push(l);
+    }
+    mlx_rs::transforms::eval(to_eval)?;
+    Ok(out)
+}
+
+/// The last chunk's final position: its hidden state [1, 1, H] and its logits [1, 1, V].
+pub fn last_position(out: ForwardOutput) -> Result<(Array, Array)> {
+    let t = out.hidden.shape()[1];
+    let logits = out.logits.ok_or_else(|| anyhow::anyhow!("the last prefill chunk returned no logits"))?;
+    Ok((super::ops::slice_axis(&out.hidden, 1, t - 1, t)?, logits))
 }

@@ -121,6 +121,8 @@ pub fn telemetry(app: &App) -> Telemetry {
                 tokens_per_cycle: 1.0 + 0.25 * ((i % 4) as f64 / 3.0),
                 prefill_done: 20,
                 prefill_total: 20,
+                slot: Some(i),
+                ..Default::default()
             }
         })
         .collect();
@@ -142,6 +144,7 @@ pub fn telemetry(app: &App) -> Telemetry {
         probe_verdict: Some("MTP exactness probe: Equal on the batched route".into()),
         construction_check: Some(ConstructionCheck {
             route: ROUTE.into(),
+            widths: vec![8],
             max_abs_diff: 0.0,
             bound: 0.01,
             passed: true,
@@ -149,6 +152,7 @@ pub fn telemetry(app: &App) -> Telemetry {
         rows,
         memory: MemoryStats { active: 1_288_490_189, peak: 2_147_483_648, cache: 314_572_800 },
         last_queue_wait_s: 0.0123,
+        ..Default::default()
     }
 }
 

@@ -1,5 +1,6 @@
-//! The cohort panel: how wide the sealed cohorts really were (histogram), cycles per physical
-//! width, verify cycles, drafts accepted and rejected, the last route, the last error, where the
+//! The cohort panel: the continuous lane as it runs now (its width, cycles, rows that joined
+//! and left, requests queued) or the sealed cohorts, how wide they really were (histogram),
+//! cycles per physical width, verify cycles, drafts accepted and rejected, the last route, the last error, where the
 //! owner last finalised, the weight policy in force, the exactness probe's verdict and the
 //! construction check.
 
@@ -65,13 +66,26 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         lines.push(line(vec![pair("finalize", scope_name(t.finalize_scope).into(), finalize_style)]));
         lines.push(line(vec![pair("probe", probe, s.base)]));
     } else {
-        lines.push(line(vec![
-            pair("cohorts", t.cohorts.to_string(), s.base),
-            pair("solo", t.solo_runs.to_string(), s.base),
-            pair("last width", t.last_real_width.to_string(), s.base),
-            pair("weights", weights, s.base),
-        ]));
-        lines.push(Line::from(Span::styled(" real width per sealed group", s.muted)));
+        let lane = t.lane_cycles > 0;
+        if lane {
+            lines.push(line(vec![
+                pair("width now", t.width_now.to_string(), s.accent),
+                pair("cycles", t.lane_cycles.to_string(), s.base),
+                pair("joined", t.joins.to_string(), s.base),
+                pair("left", t.leaves.to_string(), s.base),
+                pair("queued", t.pending.to_string(), s.base),
+                pair("weights", weights, s.base),
+            ]));
+        } else {
+            lines.push(line(vec![
+                pair("cohorts", t.cohorts.to_string(), s.base),
+                pair("solo", t.solo_runs.to_string(), s.base),
+                pair("last width", t.last_real_width.to_string(), s.base),
+                pair("weights", weights, s.base),
+            ]));
+        }
+        let per = if lane { " real width per cycle" } else { " real width per sealed group" };
+        lines.push(Line::from(Span::styled(per, s.muted)));
         if t.real_width_histogram.is_empty() {
             lines.push(Line::from(Span::styled("   none yet", s.muted)));
         }

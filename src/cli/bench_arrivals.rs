@@ -1,0 +1,258 @@
+//! `cohort bench --arrivals`: requests that arrive over time, continuous admission against the
+//! sealed B8 lane, each arm on a fresh engine, in ABBA order per round. Three scenarios:
+//! - join: a chat turn sent 3 s after seven long answers started: its time to first token;
+//! - pair: a long answer beside one short question: the long answer's pace once the short one
+//!   has ended, against the same answer decoded alone (tokens over the same window);
+//! - staggered: eight requests of 128 tokens arriving 0.5 s apart: aggregate tok/s and mean time
+//!   to first token.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::model_args::ModelArgs;
+use crate::engine::handle::{EngineHandle, Submission};
+use crate::engine::owner::EngineSetup;
+use crate::engine::request::{Prompt, Request, RequestResult};
+use crate::engine::row::RowEvent;
+use crate::engine::runtime::median;
+use crate::engine::sampler::SamplerConfig;
+use crate::engine::scheduler::{Numerics, Preset};
+use crate::engine::solo::GenerationMode;
+use crate::model::tokenizer::ChatMessage;
+
+/// A submitted request as a client sees it: when it was sent, when each token arrived, its end.
+struct Watched {
+    sub: Submission,
+    sent: Instant,
+    /// (arrival, tokens so far) per delta.
+    tokens: Vec<(Instant, usize)>,
+    done: Option<(Instant, RequestResult)>,
+}
+
+impl Watched {
+    fn ttft_s(&self) -> Option<f64> {
+        self.tokens.first().map(|(t, _)| t.duration_since(self.sent).as_secs_f64())
+    }
+
+    /// Tokens a second between the delta that reached `from` tokens and the last one.
+    fn pace_from(&self, from: usize) -> Option<f64> {
+        let start = self.tokens.iter().find(|(_, n)| *n >= from)?;
+        let end = self.tokens.last()?;
+        let secs = end.0.duration_since(start.0).as_secs_f64();
+        (secs > 0.0 && end.1 > start.1).then(|| (end.1 - start.1) as f64 / secs)
+    }
+
+    fn count(&self) -> usize {
+        self.tokens.last().map(|(_, n)| *n).unwrap_or(0)
+    }
+}
+
+struct Client<'e> {
+    engine: &'e EngineHandle,
+    watched: Vec<Watched>,
+}
+
+impl<'e> Client<'e> {
+    fn send(&mut self, req: Request) -> usize {
+        let sent = Instant::now();
+        self.watched.push(Watched { sub: self.engine.submit(req), sent, tokens: Vec::new(), done: None });
+        self.watched.len() - 1
+    }
+
+    fn poll(&mut self) {
+        for w in &mut self.watched {
+            for ev in w.sub.events.try_iter() {
+                let now = Instant::now();
+                match ev {
+                    RowEvent::Delta { ids, .. } => {
+                        let n = w.count() + ids.len();
+                        w.tokens.push((now, n));
+                    }
+                    RowEvent::Done(r) => w.done = Some((now, *r)),
+                    RowEvent::Prefill { .. } => {}
+                }
+            }
+        }
+    }
+
+    /// Poll until `until` holds (or `limit` passes).
+    fn wait(&mut self, limit: Duration, until: impl Fn(&Self) -> bool) -> Result<()> {
+        let t0 = Instant::now();
+        loop {
+            self.poll();
+            if until(self) {
+                return Ok(());
+            }
+            anyhow::ensure!(t0.elapsed() < limit, "a scenario ran past {limit:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn all_done(&self) -> bool {
+        self.watched.iter().all(|w| w.done.is_some())
+    }
+}
+
+fn chat(id: &str, text: &str, max_tokens: usize, ignore_eos: bool) -> Request {
+    Request {
+        id: id.into(),
+        prompt: Prompt::Chat(vec![ChatMessage::new("user", text)]),
+        max_tokens,
+        sampler: SamplerConfig::greedy(),
+        seed: 4200,
+        stop: vec![],
+        ignore_eos,
+    }
+}
+
+const LONG_TOPICS: [&str; 8] = [
+    "the history of lighthouses",
+    "how bread rises",
+    "why the sky is blue",
+    "a robot gardener",
+    "the rules of chess",
+    "how volcanoes form",
+    "a week of hiking",
+    "the life cycle of a butterfly",
+];
+
+#[derive(Serialize, Default, Clone)]
+struct ArmFigures {
+    arm: String,
+    round: usize,
+    join_ttft_s: f64,
+    pair_alone_tok_s: f64,
+    pair_solo_tok_s: f64,
+    pair_ratio: f64,
+    staggered_tok_s: f64,
+    staggered_mean_ttft_s: f64,
+}
+
+const LIMIT: Duration = Duration::from_secs(600);
+
+fn join(engine: &EngineHandle) -> Result<f64> {
+    let mut c = Client { engine, watched: Vec::new() };
+    for (i, topic) in LONG_TOPICS.iter().take(7).enumerate() {
+        c.send(chat(&format!("join-long-{i}"), &format!("Write a long essay about {topic}."), 256, true));
+    }
+    let t0 = Instant::now();
+    c.wait(LIMIT, |_| t0.elapsed() >= Duration::from_secs(3))?;
+    let turn = c.send(chat("join-turn", "Say hello.", 16, false));
+    c.wait(LIMIT, |c| c.watched[turn].done.is_some())?;
+    for i in 0..7 {
+        engine.cancel(&format!("join-long-{i}"));
+    }
+    c.wait(LIMIT, Client::all_done)?;
+    c.watched[turn].ttft_s().context("the chat turn streamed nothing")
+}
+
+/// (the long answer's pace once alone, the same answer's pace decoded alone over that window)
+fn pair(engine: &EngineHandle) -> Result<(f64, f64)> {
+    let long = || chat("pair-long", "Write a long essay about the history of lighthouses.", 384, true);
+    let mut c = Client { engine, watched: Vec::new() };
+    let l = c.send(long());
+    let s = c.send(chat("pair-short", "What is 2 + 2?", 24, true));
+    c.wait(LIMIT, |c| c.watched[s].done.is_some())?;
+    let from = c.watched[l].count() + 8;
+    c.wait(LIMIT, Client::all_done)?;
+    let alone = c.watched[l].pace_from(from).context("the long answer ended with its partner")?;
+    let mut c = Client { engine, watched: Vec::new() };
+    let l = c.send(long());
+    c.wait(LIMIT, Client::all_done)?;
+    let solo = c.watched[l].pace_from(from).context("the solo answer was too short")?;
+    Ok((alone, solo))
+}
+
+/// (aggregate tok/s, mean time to first token)
+fn staggered(engine: &EngineHandle) -> Result<(f64, f64)> {
+    let mut c = Client { engine, watched: Vec::new() };
+    let t0 = Instant::now();
+    for (i, topic) in LONG_TOPICS.iter().enumerate() {
+        c.wait(LIMIT, |_| t0.elapsed() >= Duration::from_millis(500 * i as u64))?;
+        c.send(chat(&format!("stagger-{i}"), &format!("Write about {topic}."), 128, true));
+    }
+    c.wait(LIMIT, Client::all_done)?;
+    let end = c.watched.iter().filter_map(|w| w.done.as_ref().map(|d| d.0)).max().unwrap_or(t0);
+    let tokens: usize = c.watched.iter().filter_map(|w| w.done.as_ref()).map(|d| d.1.token_ids.len()).sum();
+    let ttfts: Vec<f64> = c.watched.iter().filter_map(Watched::ttft_s).collect();
+    Ok((tokens as f64 / end.duration_since(t0).as_secs_f64(), ttfts.iter().sum::<f64>() / ttfts.len().max(1) as f64))
+}
+
+fn arm(
+    model: &ModelArgs,
+    preset: Preset,
+    mode: Option<GenerationMode>,
+    numerics: Numerics,
+    round: usize,
+) -> Result<ArmFigures> {
+    let engine = model.start_engine(EngineSetup { scheduler: preset.config(), numerics, mode, serial: false })?;
+    let name = if preset == Preset::Sealed { "sealed" } else { "continuous" };
+    let join_ttft_s = join(&engine)?;
+    let (alone, solo) = pair(&engine)?;
+    let (staggered_tok_s, staggered_mean_ttft_s) = staggered(&engine)?;
+    let f = ArmFigures {
+        arm: name.into(),
+        round,
+        join_ttft_s,
+        pair_alone_tok_s: alone,
+        pair_solo_tok_s: solo,
+        pair_ratio: alone / solo,
+        staggered_tok_s,
+        staggered_mean_ttft_s,
+    };
+    println!(
+        "{:<10} {:>5} {:>10.3} {:>10.1} {:>10.1} {:>7.2} {:>11.1} {:>10.3}",
+        f.arm,
+        f.round,
+        f.join_ttft_s,
+        f.pair_alone_tok_s,
+        f.pair_solo_tok_s,
+        f.pair_ratio,
+        f.staggered_tok_s,
+        f.staggered_mean_ttft_s
+    );
+    Ok(f)
+}
+
+pub fn run(
+    model: &ModelArgs,
+    mode: Option<GenerationMode>,
+    numerics: Numerics,
+    rounds: usize,
+    receipt: &Path,
+) -> Result<()> {
+    println!(
+        "{:<10} {:>5} {:>10} {:>10} {:>10} {:>7} {:>11} {:>10}",
+        "arm", "round", "join_ttft", "pair_alone", "pair_solo", "ratio", "stagger_t/s", "stagger_ttft"
+    );
+    let mut all = Vec::new();
+    for round in 1..=rounds {
+        // ABBA: the order flips every round, so drift on a noisy machine falls on both arms.
+        let order =
+            if round % 2 == 1 { [Preset::Throughput, Preset::Sealed] } else { [Preset::Sealed, Preset::Throughput] };
+        for preset in order {
+            all.push(arm(model, preset, mode, numerics, round)?);
+        }
+    }
+    let summary = |name: &str| {
+        let of = |f: fn(&ArmFigures) -> f64| median(all.iter().filter(|a| a.arm == name).map(f).collect());
+        serde_json::json!({
+            "join_ttft_s": of(|a| a.join_ttft_s), "pair_ratio": of(|a| a.pair_ratio),
+            "staggered_tok_s": of(|a| a.staggered_tok_s), "staggered_mean_ttft_s": of(|a| a.staggered_mean_ttft_s),
+        })
+    };
+    let (cont, sealed) = (summary("continuous"), summary("sealed"));
+    println!("medians: continuous {cont}\n         sealed     {sealed}");
+    let receipt_json = serde_json::json!({
+        "scenarios": "join (7 x 256 tokens, a chat turn at 3 s), pair (384 + 24 tokens), staggered (8 x 128, 0.5 s apart)",
+        "device": crate::engine::runtime::RuntimeReport::collect(), "runs": all,
+        "median": { "continuous": cont, "sealed": sealed },
+    });
+    std::fs::write(receipt, serde_json::to_string_pretty(&receipt_json)?)
+        .with_context(|| format!("cannot write {}", receipt.display()))?;
+    eprintln!("receipt: {}", receipt.display());
+    Ok(())
+}

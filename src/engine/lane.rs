@@ -1,0 +1,455 @@
+//! The continuous lane: requests join a running cohort at cycle boundaries and leave it the
+//! moment they end, and the physical batch is the live rows (or the smallest power of two that
+//! holds them).
+//!
+//! One call of [`Lane::step`] is one cycle boundary: cancelled rows leave, waiting prompts are
+//! read for at most the prefill budget (whole chunks, so a prompt read between other rows'
+//! cycles gives the state it gives alone), one decode cycle runs over the seated rows, and rows
+//! that ended deliver their result at once and free their seat. Every row owns its state, so
+//! joining or leaving never touches a peer's context: the KV buffers are packed again for the
+//! new set of rows, each row keeping its own offsets.
+
+use std::collections::VecDeque;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use mlx_rs::Array;
+
+use super::cohort::{self, Inert};
+use super::prepare::prepare;
+use super::request::{FinishReason, Request, RequestResult};
+use super::row::{CancelFlag, RowEvent, RowRun};
+use super::scheduler::{Numerics, WidthPolicy};
+use super::solo::{GenerationMode, first_token, prefill_mtp_history, route_id};
+use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry, push_recent};
+use crate::model::cache::RowCache;
+use crate::model::forward::{LanguageModel, last_position, prefill_chunk};
+use crate::model::kv_slots::{self, SlotHandle};
+use crate::model::linear::{self, LinearRoute};
+use crate::model::tokenizer::TextTokenizer;
+
+/// A request waiting for a row.
+pub struct Pending {
+    pub req: Request,
+    pub cancel: CancelFlag,
+    pub events: mpsc::Sender<RowEvent>,
+    pub arrived: Instant,
+}
+
+impl Pending {
+    pub fn done(&self, result: RequestResult) {
+        let _ = self.events.send(RowEvent::Done(Box::new(result)));
+    }
+
+    /// End a request that never got a row.
+    pub fn cancelled(&self) {
+        let mut r = RequestResult::error(&self.req.id, String::new());
+        r.finish_reason = FinishReason::Cancelled;
+        r.error = None;
+        self.done(r);
+    }
+}
+
+/// What a lane runs with, decided once when the engine starts.
+#[derive(Debug, Clone)]
+pub struct LaneConfig {
+    /// Prompt tokens per prefill chunk (the same chunks a solo run reads).
+    pub chunk: usize,
+    /// Prompt tokens read between two cycles (whole chunks, at least one).
+    pub budget: usize,
+    pub mode: GenerationMode,
+    pub numerics: Numerics,
+    pub width: WidthPolicy,
+    /// Short family name for route ids.
+    pub family: String,
+}
+
+impl LaneConfig {
+    /// The route a cycle at physical width `width` runs.
+    pub fn route(&self, width: usize) -> String {
+        match (self.mode, width) {
+            (mode, 1) => route_id(mode, 1),
+            (GenerationMode::Mtp, w) => self.numerics.route_id_at(&self.family, w),
+            (GenerationMode::Ar, w) => format!("{}_ar_batch_b{w}_t1_m{w}", self.family),
+        }
+    }
+
+    fn linear_route(&self) -> LinearRoute {
+        self.numerics.linear_route()
+    }
+}
+
+/// A row reading its prompt.
+struct Reader {
+    p: Pending,
+    run: RowRun,
+    row: RowCache,
+    next: usize,
+    /// Final-norm hidden states of the chunks read so far (the MTP history needs them all).
+    hiddens: Vec<Array>,
+    tel: RowTelemetry,
+}
+
+/// What a seated row keeps beside its `RowRun` and `RowCache`.
+struct Seat {
+    p: Pending,
+    decode_started: Instant,
+    tel: RowTelemetry,
+}
+
+pub struct Lane<'m> {
+    model: &'m dyn LanguageModel,
+    tok: &'m TextTokenizer,
+    cfg: LaneConfig,
+    readers: VecDeque<Reader>,
+    /// Seated rows: seats[b], runs[b] and rows[b] are row b; rows past runs.len() are padding.
+    seats: Vec<Seat>,
+    runs: Vec<RowRun>,
+    rows: Vec<RowCache>,
+    /// A one-token row: padding, and the inputs of slots with no row.
+    dummy: (RowCache, Inert),
+    slots: Vec<SlotHandle>,
+    /// The seated set changed since the KV was last packed.
+    repack: bool,
+    cycles: u64,
+    /// Rows that took a seat while others decoded, and rows that left while others decoded on.
+    joins: usize,
+    leaves: usize,
+    /// Results of rows that ended, sent once the telemetry says they have left (so a reader
+    /// woken by a result never sees its row still live).
+    outbox: Vec<(Pending, RequestResult)>,
+}
+
+impl<'m> Lane<'m> {
+    pub fn new(model: &'m dyn LanguageModel, tok: &'m TextTokenizer, cfg: LaneConfig) -> Result<Self> {
+        let dummy = cohort::dummy(model).context("the lane's padding row")?;
+        Ok(Self {
+            model,
+            tok,
+            cfg,
+            readers: VecDeque::new(),
+            seats: Vec::new(),
+            runs: Vec::new(),
+            rows: Vec::new(),
+            dummy,
+            slots: Vec::new(),
+            repack: false,
+            cycles: 0,
+            joins: 0,
+            leaves: 0,
+            outbox: Vec::new(),
+        })
+    }
+
+    /// Rows admitted and not yet ended (reading or decoding).
+    pub fn live(&self) -> usize {
+        self.readers.len() + self.runs.len()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.live() == 0
+    }
+
+    /// Give `p` a row: refused requests (bad sampler values, over the context window or memory)
+    /// end here with their reason; the rest start reading their prompt at the next step.
+    pub fn admit(&mut self, p: Pending) {
+        let mut run = match prepare(self.model, self.tok, &p.req, p.cancel.clone()) {
+            Ok(run) => run,
+            Err(e) => return p.done(RequestResult::error(&p.req.id, format!("{e:#}"))),
+        };
+        run.arrived = p.arrived;
+        run.stats.queue_wait_s = p.arrived.elapsed().as_secs_f64();
+        let total = run.prompt_ids.len();
+        let _ = p.events.send(RowEvent::Prefill { id: run.id.clone(), done: 0, total });
+        let tel = RowTelemetry {
+            id: run.id.clone(),
+            state: RowState::Prefill,
+            prefill_total: total,
+            admission_wait_s: run.stats.queue_wait_s,
+            ..Default::default()
+        };
+        self.readers.push_back(Reader { p, run, row: self.model.new_row(), next: 0, hiddens: Vec::new(), tel });
+    }
+
+    /// One cycle boundary: cancellations, at most a budget of prompt reading, one decode cycle,
+    /// and every row that ended leaves with its result. An error poisons the rows live in the
+    /// lane (the caller fails them with [`Lane::fail_all`]).
+    pub fn step(&mut self, tel: &SharedTelemetry) -> Result<()> {
+        self.drop_cancelled_readers();
+        self.read_prompts()?;
+        for run in self.runs.iter_mut() {
+            if run.is_active() && run.cancel.is_cancelled() {
+                run.cancel_now();
+            }
+        }
+        self.retire();
+        self.deliver(tel);
+        if !self.runs.is_empty() {
+            self.cycle(tel)?;
+            self.retire();
+        }
+        if self.is_idle() {
+            self.slots.clear();
+            self.rows.clear();
+            mlx_rs::memory::clear_cache()?;
+            if let Ok(mut t) = tel.lock() {
+                t.finalize_scope = FinalizeScope::CohortOwnerAfterDecode;
+            }
+        }
+        self.deliver(tel);
+        Ok(())
+    }
+
+    /// Fail every live row with `message` (a cycle or a prompt failed: their state is not
+    /// trusted) and reset the lane.
+    pub fn fail_all(&mut self, message: &str, tel: &SharedTelemetry) {
+        for mut r in self.readers.drain(..) {
+            r.run.fail(message.to_owned());
+            let result = r.run.result(self.tok);
+            self.outbox.push((r.p, result));
+        }
+        for (seat, mut run) in self.seats.drain(..).zip(self.runs.drain(..)) {
+            run.finish = None;
+            run.fail(message.to_owned());
+            let result = run.result(self.tok);
+            self.outbox.push((seat.p, result));
+        }
+        self.rows.clear();
+        self.slots.clear();
+        let _ = mlx_rs::memory::clear_cache();
+        self.deliver(tel);
+    }
+
+    fn drop_cancelled_readers(&mut self) {
+        for _ in 0..self.readers.len() {
+            let mut r = self.readers.pop_front().unwrap();
+            if r.run.cancel.is_cancelled() {
+                r.run.cancel_now();
+                let result = r.run.result(self.tok);
+                self.outbox.push((r.p, result));
+            } else {
+                self.readers.push_back(r);
+            }
+        }
+    }
+
+    /// Publish the lane as it stands, then send the results of the rows that left.
+    fn deliver(&mut self, tel: &SharedTelemetry) {
+        self.publish(tel);
+        for (p, result) in self.outbox.drain(..) {
+            p.done(result);
+        }
+    }
+
+    /// Read waiting prompts, oldest first, chunk by chunk until the budget is spent (at least one
+    /// chunk, so a lone prompt always moves). A prompt read to its end draws its first token and
+    /// takes a seat.
+    fn read_prompts(&mut self) -> Result<()> {
+        let mut spent = 0;
+        while spent == 0 || spent < self.cfg.budget {
+            let Some(r) = self.readers.front_mut() else { break };
+            if r.run.cancel.is_cancelled() {
+                // Acts within one chunk of a request being cancelled.
+                let mut r = self.readers.pop_front().unwrap();
+                r.run.cancel_now();
+                let result = r.run.result(self.tok);
+                self.outbox.push((r.p, result));
+                continue;
+            }
+            let t0 = Instant::now();
+            let total = r.run.prompt_ids.len();
+            let end = (r.next + self.cfg.chunk.max(1)).min(total);
+            let is_last = end == total;
+            let model = self.model;
+            let out = linear::batched(|| prefill_chunk(model, &mut r.row, &r.run.prompt_ids[r.next..end], is_last));
+            let out = match out {
+                Ok(out) => out,
+                Err(e) => {
+                    let mut r = self.readers.pop_front().unwrap();
+                    r.run.fail(format!("prefill failed: {e:#}"));
+                    let result = r.run.result(self.tok);
+                    self.outbox.push((r.p, result));
+                    continue;
+                }
+            };
+            spent += end - r.next;
+            r.next = end;
+            r.tel.prefill_done = end;
+            r.run.stats.prefill_s += t0.elapsed().as_secs_f64();
+            if self.cfg.mode == GenerationMode::Mtp {
+                r.hiddens.push(out.hidden.clone());
+            }
+            if !is_last {
+                let _ = r.p.events.send(RowEvent::Prefill { id: r.run.id.clone(), done: end, total });
+                continue;
+            }
+            let r = self.readers.pop_front().unwrap();
+            self.seat(r, out);
+        }
+        Ok(())
+    }
+
+    /// The prompt is read: write its MTP history, draw the first token, and seat the row (or
+    /// deliver it at once when that token already ended it).
+    fn seat(&mut self, mut r: Reader, out: crate::model::forward::ForwardOutput) {
+        let t0 = Instant::now();
+        let model = self.model;
+        let started = linear::batched(|| -> Result<()> {
+            if self.cfg.mode == GenerationMode::Mtp {
+                let all = mlx_rs::ops::concatenate(&r.hiddens, 1)?;
+                prefill_mtp_history(model, &mut r.row, &r.run.prompt_ids, &all)?;
+            }
+            r.hiddens.clear();
+            let (hidden_last, logits) = last_position(out)?;
+            let events = &r.p.events;
+            first_token(&mut r.run, self.tok, hidden_last, &logits, &mut |ev| {
+                let _ = events.send(ev);
+            })
+        });
+        r.run.stats.prefill_s += t0.elapsed().as_secs_f64();
+        if let Err(e) = started {
+            r.run.fail(format!("prefill failed: {e:#}"));
+        }
+        if !r.run.is_active() {
+            r.run.stats.route = self.cfg.route(1);
+            let result = r.run.result(self.tok);
+            self.outbox.push((r.p, result));
+            return;
+        }
+        r.run.stats.joined_at_cycle = self.cycles;
+        let mut tel = r.tel;
+        tel.state = RowState::Decoding;
+        tel.joined_at_cycle = self.cycles;
+        let live = self.runs.len();
+        if live > 0 {
+            self.joins += 1;
+        }
+        self.seats.push(Seat { p: r.p, decode_started: Instant::now(), tel });
+        self.runs.push(r.run);
+        // The new row takes the first padding slot (or a new one).
+        if self.rows.len() > live {
+            self.rows[live] = r.row;
+        } else {
+            self.rows.push(r.row);
+        }
+        self.fit_padding();
+    }
+
+    /// Physical rows: the live rows, then padding up to what the width policy asks for.
+    fn fit_padding(&mut self) {
+        let physical = self.cfg.width.physical(self.runs.len());
+        self.rows.truncate(physical.max(self.runs.len()));
+        while self.rows.len() < physical {
+            self.rows.push(self.dummy.0.clone());
+        }
+        self.repack = true;
+    }
+
+    /// One decode cycle over every seated row at the lane's current width.
+    fn cycle(&mut self, tel: &SharedTelemetry) -> Result<()> {
+        if self.repack {
+            self.slots = cohort::pack_if_it_fits(self.model, &self.runs, &mut self.rows)?;
+            kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()))?;
+            self.repack = false;
+        }
+        cohort::fault_hook()?;
+        let width = self.rows.len();
+        let inert = vec![self.dummy.1.clone(); width];
+        let Lane { model, tok, cfg, seats, runs, rows, .. } = &mut *self;
+        let mut route = |b: usize, ev: RowEvent| {
+            let _ = seats[b].p.events.send(ev);
+        };
+        linear::with_route(cfg.linear_route(), || match cfg.mode {
+            GenerationMode::Mtp => cohort::cycle(*model, tok, runs, rows, &inert, &mut route),
+            GenerationMode::Ar => cohort::cycle_ar(*model, tok, runs, rows, &inert, &mut route),
+        })?;
+        // One evaluation per cycle, so no row carries a pending graph into the next.
+        let hidden = self.runs.iter().filter_map(|r| r.hidden_last.as_ref());
+        kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
+        self.cycles += 1;
+        let live = self.runs.len();
+        let route = self.cfg.route(width);
+        for run in self.runs.iter_mut() {
+            run.stats.real_width = run.stats.real_width.max(live);
+            run.stats.route.clone_from(&route);
+        }
+        self.record_cycle(tel, live, width, route);
+        Ok(())
+    }
+
+    fn record_cycle(&mut self, tel: &SharedTelemetry, live: usize, width: usize, route: String) {
+        let (mut acc, mut rej) = (0, 0);
+        for (b, (seat, run)) in self.seats.iter_mut().zip(&self.runs).enumerate() {
+            let rt = &mut seat.tel;
+            let newly_accepted = run.stats.accepted_drafts > rt.accepted;
+            let newly_rejected = run.stats.rejected_drafts > rt.rejected;
+            if newly_accepted || newly_rejected {
+                push_recent(&mut rt.recent_accepts, newly_accepted);
+            }
+            acc += run.stats.accepted_drafts - rt.accepted;
+            rej += run.stats.rejected_drafts - rt.rejected;
+            let row = &self.rows[b];
+            let (committed, physical) = row.attention_offsets().unwrap_or((row.len, row.len));
+            rt.committed_offset = committed;
+            rt.physical_offset = physical;
+            rt.mtp_committed_offset = row.mtp.offset();
+            rt.mtp_physical_offset = row.mtp.physical();
+            rt.tokens = run.tokens.len();
+            rt.accepted = run.stats.accepted_drafts;
+            rt.rejected = run.stats.rejected_drafts;
+            rt.slot = Some(b);
+            let cycles = run.stats.verify_cycles.max(1) as f64;
+            rt.tokens_per_cycle = (2 * run.stats.accepted_drafts + run.stats.rejected_drafts) as f64 / cycles;
+        }
+        let Ok(mut t) = tel.lock() else { return };
+        *t.fixed_width_cycles.entry(width).or_default() += 1;
+        *t.real_width_histogram.entry(live).or_default() += 1;
+        t.last_real_width = live;
+        t.verify_cycles += 1;
+        t.accepted_drafts += acc;
+        t.rejected_drafts += rej;
+        t.last_route = route;
+        t.lane_cycles = self.cycles;
+    }
+
+    /// Every seated row that ended delivers its result now and frees its seat.
+    fn retire(&mut self) {
+        let mut b = 0;
+        let mut left = 0;
+        while b < self.runs.len() {
+            if self.runs[b].is_active() {
+                b += 1;
+                continue;
+            }
+            let seat = self.seats.remove(b);
+            let mut run = self.runs.remove(b);
+            self.rows.remove(b);
+            run.stats.decode_s = seat.decode_started.elapsed().as_secs_f64();
+            if run.stats.route.is_empty() {
+                run.stats.route = self.cfg.route(1);
+            }
+            let result = run.result(self.tok);
+            self.outbox.push((seat.p, result));
+            left += 1;
+        }
+        if left == 0 {
+            return;
+        }
+        self.fit_padding();
+        if !self.runs.is_empty() {
+            self.leaves += left;
+        }
+    }
+
+    /// The lane as it stands now: every live row, the width and route of the running cycle.
+    fn publish(&self, tel: &SharedTelemetry) {
+        let Ok(mut t) = tel.lock() else { return };
+        t.rows = self.seats.iter().map(|s| s.tel.clone()).chain(self.readers.iter().map(|r| r.tel.clone())).collect();
+        t.joins = self.joins;
+        t.leaves = self.leaves;
+        t.active = self.live();
+        t.width_now = if self.runs.is_empty() { 0 } else { self.rows.len() };
+        t.lane_cycles = self.cycles;
+    }
+}

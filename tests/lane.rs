@@ -1,0 +1,313 @@
+//! The continuous lane: requests join a running cohort at cycle boundaries and leave it the
+//! moment they end. Whatever joins or leaves around it, and at whatever cycle it joined, every
+//! row must produce what its own solo run produces (a cancelled row: a prefix of it), deliver
+//! exactly one result, and deliver it when it ends rather than when its peers do.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cohort::engine::lane::{Lane, LaneConfig, Pending};
+use cohort::engine::prepare::prepare;
+use cohort::engine::request::{FinishReason, Prompt, Request, RequestResult};
+use cohort::engine::row::{CancelFlag, RowEvent};
+use cohort::engine::sampler::{Rng, SamplerConfig};
+use cohort::engine::scheduler::{Numerics, WidthPolicy};
+use cohort::engine::solo::{GenerationMode, run_solo};
+use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
+use cohort::model::forward::LanguageModel;
+use cohort::model::linear::WeightPolicy;
+use cohort::model::tokenizer::TextTokenizer;
+use common::*;
+use mlx_rs::Dtype;
+
+/// Prompt chunks small enough that the fixtures' longer prompts take several cycle boundaries.
+const CHUNK: usize = 8;
+
+fn config(mode: GenerationMode, width: WidthPolicy) -> LaneConfig {
+    LaneConfig { chunk: CHUNK, budget: CHUNK, mode, numerics: Numerics::Throughput, width, family: "test".into() }
+}
+
+fn qwen() -> (Box<dyn LanguageModel>, TextTokenizer, Vec<Vec<u32>>) {
+    let name = "qwen35_moe_4bit";
+    let model = cohort::model::load::load(&fixture(name), Dtype::Float32).unwrap();
+    let tok = TextTokenizer::load(&fixture(name)).unwrap();
+    let refs = reference(name);
+    let p = |k: &str| ids(&refs["prompts"][k]["prompt_ids"]);
+    let prompts = vec![p("one_token"), p("short"), p("long"), p("chunk_cross"), p("long")[100..].to_vec(), vec![7]];
+    (model, tok, prompts)
+}
+
+/// The default model's family on its CPU kernel (the host decode path), tiny.
+fn tiny_llama(dir: &std::path::Path) -> (Box<dyn LanguageModel>, TextTokenizer, Vec<Vec<u32>>) {
+    let tiny = fixture_copy("llama/tiny_llama_mlx", dir);
+    std::fs::copy(fixture("llama/tiny_mtp.safetensors"), tiny.join("mtp.safetensors")).unwrap();
+    let model = cohort::model::load::load_with_policy(&tiny, Dtype::Float32, WeightPolicy::Kernel).unwrap();
+    let tok = TextTokenizer::load(&tiny).unwrap();
+    let refs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("llama/tiny_llama.json")).unwrap()).unwrap();
+    let p = |k: &str| ids(&refs["mlx_prompts"][k]["prompt_ids"]);
+    let prompts = vec![p("one_token"), p("short"), p("chat"), p("long"), vec![7]];
+    (model, tok, prompts)
+}
+
+/// The pool every scenario draws from: prompts x samplers x budgets.
+fn pool(prompts: &[Vec<u32>]) -> Vec<Request> {
+    let mut reqs = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        for (s, sampler) in [SamplerConfig::greedy(), SamplerConfig::default()].into_iter().enumerate() {
+            for max_tokens in [1, 4, 11] {
+                reqs.push(Request {
+                    id: format!("p{i}s{s}m{max_tokens}"),
+                    prompt: Prompt::Ids(p.clone()),
+                    max_tokens,
+                    sampler,
+                    seed: 4200 + (i * 7 + s) as u64,
+                    stop: vec![],
+                    ignore_eos: true,
+                });
+            }
+        }
+    }
+    reqs
+}
+
+fn solo(model: &dyn LanguageModel, tok: &TextTokenizer, r: &Request, mode: GenerationMode) -> Vec<u32> {
+    let mut run = prepare(model, tok, r, CancelFlag::default()).unwrap();
+    run_solo(model, tok, &mut run, mode, CHUNK, &mut |_| {}).unwrap();
+    run.tokens
+}
+
+/// One request of a scenario: which pool entry, when it arrives and when (if ever) it is
+/// cancelled, in lane steps.
+struct Entry {
+    pool: usize,
+    arrives: usize,
+    cancel_at: Option<usize>,
+}
+
+/// What one request saw: its events in order and the step its result arrived at.
+#[derive(Default)]
+struct Seen {
+    result: Option<RequestResult>,
+    done_at: usize,
+    dones: usize,
+}
+
+/// Run a scenario as the owner thread would: arrivals join at step boundaries (at most `cap`
+/// live rows, the rest queue), cancellations flip flags, the lane steps until all is done.
+fn run_scenario(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    cfg: &LaneConfig,
+    pool: &[Request],
+    entries: &[Entry],
+    cap: usize,
+) -> (Vec<Seen>, Telemetry) {
+    let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
+    let mut lane = Lane::new(model, tok, cfg.clone()).unwrap();
+    let mut queue = VecDeque::new();
+    let mut receivers: Vec<Option<mpsc::Receiver<RowEvent>>> = entries.iter().map(|_| None).collect();
+    let mut flags: Vec<CancelFlag> = entries.iter().map(|_| CancelFlag::default()).collect();
+    let mut seen: Vec<Seen> = entries.iter().map(|_| Seen::default()).collect();
+    let last_arrival = entries.iter().map(|e| e.arrives).max().unwrap_or(0);
+    for step in 0.. {
+        for (i, e) in entries.iter().enumerate() {
+            if e.arrives == step {
+                let (tx, rx) = mpsc::channel();
+                let mut req = pool[e.pool].clone();
+                req.id = format!("{i}:{}", req.id);
+                flags[i] = CancelFlag::default();
+                queue.push_back(Pending { req, cancel: flags[i].clone(), events: tx, arrived: Instant::now() });
+                receivers[i] = Some(rx);
+            }
+            if e.cancel_at == Some(step) {
+                flags[i].cancel();
+            }
+        }
+        while lane.live() < cap
+            && let Some(p) = queue.pop_front()
+        {
+            lane.admit(p);
+        }
+        if lane.is_idle() && queue.is_empty() && step > last_arrival {
+            break;
+        }
+        lane.step(&tel).unwrap();
+        for (i, rx) in receivers.iter().enumerate() {
+            let Some(rx) = rx else { continue };
+            for ev in rx.try_iter() {
+                match ev {
+                    RowEvent::Done(r) => {
+                        seen[i].dones += 1;
+                        seen[i].done_at = step;
+                        seen[i].result = Some(*r);
+                    }
+                    RowEvent::Prefill { .. } | RowEvent::Delta { .. } => {}
+                }
+            }
+        }
+        assert!(step < 10_000, "the lane never went idle");
+    }
+    let t = tel.lock().unwrap().clone();
+    (seen, t)
+}
+
+fn random_entries(rng: &mut Rng, pool: usize) -> Vec<Entry> {
+    let n = 2 + (rng.next_u64() % 9) as usize;
+    (0..n)
+        .map(|_| {
+            let arrives = (rng.next_u64() % 14) as usize;
+            let cancel_at = rng.next_u64().is_multiple_of(5).then(|| arrives + (rng.next_u64() % 8) as usize);
+            Entry { pool: (rng.next_u64() % pool as u64) as usize, arrives, cancel_at }
+        })
+        .collect()
+}
+
+/// `scenarios` random scenarios against solo references: finished rows equal their solo run,
+/// cancelled rows a prefix of it, each request ends exactly once.
+fn randomized(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    prompts: &[Vec<u32>],
+    mode: GenerationMode,
+    width: WidthPolicy,
+    scenarios: u64,
+) -> usize {
+    let pool = pool(prompts);
+    let want: Vec<Vec<u32>> = pool.iter().map(|r| solo(model, tok, r, mode)).collect();
+    let cfg = config(mode, width);
+    let mut joined_late = 0;
+    for s in 0..scenarios {
+        let mut rng = Rng::new(0xC0FFEE + s);
+        let entries = random_entries(&mut rng, pool.len());
+        let cap = 1 + (rng.next_u64() % 8) as usize;
+        let (seen, t) = run_scenario(model, tok, &cfg, &pool, &entries, cap);
+        for (i, (e, got)) in entries.iter().zip(&seen).enumerate() {
+            let what = format!("scenario {s} (cap {cap}), request {i} ({})", pool[e.pool].id);
+            assert_eq!(got.dones, 1, "{what}: {} results", got.dones);
+            let r = got.result.as_ref().unwrap();
+            let expected = &want[e.pool];
+            match r.finish_reason {
+                FinishReason::Cancelled => assert_eq!(
+                    r.token_ids[..],
+                    expected[..r.token_ids.len()],
+                    "{what}: a cancelled row's tokens are not a prefix of its solo run"
+                ),
+                FinishReason::Length => assert_eq!(&r.token_ids, expected, "{what}: differs from its solo run"),
+                other => panic!("{what}: finished {other:?}: {:?}", r.error),
+            }
+            if e.cancel_at.is_none() {
+                assert_eq!(r.finish_reason, FinishReason::Length, "{what}");
+            }
+            joined_late += usize::from(r.stats.joined_at_cycle > 0);
+        }
+        assert_eq!(t.active, 0, "scenario {s}: the lane ended with live rows");
+        assert_eq!(t.width_now, 0);
+    }
+    joined_late
+}
+
+#[test]
+fn randomized_arrivals_and_cancellations_leave_every_row_equal_to_its_solo_run() {
+    let (model, tok, prompts) = qwen();
+    let late = randomized(&*model, &tok, &prompts, GenerationMode::Mtp, WidthPolicy::Packed, 100);
+    assert!(late > 50, "only {late} rows joined a running lane: the scenarios did not test joining");
+}
+
+#[test]
+fn padded_widths_and_plain_decoding_keep_rows_exact_too() {
+    let (model, tok, prompts) = qwen();
+    randomized(&*model, &tok, &prompts, GenerationMode::Mtp, WidthPolicy::PowerOfTwo, 20);
+    randomized(&*model, &tok, &prompts, GenerationMode::Ar, WidthPolicy::Packed, 20);
+}
+
+#[test]
+fn on_the_host_decode_path_joining_rows_stay_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, tok, prompts) = tiny_llama(dir.path());
+    for mode in [GenerationMode::Mtp, GenerationMode::Ar] {
+        randomized(&*model, &tok, &prompts, mode, WidthPolicy::Packed, 25);
+    }
+}
+
+/// A short answer beside a long one: the short one's result arrives while the long one still
+/// decodes, its follow-up joins the running lane and ends first too, and the width follows.
+#[test]
+fn a_finished_row_leaves_at_once_and_its_follow_up_joins_the_running_lane() {
+    let (model, tok, prompts) = qwen();
+    let long = Request {
+        id: "long".into(),
+        prompt: Prompt::Ids(prompts[1].clone()),
+        max_tokens: 40,
+        sampler: SamplerConfig::greedy(),
+        seed: 1,
+        stop: vec![],
+        ignore_eos: true,
+    };
+    let short = Request { id: "short".into(), max_tokens: 3, prompt: Prompt::Ids(prompts[3].clone()), ..long.clone() };
+    let pool = vec![long.clone(), short.clone()];
+    let entries = [
+        Entry { pool: 0, arrives: 0, cancel_at: None },
+        Entry { pool: 1, arrives: 0, cancel_at: None },
+        Entry { pool: 1, arrives: 8, cancel_at: None },
+    ];
+    let cfg = config(GenerationMode::Mtp, WidthPolicy::Packed);
+    let (seen, t) = run_scenario(&*model, &tok, &cfg, &pool, &entries, 8);
+    let (l, s1, s2) = (&seen[0], &seen[1], &seen[2]);
+    assert!(s1.done_at < s2.done_at && s2.done_at < l.done_at, "{} {} {}", s1.done_at, s2.done_at, l.done_at);
+    let follow = s2.result.as_ref().unwrap();
+    assert!(follow.stats.joined_at_cycle > 0, "the follow-up did not join a running lane");
+    assert_eq!(follow.token_ids, solo(&*model, &tok, &short, GenerationMode::Mtp));
+    assert_eq!(l.result.as_ref().unwrap().token_ids, solo(&*model, &tok, &long, GenerationMode::Mtp));
+    // Cycles ran at widths 1 and 2 only: the batch followed the live rows.
+    assert!(t.fixed_width_cycles.keys().all(|w| *w <= 2), "{:?}", t.fixed_width_cycles);
+    assert!(t.fixed_width_cycles.get(&1).is_some_and(|&n| n > 0), "{:?}", t.fixed_width_cycles);
+    assert!(t.joins >= 1 && t.leaves >= 2, "joins {} leaves {}", t.joins, t.leaves);
+    assert!(follow.stats.ttft_s > 0.0 && follow.stats.real_width == 2);
+}
+
+/// A long prompt is read a budget at a time between the running row's cycles, so the running
+/// row keeps streaming while it is read.
+#[test]
+fn a_long_prompt_is_read_between_cycles() {
+    let (model, tok, prompts) = qwen();
+    let running = Request {
+        id: "running".into(),
+        prompt: Prompt::Ids(prompts[1].clone()),
+        max_tokens: 60,
+        sampler: SamplerConfig::greedy(),
+        seed: 1,
+        stop: vec![],
+        ignore_eos: true,
+    };
+    let long = Request { id: "long".into(), max_tokens: 2, prompt: Prompt::Ids(prompts[2].clone()), ..running.clone() };
+    let chunks = prompts[2].len().div_ceil(CHUNK);
+    assert!(chunks >= 4, "the long prompt spans {chunks} chunks");
+    let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
+    let mut lane = Lane::new(&*model, &tok, config(GenerationMode::Mtp, WidthPolicy::Packed)).unwrap();
+    let (tx, rx) = mpsc::channel();
+    lane.admit(Pending { req: running, cancel: CancelFlag::default(), events: tx, arrived: Instant::now() });
+    while !rx.try_iter().any(|e| matches!(e, RowEvent::Delta { .. })) {
+        lane.step(&tel).unwrap();
+    }
+    let (tx2, rx2) = mpsc::channel();
+    lane.admit(Pending { req: long, cancel: CancelFlag::default(), events: tx2, arrived: Instant::now() });
+    let tokens_before = tel.lock().unwrap().rows[0].tokens;
+    let mut progress = Vec::new();
+    for _ in 0..chunks - 1 {
+        lane.step(&tel).unwrap();
+        progress.extend(
+            rx2.try_iter().filter_map(|e| if let RowEvent::Prefill { done, .. } = e { Some(done) } else { None }),
+        );
+        let t = tel.lock().unwrap().clone();
+        assert_eq!(t.rows.len(), 2, "both rows show in the telemetry while one reads");
+    }
+    let t = tel.lock().unwrap().clone();
+    let decoded = t.rows[0].tokens - tokens_before;
+    assert!(decoded >= chunks - 1, "the running row decoded {decoded} tokens over {} cycles", chunks - 1);
+    assert_eq!(progress, (0..chunks).map(|c| c * CHUNK).collect::<Vec<_>>(), "one chunk a cycle");
+}
