@@ -155,9 +155,12 @@ fn pair(engine: &EngineHandle) -> Result<(f64, f64)> {
     let mut c = Client { engine, watched: Vec::new() };
     let l = c.send(long());
     let s = c.send(chat("pair-short", "What is 2 + 2?", 24, true));
-    c.wait(LIMIT, |c| c.watched[s].done.is_some())?;
-    let from = c.watched[l].count() + 8;
     c.wait(LIMIT, Client::all_done)?;
+    // The window starts when the short answer's last token arrived (a sealed cohort delivers its
+    // result only when the long one ends), a few tokens later so the seat has been freed.
+    let short_end = c.watched[s].tokens.last().context("the short answer streamed nothing")?.0;
+    let at_end = c.watched[l].tokens.iter().take_while(|(t, _)| *t <= short_end).last().map(|x| x.1);
+    let from = at_end.unwrap_or(0) + 8;
     let alone = c.watched[l].pace_from(from).context("the long answer ended with its partner")?;
     let mut c = Client { engine, watched: Vec::new() };
     let l = c.send(long());

@@ -21,7 +21,7 @@ use super::prepare::prepare;
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Numerics, WidthPolicy};
-use super::solo::{GenerationMode, first_token, prefill_mtp_history, route_id};
+use super::solo::{GenerationMode, first_token, lone_cycle, prefill_mtp_history, route_id};
 use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry, push_recent};
 use crate::model::cache::RowCache;
 use crate::model::forward::{LanguageModel, last_position, prefill_chunk};
@@ -348,22 +348,33 @@ impl<'m> Lane<'m> {
 
     /// One decode cycle over every seated row at the lane's current width.
     fn cycle(&mut self, tel: &SharedTelemetry) -> Result<()> {
+        let width = self.rows.len();
         if self.repack {
-            self.slots = cohort::pack_if_it_fits(self.model, &self.runs, &mut self.rows)?;
+            if width == 1 {
+                // Alone, a row is a solo row: its own KV, the solo cycle.
+                self.slots.clear();
+                self.rows[0].unpack()?;
+            } else {
+                self.slots = cohort::pack_if_it_fits(self.model, &self.runs, &mut self.rows)?;
+            }
             kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()))?;
             self.repack = false;
         }
         cohort::fault_hook()?;
-        let width = self.rows.len();
         let inert = vec![self.dummy.1.clone(); width];
         let Lane { model, tok, cfg, seats, runs, rows, .. } = &mut *self;
         let mut route = |b: usize, ev: RowEvent| {
             let _ = seats[b].p.events.send(ev);
         };
-        linear::with_route(cfg.linear_route(), || match cfg.mode {
-            GenerationMode::Mtp => cohort::cycle(*model, tok, runs, rows, &inert, &mut route),
-            GenerationMode::Ar => cohort::cycle_ar(*model, tok, runs, rows, &inert, &mut route),
-        })?;
+        if width == 1 {
+            // The route the exactness gate chose for B1, as a solo run takes it.
+            lone_cycle(*model, tok, &mut runs[0], &mut rows[0], cfg.mode, &mut |ev| route(0, ev))?;
+        } else {
+            linear::with_route(cfg.linear_route(), || match cfg.mode {
+                GenerationMode::Mtp => cohort::cycle(*model, tok, runs, rows, &inert, &mut route),
+                GenerationMode::Ar => cohort::cycle_ar(*model, tok, runs, rows, &inert, &mut route),
+            })?;
+        }
         // One evaluation per cycle, so no row carries a pending graph into the next.
         let hidden = self.runs.iter().filter_map(|r| r.hidden_last.as_ref());
         kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;

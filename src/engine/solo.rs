@@ -148,20 +148,33 @@ pub fn run_solo_on(
             run.cancel_now();
             break;
         }
-        if mtp && run.budget_left() >= 2 {
-            mtp_cycle(model, tok, run, row, events)?;
-        } else {
-            if mtp {
-                // No room for a proposal: still record this transition in the MTP history so
-                // it always covers every committed token.
-                advance_mtp_history(model, run, row)?;
-            }
-            ar_step(model, tok, run, row, events)?;
-        }
+        lone_cycle(model, tok, run, row, mode, events)?;
     }
     run.stats.decode_s = t0.elapsed().as_secs_f64();
     run.stats.route = route_id(mode, 1);
     Ok(())
+}
+
+/// One cycle of a row decoding alone (the solo path, and a continuous lane down to one row): a
+/// draft and a T=2 verify when there is room for two tokens, else one plain step.
+pub fn lone_cycle(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    run: &mut RowRun,
+    row: &mut RowCache,
+    mode: GenerationMode,
+    events: &mut dyn FnMut(RowEvent),
+) -> Result<()> {
+    let mtp = mode == GenerationMode::Mtp;
+    if mtp && run.budget_left() >= 2 {
+        return mtp_cycle(model, tok, run, row, events);
+    }
+    if mtp {
+        // No room for a proposal: still record this transition in the MTP history so it always
+        // covers every committed token.
+        advance_mtp_history(model, run, row)?;
+    }
+    ar_step(model, tok, run, row, events)
 }
 
 pub fn route_id(mode: GenerationMode, width: usize) -> String {

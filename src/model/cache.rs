@@ -57,6 +57,21 @@ impl KvCache {
         self.slot = Some(slot);
     }
 
+    /// Take the storage back from a cohort's shared buffer: the committed positions become the
+    /// row's own arrays again (a row left alone decodes as a solo row does).
+    pub fn unpack(&mut self) -> Result<()> {
+        if self.slot.is_none() {
+            return Ok(());
+        }
+        let committed = self.committed();
+        self.slot = None;
+        (self.keys, self.values) = match committed {
+            Some((k, v)) => (Some(k), Some(v)),
+            None => (None, None),
+        };
+        Ok(())
+    }
+
     /// Count `t` positions a batched write has put into the slot.
     pub fn advance(&mut self, t: i32) {
         self.offset += t;
@@ -252,6 +267,16 @@ impl RowCache {
         }
         self.len -= n;
         Ok(())
+    }
+
+    /// Every attention layer's KV (the MTP history too) back in the row's own arrays.
+    pub fn unpack(&mut self) -> Result<()> {
+        for layer in &mut self.layers {
+            if let LayerState::Attention(kv) = layer {
+                kv.unpack()?;
+            }
+        }
+        self.mtp.unpack()
     }
 
     /// Every array the row holds, for evaluation at step boundaries.
