@@ -416,26 +416,32 @@ fn update_telemetry(tel: &SharedTelemetry, runs: &[RowRun], rows: &[RowCache]) {
     let (mut acc, mut rej) = (0, 0);
     for (b, run) in runs.iter().enumerate() {
         let Some(rt) = t.rows.get_mut(b) else { continue };
-        let (committed, physical) = rows[b].attention_offsets().unwrap_or((rows[b].len, rows[b].len));
-        let newly_accepted = run.stats.accepted_drafts > rt.accepted;
-        let newly_rejected = run.stats.rejected_drafts > rt.rejected;
-        if newly_accepted || newly_rejected {
-            push_recent(&mut rt.recent_accepts, newly_accepted);
-        }
-        acc += run.stats.accepted_drafts - rt.accepted;
-        rej += run.stats.rejected_drafts - rt.rejected;
+        let (a, r) = observe_row(rt, run, &rows[b]);
+        (acc, rej) = (acc + a, rej + r);
         rt.state = state_of(run);
-        rt.committed_offset = committed;
-        rt.physical_offset = physical;
-        rt.mtp_committed_offset = rows[b].mtp.offset();
-        rt.mtp_physical_offset = rows[b].mtp.physical();
-        rt.tokens = run.tokens.len();
-        rt.accepted = run.stats.accepted_drafts;
-        rt.rejected = run.stats.rejected_drafts;
-        let cycles = run.stats.verify_cycles.max(1) as f64;
-        rt.tokens_per_cycle = (2 * run.stats.accepted_drafts + run.stats.rejected_drafts) as f64 / cycles;
     }
     t.accepted_drafts += acc;
     t.rejected_drafts += rej;
     t.active = runs.iter().filter(|r| r.is_active()).count();
+}
+
+/// Bring a row's telemetry up to date after a cycle; returns the drafts it accepted and rejected
+/// in that cycle.
+pub(crate) fn observe_row(rt: &mut RowTelemetry, run: &RowRun, row: &RowCache) -> (usize, usize) {
+    let newly_accepted = run.stats.accepted_drafts.saturating_sub(rt.accepted);
+    let newly_rejected = run.stats.rejected_drafts.saturating_sub(rt.rejected);
+    if newly_accepted > 0 || newly_rejected > 0 {
+        push_recent(&mut rt.recent_accepts, newly_accepted > 0);
+    }
+    let (committed, physical) = row.attention_offsets().unwrap_or((row.len, row.len));
+    rt.committed_offset = committed;
+    rt.physical_offset = physical;
+    rt.mtp_committed_offset = row.mtp.offset();
+    rt.mtp_physical_offset = row.mtp.physical();
+    rt.tokens = run.tokens.len();
+    rt.accepted = run.stats.accepted_drafts;
+    rt.rejected = run.stats.rejected_drafts;
+    let cycles = run.stats.verify_cycles.max(1) as f64;
+    rt.tokens_per_cycle = (2 * run.stats.accepted_drafts + run.stats.rejected_drafts) as f64 / cycles;
+    (newly_accepted, newly_rejected)
 }

@@ -22,7 +22,7 @@ use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Numerics, WidthPolicy};
 use super::solo::{GenerationMode, first_token, lone_cycle, prefill_mtp_history, route_id};
-use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry, push_recent};
+use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry};
 use crate::model::cache::RowCache;
 use crate::model::forward::{LanguageModel, last_position, prefill_chunk};
 use crate::model::kv_slots::{self, SlotHandle};
@@ -392,26 +392,9 @@ impl<'m> Lane<'m> {
     fn record_cycle(&mut self, tel: &SharedTelemetry, live: usize, width: usize, route: String) {
         let (mut acc, mut rej) = (0, 0);
         for (b, (seat, run)) in self.seats.iter_mut().zip(&self.runs).enumerate() {
-            let rt = &mut seat.tel;
-            let newly_accepted = run.stats.accepted_drafts > rt.accepted;
-            let newly_rejected = run.stats.rejected_drafts > rt.rejected;
-            if newly_accepted || newly_rejected {
-                push_recent(&mut rt.recent_accepts, newly_accepted);
-            }
-            acc += run.stats.accepted_drafts - rt.accepted;
-            rej += run.stats.rejected_drafts - rt.rejected;
-            let row = &self.rows[b];
-            let (committed, physical) = row.attention_offsets().unwrap_or((row.len, row.len));
-            rt.committed_offset = committed;
-            rt.physical_offset = physical;
-            rt.mtp_committed_offset = row.mtp.offset();
-            rt.mtp_physical_offset = row.mtp.physical();
-            rt.tokens = run.tokens.len();
-            rt.accepted = run.stats.accepted_drafts;
-            rt.rejected = run.stats.rejected_drafts;
-            rt.slot = Some(b);
-            let cycles = run.stats.verify_cycles.max(1) as f64;
-            rt.tokens_per_cycle = (2 * run.stats.accepted_drafts + run.stats.rejected_drafts) as f64 / cycles;
+            let (a, r) = cohort::observe_row(&mut seat.tel, run, &self.rows[b]);
+            (acc, rej) = (acc + a, rej + r);
+            seat.tel.slot = Some(b);
         }
         let Ok(mut t) = tel.lock() else { return };
         *t.fixed_width_cycles.entry(width).or_default() += 1;
