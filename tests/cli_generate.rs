@@ -1,12 +1,14 @@
 //! `cohort generate` as a script sees it: bad lines fail alone with a message naming the line and
-//! the setting, good lines still run, and the exit code says which happened.
+//! the setting and keep their id, good lines still run, the exit code says which happened,
+//! requests are read as they arrive and results written as each ends, an unwritable output is
+//! refused before any model work, and an interrupted run keeps every finished result.
 
 mod common;
 
 use std::io::Write;
 use std::process::Command;
 
-use common::{cohort_command, fixture, fixture_copy, result_lines};
+use common::{cohort_command, fixture, fixture_copy, results_by_id};
 
 fn cohort() -> Command {
     cohort_command(&std::env::temp_dir().join("cohort-cli-tests"))
@@ -32,8 +34,9 @@ fn bad_lines_fail_alone_and_the_exit_code_says_so() {
     drop(f);
     let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let r = result_lines(&out.stdout);
-    assert_eq!(r.len(), 11);
+    // Refused lines keep the id they name; lines that name none (or cannot be read) are line-N.
+    let ids = ["ok", "line-2", "line-3", "empty", "hot", "topk", "unknown", "huge", "budget", "oov", "ok2"];
+    let r = results_by_id(&out.stdout, &ids);
     let err = |i: usize| r[i]["error"].as_str().unwrap_or_default().to_owned();
     assert_eq!(r[0]["finish_reason"], "length");
     assert!(err(1).contains("line 2"), "{}", err(1));
@@ -118,4 +121,107 @@ fn float32_matmuls_stay_float32_unless_tf32_is_asked_for() {
     };
     assert!(report(None).contains("float32 matmuls full float32"), "{}", report(None));
     assert!(report(Some("1")).contains("float32 matmuls TF32"), "{}", report(Some("1")));
+}
+
+/// A request written to stdin is answered before the next one is written: the input is read, and
+/// the results written, as they come.
+#[test]
+fn stdin_requests_are_answered_as_they_arrive() {
+    use std::io::{BufRead, BufReader};
+    let mut child = cohort()
+        .args(["generate", "-m"])
+        .arg(fixture("qwen35_moe_4bit"))
+        .args(["-i", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // A reader that waited for the end of the input would hang here: end it after 60 s so the
+    // read below sees the end of stdout and the test fails instead.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, pid) = (answered.clone(), child.id().to_string());
+    std::thread::spawn(move || {
+        for _ in 0..600 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+        }
+        let _ = Command::new("kill").args(["-9", &pid]).status();
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    for id in ["first", "second"] {
+        writeln!(stdin, r#"{{"id":"{id}","prompt":"The boat","max_tokens":3,"temperature":0}}"#).unwrap();
+        stdin.flush().unwrap();
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        let r: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|_| panic!("no result for {id} before the input ended"));
+        assert_eq!(r["id"], id, "{line}");
+        assert_eq!(r["finish_reason"], "length", "{line}");
+    }
+    answered.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn an_unwritable_output_is_refused_before_the_model_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"prompt\":\"x\"}\n").unwrap();
+    for output in [dir.path().to_path_buf(), dir.path().join("missing/parent/out.jsonl")] {
+        // A model that does not exist: had it been loaded first, the error would name it.
+        let out = cohort()
+            .args(["generate", "-m", "/nonexistent/model", "-i"])
+            .arg(&input)
+            .arg("-o")
+            .arg(&output)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("output file") && stderr.contains(&*output.to_string_lossy()), "{stderr}");
+        assert!(!stderr.contains("/nonexistent/model"), "the model was loaded first: {stderr}");
+    }
+}
+
+/// SIGINT in the middle of a run: the results of the requests that had ended are in the file,
+/// whole.
+#[test]
+fn an_interrupted_run_keeps_every_finished_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
+    let mut f = std::fs::File::create(&input).unwrap();
+    writeln!(f, r#"{{"id":"quick","prompt":"The boat","max_tokens":2,"temperature":0}}"#).unwrap();
+    for i in 0..3 {
+        writeln!(f, r#"{{"id":"slow{i}","prompt":"A heron","max_tokens":3000,"temperature":0,"ignore_eos":true}}"#)
+            .unwrap();
+    }
+    drop(f);
+    let mut child = cohort()
+        .args(["generate", "-m"])
+        .arg(fixture("qwen35_moe_4bit"))
+        .arg("-i")
+        .arg(&input)
+        .arg("-o")
+        .arg(&output)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&output).map(|s| s.lines().count()).unwrap_or(0) == 0 {
+        assert!(t0.elapsed().as_secs() < 60, "no result was written within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the run was interrupted, not finished");
+    let written = std::fs::read_to_string(&output).unwrap();
+    let lines: Vec<serde_json::Value> = written.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(written.ends_with('\n') && lines[0]["id"] == "quick", "{written}");
+    assert_eq!(lines[0]["finish_reason"], "length");
 }

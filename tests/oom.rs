@@ -10,7 +10,7 @@ mod common;
 use std::io::Write;
 
 use cohort::engine::runtime::Backend;
-use common::{cohort_command, fixture, result_lines};
+use common::{cohort_command, fixture, results_by_id};
 use mlx_rs::Dtype;
 
 fn on_cpu(test: &str) -> bool {
@@ -53,8 +53,7 @@ fn a_request_whose_kv_cache_does_not_fit_fails_alone_as_out_of_memory() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let r = result_lines(&out.stdout);
-    assert_eq!(r.len(), 3);
+    let r = results_by_id(&out.stdout, &["small", "large", "small2"]);
     assert_eq!(r[0]["finish_reason"], "length");
     assert_eq!(r[2]["finish_reason"], "length");
     assert_eq!(r[1]["finish_reason"], "error");
@@ -115,7 +114,7 @@ fn a_cohort_whose_packed_kv_does_not_fit_keeps_per_row_kv_and_gives_the_same_ans
         }
         let out = cmd.args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
         assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-        (result_lines(&out.stdout), logs(home.path()))
+        (results_by_id(&out.stdout, &["r0", "r1", "r2", "r3"]), logs(home.path()))
     };
     // Each request needs 256 positions (one KV step); the lane packs the live rows only, so 4
     // packed slots need 1024: room for 768.

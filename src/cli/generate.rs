@@ -1,8 +1,12 @@
-//! `cohort generate`: requests from a JSONL file (or stdin), results as JSONL, through the same
-//! scheduler the TUI uses (each request joins the running cohort at the next cycle).
+//! `cohort generate`: requests from a JSONL file or stdin, read as they arrive, results as JSONL
+//! written the moment each request ends (completion order; every line carries its request's id),
+//! through the same scheduler the TUI uses (each request joins the running cohort at the next
+//! cycle).
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -28,10 +32,10 @@ pub enum SchedulerMode {
 pub struct GenerateArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Request file, one JSON object per line ("-" for stdin).
+    /// Request file, one JSON object per line ("-" for stdin), read as lines arrive.
     #[arg(long, short = 'i')]
     input: PathBuf,
-    /// Where results go (default: stdout).
+    /// Where results go (default: stdout), one line as each request ends.
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
     /// ar, or mtp (default when the model has MTP weights and the exactness gate allows).
@@ -54,35 +58,71 @@ pub struct GenerateArgs {
     prefill_budget: Option<usize>,
 }
 
-/// Parse every line; a bad line becomes an error result for that line, the rest still run.
-pub fn read_requests(input: &std::path::Path, defaults: &SamplerConfig) -> Result<Vec<Result<Request, RequestResult>>> {
-    let reader: Box<dyn BufRead> = if input.as_os_str() == "-" {
-        Box::new(std::io::BufReader::new(std::io::stdin()))
-    } else {
-        Box::new(std::io::BufReader::new(
-            std::fs::File::open(input).with_context(|| format!("cannot open {}", input.display()))?,
-        ))
+/// What the reader thread hands the writer: a request line (or the result refusing it), or the
+/// end of the input (with the error that ended it early, if any).
+enum Incoming {
+    Line(Box<Result<Request, RequestResult>>),
+    End(Option<anyhow::Error>),
+}
+
+/// One input line as a request, or the result that refuses it: it keeps the id the line names
+/// (when it is a JSON object with a string "id"), else it is `line-N`. Blank lines are skipped.
+fn parse_line(
+    input: &Path,
+    n: usize,
+    bytes: Vec<u8>,
+    defaults: &SamplerConfig,
+) -> Option<Result<Request, RequestResult>> {
+    let Ok(text) = String::from_utf8(bytes) else {
+        let message = format!("{}: line {n} is not valid UTF-8", input.display());
+        return Some(Err(RequestResult::error(&format!("line-{n}"), message)));
     };
-    let mut out = Vec::new();
-    for (i, line) in reader.split(b'\n').enumerate() {
-        let n = i + 1;
-        let bytes = line.with_context(|| format!("reading {}", input.display()))?;
-        let Ok(text) = String::from_utf8(bytes) else {
-            out.push(Err(RequestResult::error(
-                &format!("line-{n}"),
-                format!("{}: line {n} is not valid UTF-8", input.display()),
-            )));
-            continue;
-        };
-        if text.trim().is_empty() {
-            continue;
-        }
-        let parsed = serde_json::from_str::<RequestLine>(&text)
-            .map_err(|e| anyhow::anyhow!("{}: line {n}: {e}", input.display()))
-            .and_then(|l| l.into_request(n, defaults));
-        out.push(parsed.map_err(|e| RequestResult::error(&format!("line-{n}"), format!("{e:#}"))));
+    if text.trim().is_empty() {
+        return None;
     }
-    Ok(out)
+    let parsed = serde_json::from_str::<RequestLine>(&text)
+        .map_err(|e| anyhow::anyhow!("{}: line {n}: {e}", input.display()))
+        .and_then(|l| l.into_request(n, defaults));
+    Some(parsed.map_err(|e| RequestResult::error(&line_id(&text, n), format!("{e:#}"))))
+}
+
+fn line_id(text: &str, n: usize) -> String {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v.get("id")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("line-{n}"))
+}
+
+/// Read `input` line by line as it arrives (stdin for "-"), handing each line over at once.
+fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<std::thread::JoinHandle<()>> {
+    let file = if input.as_os_str() == "-" {
+        None
+    } else {
+        Some(std::fs::File::open(&input).with_context(|| format!("cannot open {}", input.display()))?)
+    };
+    let thread = std::thread::Builder::new().name("cohort-generate-input".into()).spawn(move || {
+        let reader: Box<dyn BufRead> = match file {
+            Some(f) => Box::new(std::io::BufReader::new(f)),
+            None => Box::new(std::io::stdin().lock()),
+        };
+        let defaults = SamplerConfig::default();
+        for (i, line) in reader.split(b'\n').enumerate() {
+            let bytes = match line {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = tx.send(Incoming::End(Some(anyhow::anyhow!("reading {}: {e}", input.display()))));
+                    return;
+                }
+            };
+            if let Some(item) = parse_line(&input, i + 1, bytes, &defaults)
+                && tx.send(Incoming::Line(Box::new(item))).is_err()
+            {
+                return;
+            }
+        }
+        let _ = tx.send(Incoming::End(None));
+    })?;
+    Ok(thread)
 }
 
 /// Block until a submission's terminal result arrives (deltas are skipped).
@@ -96,8 +136,22 @@ pub fn wait(sub: &Submission) -> RequestResult {
     }
 }
 
+/// The results file, or stdout: opened before any model work, so a path that cannot be written
+/// is refused at once.
+fn open_sink(output: Option<&Path>) -> Result<Box<dyn Write>> {
+    Ok(match output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("cannot create the output file {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    })
+}
+
 pub fn run(args: GenerateArgs) -> Result<u8> {
-    let requests = read_requests(&args.input, &SamplerConfig::default())?;
+    let mut sink = open_sink(args.output.as_deref())?;
+    let (tx, incoming) = mpsc::channel();
+    // The input is opened before the model loads too; lines are read while it loads.
+    let _reader = spawn_reader(args.input.clone(), tx)?;
     let mut scheduler = args.preset.config();
     if let Some(c) = args.prefill_chunk {
         scheduler.prefill_chunk = c.max(1);
@@ -116,20 +170,76 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     if let Some(p) = &engine.info.probe {
         eprintln!("cohort: {p}");
     }
-    let results = run_all(&engine, requests, args.scheduler);
-    let mut sink: Box<dyn Write> = match &args.output {
-        Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?),
-        None => Box::new(std::io::stdout().lock()),
-    };
-    let mut failed = 0;
-    for result in results {
-        if result.finish_reason == FinishReason::Error {
-            failed += 1;
-        }
-        writeln!(sink, "{}", serde_json::to_string(&result)?)?;
-    }
-    sink.flush()?;
+    let failed = stream_results(&engine, &incoming, &mut sink)?;
     Ok(if failed > 0 { super::exit::SOME_FAILED } else { super::exit::OK })
+}
+
+/// Submit each request as it is read and write each result the moment its request ends
+/// (completion order, one flushed line each), so an interrupted run keeps every finished result.
+/// Returns how many requests failed.
+fn stream_results(engine: &EngineHandle, incoming: &mpsc::Receiver<Incoming>, sink: &mut dyn Write) -> Result<usize> {
+    let mut live: Vec<Submission> = Vec::new();
+    let mut failed = 0;
+    let mut input_open = true;
+    let mut write = |r: &RequestResult, failed: &mut usize| -> Result<()> {
+        if r.finish_reason == FinishReason::Error {
+            *failed += 1;
+        }
+        writeln!(sink, "{}", serde_json::to_string(r)?).context("cannot write a result")?;
+        sink.flush().context("cannot write a result")
+    };
+    while input_open || !live.is_empty() {
+        // Wait for input only while nothing decodes; otherwise glance at it between results.
+        let next = if live.is_empty() {
+            incoming.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+        } else {
+            incoming.recv_timeout(Duration::from_millis(2))
+        };
+        let mut arrived: Vec<Incoming> = match next {
+            Ok(item) => vec![item],
+            Err(mpsc::RecvTimeoutError::Timeout) => Vec::new(),
+            Err(mpsc::RecvTimeoutError::Disconnected) => vec![Incoming::End(None)],
+        };
+        arrived.extend(incoming.try_iter());
+        for item in arrived {
+            match item {
+                Incoming::Line(line) => match *line {
+                    Ok(req) => live.push(engine.submit(req)),
+                    Err(refused) => write(&refused, &mut failed)?,
+                },
+                Incoming::End(error) if input_open => {
+                    input_open = false;
+                    if let Some(e) = error {
+                        eprintln!("cohort: {e:#}; requests already read still run");
+                        failed += 1;
+                    }
+                }
+                Incoming::End(_) => {}
+            }
+        }
+        let mut i = 0;
+        while i < live.len() {
+            let ended = loop {
+                match live[i].events.try_recv() {
+                    Ok(RowEvent::Done(r)) => break Some(*r),
+                    Ok(_) => {}
+                    Err(mpsc::TryRecvError::Empty) => break None,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        let message = "the engine stopped before finishing this request".into();
+                        break Some(RequestResult::error(&live[i].id, message));
+                    }
+                }
+            };
+            match ended {
+                Some(r) => {
+                    live.remove(i);
+                    write(&r, &mut failed)?;
+                }
+                None => i += 1,
+            }
+        }
+    }
+    Ok(failed)
 }
 
 /// Submit the requests (all at once for cohorts, one by one for serial) and collect results in

@@ -35,6 +35,21 @@ pub fn result_lines(stdout: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// `cohort generate`'s result lines (written in completion order) put back in the order of
+/// `ids`, checking that each id has exactly one result.
+pub fn results_by_id(stdout: &[u8], ids: &[&str]) -> Vec<Value> {
+    let lines = result_lines(stdout);
+    assert_eq!(lines.len(), ids.len(), "{lines:?}");
+    ids.iter()
+        .map(|id| {
+            let mut hits = lines.iter().filter(|l| l["id"] == *id);
+            let hit = hits.next().unwrap_or_else(|| panic!("no result for {id}: {lines:?}")).clone();
+            assert!(hits.next().is_none(), "two results for {id}");
+            hit
+        })
+        .collect()
+}
+
 pub fn smollm2_gguf() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("COHORT_SMOLLM2_GGUF") {
         let p = PathBuf::from(p);
