@@ -44,6 +44,9 @@ pub struct BenchArgs {
     /// ABBA (src/cli/bench_arrivals.rs says what is measured).
     #[arg(long)]
     arrivals: bool,
+    /// With --arrivals: the admission policies to compare.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "continuous,sealed")]
+    arms: Vec<super::bench_arrivals::Arm>,
 }
 
 const TOPICS: [&str; 8] = [
@@ -104,6 +107,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             args.generation_mode,
             args.numerics,
             args.rounds,
+            &args.arms,
             &args.receipt,
         );
     }

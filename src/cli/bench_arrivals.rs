@@ -17,9 +17,8 @@ use crate::engine::handle::{EngineHandle, Submission};
 use crate::engine::owner::EngineSetup;
 use crate::engine::request::{Prompt, Request, RequestResult};
 use crate::engine::row::RowEvent;
-use crate::engine::runtime::median;
 use crate::engine::sampler::SamplerConfig;
-use crate::engine::scheduler::{Numerics, Preset};
+use crate::engine::scheduler::{Numerics, Preset, SchedulerConfig, WidthPolicy};
 use crate::engine::solo::GenerationMode;
 use crate::model::tokenizer::ChatMessage;
 
@@ -119,6 +118,36 @@ const LONG_TOPICS: [&str; 8] = [
     "the life cycle of a butterfly",
 ];
 
+/// An admission policy to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arm {
+    /// Continuous admission, the physical batch exactly the live rows.
+    Continuous,
+    /// Continuous admission, the batch padded to 1, 2, 4 or 8 rows.
+    PowerOfTwo,
+    /// The sealed fixed-B8 lane.
+    Sealed,
+}
+
+impl Arm {
+    fn scheduler(self) -> SchedulerConfig {
+        match self {
+            Arm::Continuous => SchedulerConfig { width: WidthPolicy::Packed, ..Preset::Throughput.config() },
+            Arm::PowerOfTwo => SchedulerConfig { width: WidthPolicy::PowerOfTwo, ..Preset::Throughput.config() },
+            Arm::Sealed => Preset::Sealed.config(),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Arm::Continuous => "continuous",
+            Arm::PowerOfTwo => "power-of-two",
+            Arm::Sealed => "sealed",
+        }
+    }
+}
+
 #[derive(Serialize, Default, Clone)]
 struct ArmFigures {
     arm: String,
@@ -186,13 +215,16 @@ fn staggered(engine: &EngineHandle) -> Result<(f64, f64)> {
 
 fn arm(
     model: &ModelArgs,
-    preset: Preset,
+    which: Arm,
     mode: Option<GenerationMode>,
     numerics: Numerics,
     round: usize,
 ) -> Result<ArmFigures> {
-    let engine = model.start_engine(EngineSetup { scheduler: preset.config(), numerics, mode, serial: false })?;
-    let name = if preset == Preset::Sealed { "sealed" } else { "continuous" };
+    let engine = model.start_engine(EngineSetup { scheduler: which.scheduler(), numerics, mode, serial: false })?;
+    if round == 1 {
+        eprintln!("{}: mode {:?}, numerics {:?}", which.name(), engine.info.mode, engine.info.numerics);
+    }
+    let name = which.name();
     let join_ttft_s = join(&engine)?;
     let (alone, solo) = pair(&engine)?;
     let (staggered_tok_s, staggered_mean_ttft_s) = staggered(&engine)?;
@@ -207,7 +239,7 @@ fn arm(
         staggered_mean_ttft_s,
     };
     println!(
-        "{:<10} {:>5} {:>10.3} {:>10.1} {:>10.1} {:>7.2} {:>11.1} {:>10.3}",
+        "{:<12} {:>5} {:>10.3} {:>10.1} {:>10.1} {:>7.2} {:>11.1} {:>10.3}",
         f.arm,
         f.round,
         f.join_ttft_s,
@@ -225,37 +257,53 @@ pub fn run(
     mode: Option<GenerationMode>,
     numerics: Numerics,
     rounds: usize,
+    arms: &[Arm],
     receipt: &Path,
 ) -> Result<()> {
     println!(
-        "{:<10} {:>5} {:>10} {:>10} {:>10} {:>7} {:>11} {:>10}",
+        "{:<12} {:>5} {:>10} {:>10} {:>10} {:>7} {:>11} {:>10}",
         "arm", "round", "join_ttft", "pair_alone", "pair_solo", "ratio", "stagger_t/s", "stagger_ttft"
     );
     let mut all = Vec::new();
     for round in 1..=rounds {
-        // ABBA: the order flips every round, so drift on a noisy machine falls on both arms.
-        let order =
-            if round % 2 == 1 { [Preset::Throughput, Preset::Sealed] } else { [Preset::Sealed, Preset::Throughput] };
-        for preset in order {
-            all.push(arm(model, preset, mode, numerics, round)?);
+        // ABBA: the order flips every round, so drift on a noisy machine falls on every arm.
+        let mut order = arms.to_vec();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        for which in order {
+            all.push(arm(model, which, mode, numerics, round)?);
         }
     }
     let summary = |name: &str| {
-        let of = |f: fn(&ArmFigures) -> f64| median(all.iter().filter(|a| a.arm == name).map(f).collect());
+        let of = |f: fn(&ArmFigures) -> f64| middle(all.iter().filter(|a| a.arm == name).map(f).collect());
         serde_json::json!({
             "join_ttft_s": of(|a| a.join_ttft_s), "pair_ratio": of(|a| a.pair_ratio),
             "staggered_tok_s": of(|a| a.staggered_tok_s), "staggered_mean_ttft_s": of(|a| a.staggered_mean_ttft_s),
         })
     };
-    let (cont, sealed) = (summary("continuous"), summary("sealed"));
-    println!("medians: continuous {cont}\n         sealed     {sealed}");
+    let mut medians = serde_json::Map::new();
+    for which in arms {
+        let m = summary(which.name());
+        println!("median {:<12} {m}", which.name());
+        medians.insert(which.name().into(), m);
+    }
     let receipt_json = serde_json::json!({
         "scenarios": "join (7 x 256 tokens, a chat turn at 3 s), pair (384 + 24 tokens), staggered (8 x 128, 0.5 s apart)",
-        "device": crate::engine::runtime::RuntimeReport::collect(), "runs": all,
-        "median": { "continuous": cont, "sealed": sealed },
+        "device": crate::engine::runtime::RuntimeReport::collect(), "runs": all, "median": medians,
     });
     std::fs::write(receipt, serde_json::to_string_pretty(&receipt_json)?)
         .with_context(|| format!("cannot write {}", receipt.display()))?;
     eprintln!("receipt: {}", receipt.display());
     Ok(())
+}
+
+/// The median, the mean of the middle two for an even count (two rounds are the usual case).
+fn middle(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if !n.is_multiple_of(2) => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }

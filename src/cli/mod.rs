@@ -1,7 +1,7 @@
 //! Headless commands: everything the TUI does, checkable from scripts.
 
 pub mod bench;
-mod bench_arrivals;
+pub mod bench_arrivals;
 mod bench_b8;
 pub mod bench_step;
 mod bench_switches;
