@@ -77,6 +77,19 @@ fn inspector_cohort_panel_of_a_running_lane() {
 }
 
 #[test]
+fn inspector_rows_panel_of_a_running_lane() {
+    let mut app = fixture::mixed(4, "dark");
+    app.inspector = Some(InspectorPanel::Rows);
+    let queued = app.telemetry.rows.pop().unwrap();
+    let t = &mut app.telemetry;
+    for (i, r) in t.rows.iter_mut().enumerate() {
+        (r.admission_wait_s, r.joined_at_cycle) = (0.05 * i as f64, 40 * i as u64);
+    }
+    t.queued = vec![queued.id, "script-7".into()];
+    insta::assert_snapshot!(draw(&app, 200, 30).backend());
+}
+
+#[test]
 fn a_cancelled_pane_keeps_its_partial_answer() {
     let mut app = fixture::mixed(4, "dark");
     app.focus = 2;

@@ -1,6 +1,7 @@
-//! The rows panel: one line per cohort row with its offsets (target committed / physical, MTP
-//! history), tokens, acceptance (rate and a sparkline of recent drafts), tokens per cycle and
-//! state. Columns drop from the right end of the priority list when the panel is narrow.
+//! The rows panel: one line per live row with its offsets (target committed / physical, MTP
+//! history), tokens, acceptance (rate and a sparkline of recent drafts), tokens per cycle, state,
+//! how long it waited for a row; then the requests still queued.
+//! Columns drop from the right end of the priority list when the panel is narrow.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -41,6 +42,7 @@ const COLUMNS: &[Column] = &[
         width: 9,
         cell: |_, _, r| format!("{}/{}", r.mtp_committed_offset, r.mtp_physical_offset),
     },
+    Column { header: "wait", width: 6, cell: |_, _, r| format!("{:.2}s", r.admission_wait_s) },
 ];
 
 /// Narrowest sparkline worth showing.
@@ -79,14 +81,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         }
     }
     // Show them in reading order: identity, offsets, then rates.
-    let order = ["row", "pane", "state", "commit", "phys", "mtp c/p", "tok", "acc", "t/cyc"];
+    let order = ["row", "pane", "state", "wait", "commit", "phys", "mtp c/p", "tok", "acc", "t/cyc"];
     columns.sort_by_key(|c| order.iter().position(|h| *h == c.header));
     let spark_width = width.saturating_sub(used + 1);
     let show_spark = spark_width >= MIN_SPARK;
     let mut header: Vec<Span> =
         columns.iter().map(|c| Span::styled(format!("{:>w$} ", c.header, w = c.width), s.muted)).collect();
     if show_spark {
-        header.push(Span::styled("recent drafts", s.muted));
+        header.push(Span::styled(if spark_width >= 13 { "recent drafts" } else { "recent" }, s.muted));
     }
     let mut lines = vec![Line::from(header)];
     if t.rows.is_empty() {
@@ -105,6 +107,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             spans.push(Span::styled(spark::accepts(&row.recent_accepts, spark_width), s.spark));
         }
         lines.push(Line::from(spans));
+    }
+    if !t.queued.is_empty() {
+        let ids = t.queued.iter().map(|id| pane_of(app, id).map(|p| format!("pane {}", p + 1)).unwrap_or(id.clone()));
+        let text = format!(" queued ({}): {}", t.queued.len(), ids.collect::<Vec<_>>().join(", "));
+        lines.push(Line::from(Span::styled(text, s.muted)));
     }
     frame.render_widget(Paragraph::new(lines), inner);
 }
