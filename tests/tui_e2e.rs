@@ -1,7 +1,8 @@
 //! End to end: the real binary in a tmux session on the fixture model. Eight prompts are typed
 //! into eight panes and sent together; pane 3 is cancelled mid-answer; then the screen must show
-//! pane 3 cancelled with its partial text, the other seven finished, and the inspector a width-8
-//! cohort. Skipped (with a message) when tmux is not installed.
+//! pane 3 cancelled with its partial text, the other seven finished, and the inspector cycles at
+//! width 8. A pane whose answer ended sends its follow-up while another pane still answers.
+//! Skipped (with a message) when tmux is not installed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -192,4 +193,46 @@ fn a_panic_gives_the_terminal_back_and_keeps_the_transcript() {
     assert!(pane1.contains("\"text\":\"a first question\""), "{pane1}");
     assert!(pane1.contains("\"kind\":\"done\""), "the first answer was saved: {pane1}");
     assert!(pane1.contains("\"text\":\"boom\""), "the prompt sent just before the panic was saved: {pane1}");
+}
+
+#[test]
+fn a_pane_sends_its_follow_up_while_another_still_answers() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: tmux is not installed (./setup.sh installs it)");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    // Long enough that pane 1 is still answering through the whole exchange in pane 2.
+    let profile = profile(home.path(), 3900);
+    let command = format!(
+        "env COHORT_HOME={} {} --profile {} --panes 2; echo COHORT-EXITED-$?; sleep 600",
+        home.path().display(),
+        env!("CARGO_BIN_EXE_cohort"),
+        profile.display()
+    );
+    let tmux = Tmux::start(&format!("cohort-e2e-follow-{}", std::process::id()), 160, 40, &command);
+    let slow = Duration::from_secs(120);
+    tmux.wait_for("the model to load", slow, |s| s.contains("mtp · throughput") || s.contains("COHORT-EXITED"));
+    tmux.type_text("a long answer please");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("pane 1 to decode", slow, |s| s.contains("1 · decoding"));
+    tmux.keys(&["M-2"]);
+    tmux.type_text("a first question");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("pane 2 to answer", slow, |s| s.contains("2 · decoding"));
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("pane 2's answer to end", slow, |s| s.contains("2 · cancelled"));
+    // A sealed cohort would hold this until pane 1 has all its 3900 tokens.
+    tmux.type_text("and a follow-up");
+    tmux.keys(&["Enter"]);
+    let both = tmux.wait_for("the follow-up to stream beside pane 1", slow, |s| {
+        s.contains("2 · decoding") || s.contains("2 · done") || s.contains("1 · done")
+    });
+    assert!(both.contains("1 · decoding"), "pane 1 had ended before the follow-up ran:\n{both}");
+    assert!(both.contains("and a follow-up"), "{both}");
+    tmux.keys(&["M-1"]);
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("pane 1 to be cancelled", slow, |s| s.contains("1 · cancelled"));
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
 }
