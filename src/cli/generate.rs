@@ -174,6 +174,9 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     Ok(if failed > 0 { super::exit::SOME_FAILED } else { super::exit::OK })
 }
 
+/// How long the writer waits between looks at the input and the results while requests run.
+const POLL: Duration = Duration::from_millis(2);
+
 /// Submit each request as it is read and write each result the moment its request ends
 /// (completion order, one flushed line each), so an interrupted run keeps every finished result.
 /// Returns how many requests failed.
@@ -189,18 +192,25 @@ fn stream_results(engine: &EngineHandle, incoming: &mpsc::Receiver<Incoming>, si
         sink.flush().context("cannot write a result")
     };
     while input_open || !live.is_empty() {
-        // Wait for input only while nothing decodes; otherwise glance at it between results.
-        let next = if live.is_empty() {
-            incoming.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
-        } else {
-            incoming.recv_timeout(Duration::from_millis(2))
+        // Wait for input while nothing decodes; otherwise glance at it between results, and once
+        // the input has ended, pause a moment between looks (never spin: the engine needs the
+        // cores).
+        let next = match (input_open, live.is_empty()) {
+            (true, true) => incoming.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            (true, false) => incoming.recv_timeout(POLL),
+            (false, _) => {
+                std::thread::sleep(POLL);
+                Err(mpsc::RecvTimeoutError::Timeout)
+            }
         };
         let mut arrived: Vec<Incoming> = match next {
             Ok(item) => vec![item],
             Err(mpsc::RecvTimeoutError::Timeout) => Vec::new(),
             Err(mpsc::RecvTimeoutError::Disconnected) => vec![Incoming::End(None)],
         };
-        arrived.extend(incoming.try_iter());
+        if input_open {
+            arrived.extend(incoming.try_iter());
+        }
         for item in arrived {
             match item {
                 Incoming::Line(line) => match *line {
