@@ -210,3 +210,20 @@ fn a_long_prompt_reports_prefill_progress_chunk_by_chunk() {
     // 200 tokens in chunks of 64: announced at 0, then after each chunk but the last.
     assert_eq!(progress, vec![(0, 200), (64, 200), (128, 200), (192, 200)]);
 }
+
+/// A budget so large that prompt + budget would wrap around is refused as over the context
+/// window, not let through as a small number.
+#[test]
+fn a_budget_that_would_wrap_is_refused_naming_the_window() {
+    use cohort::engine::prepare::prepare;
+    use cohort::engine::row::CancelFlag;
+    let dir = fixture("qwen35_moe_4bit");
+    let model = cohort::model::load::load(&dir, mlx_rs::Dtype::Float32).unwrap();
+    let tok = cohort::model::tokenizer::TextTokenizer::load(&dir).unwrap();
+    for max_tokens in [usize::MAX, usize::MAX - 1, usize::MAX / 2 + 1] {
+        let mut req = request(0, 10);
+        req.max_tokens = max_tokens;
+        let err = prepare(&*model, &tok, &req, CancelFlag::default()).err().expect("a wrapping budget is refused");
+        assert!(format!("{err:#}").contains("context window"), "{err:#}");
+    }
+}

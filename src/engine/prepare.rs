@@ -35,16 +35,18 @@ pub fn prepare(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, ca
     if ids.len() >= window {
         bail!("the prompt has {} tokens, over the context window of {window}", ids.len());
     }
-    if ids.len() + req.max_tokens + VERIFY_SLACK > window {
+    // Checked: a huge max_tokens must not wrap around into a small total.
+    let total = ids.len().checked_add(req.max_tokens).and_then(|n| n.checked_add(VERIFY_SLACK));
+    let Some(total) = total.filter(|&n| n <= window) else {
         bail!(
             "prompt ({} tokens) + max_tokens ({}) exceeds the context window of {window}; lower max_tokens to at most {}",
             ids.len(),
             req.max_tokens,
             window.saturating_sub(ids.len() + VERIFY_SLACK)
         );
-    }
+    };
     let step = crate::model::cache::KV_STEP as usize; // KV buffers grow in whole steps
-    let positions = (ids.len() + req.max_tokens + VERIFY_SLACK).div_ceil(step) * step;
+    let positions = total.div_ceil(step) * step;
     super::memory_guard::ensure_fits(
         (positions * model.kv_bytes_per_position()) as u64,
         &format!("the KV cache of this request ({} prompt tokens + max_tokens {})", ids.len(), req.max_tokens),

@@ -17,11 +17,15 @@ const DEFAULT_CANDIDATES: usize = 256;
 /// Extra candidates so ties at the top-k boundary resolve by the id rule, not by the device.
 const TIE_MARGIN: usize = 8;
 
+/// Temperatures below this sample as greedy decoding does: 1/T stays far inside float32's range
+/// for any logit a model produces above it.
+pub const GREEDY_BELOW: f64 = 1e-20;
+
 /// A request's sampling settings.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SamplerConfig {
-    /// 0 = greedy.
+    /// 0 (or anything below [`GREEDY_BELOW`]) = greedy.
     pub temperature: f64,
     /// Nucleus mass in (0, 1]; 1 = off.
     pub top_p: f64,
@@ -52,8 +56,10 @@ impl SamplerConfig {
         Self { temperature: 0.0, top_p: 1.0, top_k: 0, ..Self::default() }
     }
 
+    /// Greedy at 0, and at temperatures so small that 1/T would overflow the float32 scaling
+    /// (where sampling tends to the argmax anyway).
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0
+        self.temperature < GREEDY_BELOW
     }
 
     pub fn has_penalties(&self) -> bool {
@@ -366,6 +372,18 @@ mod tests {
         assert!((r.probs[0] - 2.0 / 3.0).abs() < 1e-12);
         let same = residual(&p, &p);
         assert_eq!(same, p, "no residual mass falls back to p");
+    }
+
+    /// A temperature so small that 1/T overflows samples as greedy decoding does, instead of
+    /// from NaN probabilities.
+    #[test]
+    fn a_vanishing_temperature_acts_greedy() {
+        let logits = Array::from_slice(&[1.0f32, 3.0, 2.0, -1.0], &[1, 4]);
+        for temperature in [1e-300, 1e-40, f64::MIN_POSITIVE] {
+            let cfg = SamplerConfig { temperature, top_p: 1.0, top_k: 0, ..Default::default() };
+            let d = distributions(&logits, &[cfg], &[&PenaltyState::default()]).unwrap().remove(0);
+            assert_eq!((d.ids.clone(), d.probs.clone()), (vec![1], vec![1.0]), "temperature {temperature}");
+        }
     }
 
     #[test]
