@@ -225,3 +225,21 @@ fn an_interrupted_run_keeps_every_finished_result() {
     assert!(written.ends_with('\n') && lines[0]["id"] == "quick", "{written}");
     assert_eq!(lines[0]["finish_reason"], "length");
 }
+
+#[test]
+fn a_repeated_id_is_refused_and_the_first_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let line = r#"{"id":"dup","prompt":"The boat","max_tokens":3,"temperature":0}"#;
+    std::fs::write(&input, format!("{line}\n{line}\n")).unwrap();
+    let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let lines = common::result_lines(&out.stdout);
+    assert_eq!(lines.len(), 2);
+    let reasons: Vec<&str> = lines.iter().map(|l| l["finish_reason"].as_str().unwrap()).collect();
+    assert!(reasons.contains(&"length") && reasons.contains(&"error"), "{lines:?}");
+    let refused = lines.iter().find(|l| l["finish_reason"] == "error").unwrap();
+    assert_eq!(refused["id"], "dup");
+    let msg = refused["error"].as_str().unwrap();
+    assert!(msg.contains("line 2") && msg.contains("unique"), "{msg}");
+}

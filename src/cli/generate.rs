@@ -106,6 +106,7 @@ fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<std::threa
             None => Box::new(std::io::stdin().lock()),
         };
         let defaults = SamplerConfig::default();
+        let mut seen = std::collections::HashSet::new();
         for (i, line) in reader.split(b'\n').enumerate() {
             let bytes = match line {
                 Ok(b) => b,
@@ -114,9 +115,21 @@ fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<std::threa
                     return;
                 }
             };
-            if let Some(item) = parse_line(&input, i + 1, bytes, &defaults)
-                && tx.send(Incoming::Line(Box::new(item))).is_err()
+            let Some(mut item) = parse_line(&input, i + 1, bytes, &defaults) else { continue };
+            // Results are matched to requests by id, so a second request with an id already
+            // used in this run is refused (the first keeps it).
+            if let Ok(req) = &item
+                && !seen.insert(req.id.clone())
             {
+                let message = format!(
+                    "{}: line {}: the id {:?} was used by an earlier line; ids must be unique in one run",
+                    input.display(),
+                    i + 1,
+                    req.id
+                );
+                item = Err(RequestResult::error(&req.id, message));
+            }
+            if tx.send(Incoming::Line(Box::new(item))).is_err() {
                 return;
             }
         }

@@ -108,17 +108,34 @@ impl Iterator for Chunks<'_> {
     }
 }
 
+/// Threads beyond this many per core only add switching (and 100,000 of them stall the machine).
+const MAX_THREADS_PER_CORE: usize = 4;
+
+/// The pool's size for a `COHORT_CPU_THREADS` setting: a whole number from 1 to 4 threads a core;
+/// anything else falls back to one per core (or is capped), with a warning in the log.
+fn pool_threads(setting: Option<&str>, cores: usize) -> usize {
+    let Some(text) = setting else { return cores };
+    let most = cores.saturating_mul(MAX_THREADS_PER_CORE);
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=most).contains(&n) => n,
+        Ok(n) if n > most => {
+            tracing::warn!("COHORT_CPU_THREADS={n} is more than {most} ({MAX_THREADS_PER_CORE} a core): using {most}");
+            most
+        }
+        _ => {
+            tracing::warn!("COHORT_CPU_THREADS={text:?} is not a whole number >= 1: using one thread per core");
+            cores
+        }
+    }
+}
+
 impl Pool {
     /// The process's pool: `COHORT_CPU_THREADS` threads in all when set, else one per core.
     pub fn global() -> &'static Pool {
         static POOL: OnceLock<Pool> = OnceLock::new();
         POOL.get_or_init(|| {
-            let threads = std::env::var("COHORT_CPU_THREADS")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .filter(|&n| n > 0)
-                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-            Pool::new(threads)
+            let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+            Pool::new(pool_threads(std::env::var("COHORT_CPU_THREADS").ok().as_deref(), cores))
         })
     }
 
@@ -269,8 +286,19 @@ pub fn host_route_on(switch: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
     use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn the_thread_setting_is_bounded_and_checked() {
+        assert_eq!(pool_threads(None, 2), 2);
+        assert_eq!(pool_threads(Some("3"), 2), 3);
+        assert_eq!(pool_threads(Some("100000"), 2), 8);
+        assert_eq!(pool_threads(Some("0"), 2), 2);
+        assert_eq!(pool_threads(Some("-4"), 2), 2);
+        assert_eq!(pool_threads(Some("lots"), 16), 16);
+    }
 
     /// Runs `chunks` chunks on `pool`, each counting its own runs (and sleeping first when it
     /// is `slow`), and checks that every one ran exactly once.
