@@ -155,29 +155,19 @@ pub fn run_owner(
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut shutting_down = false;
 
-    let handle =
-        |cmd: OwnerCommand, pending: &mut VecDeque<Pending>, shutting_down: &mut bool, serial: &mut bool| match cmd {
-            OwnerCommand::Submit { req, cancel, events, arrived } => {
-                pending.push_back(Pending { req, cancel, events, arrived })
-            }
-            OwnerCommand::InjectFault(n) => inject_fault_at_cycle(n),
-            OwnerCommand::SetSerial(on) => *serial = on,
-            OwnerCommand::Shutdown => *shutting_down = true,
-        };
-
     loop {
         if pending.is_empty() {
             if shutting_down {
                 return;
             }
             match rx.recv() {
-                Ok(cmd) => handle(cmd, &mut pending, &mut shutting_down, &mut serial),
+                Ok(cmd) => apply(cmd, &mut pending, &mut serial, &mut shutting_down),
                 Err(_) => return,
             }
             continue;
         }
         while let Ok(cmd) = rx.try_recv() {
-            handle(cmd, &mut pending, &mut shutting_down, &mut serial);
+            apply(cmd, &mut pending, &mut serial, &mut shutting_down);
         }
         // Wait (at most batch_wait from the oldest arrival) for company.
         let seal = if serial { 1 } else { setup.scheduler.seal_width() };
@@ -189,7 +179,7 @@ pub fn run_owner(
                 break;
             }
             match rx.recv_timeout(deadline - now) {
-                Ok(cmd) => handle(cmd, &mut pending, &mut shutting_down, &mut serial),
+                Ok(cmd) => apply(cmd, &mut pending, &mut serial, &mut shutting_down),
                 Err(mpsc::RecvTimeoutError::Timeout) => break,
                 Err(mpsc::RecvTimeoutError::Disconnected) => shutting_down = true,
             }
@@ -202,6 +192,19 @@ pub fn run_owner(
         set_queue(&tel, pending.len(), group.len());
         run_group(model, tok, &loaded.family, mode, &setup, group, &mut pending, &tel);
         set_queue(&tel, pending.len(), 0);
+    }
+}
+
+/// One command from the handle: queue a request, arm the fault hook, switch the serial arm, or
+/// note that the engine is shutting down.
+fn apply(cmd: OwnerCommand, queue: &mut VecDeque<Pending>, serial: &mut bool, shutting_down: &mut bool) {
+    match cmd {
+        OwnerCommand::Submit { req, cancel, events, arrived } => {
+            queue.push_back(Pending { req, cancel, events, arrived })
+        }
+        OwnerCommand::InjectFault(n) => inject_fault_at_cycle(n),
+        OwnerCommand::SetSerial(on) => *serial = on,
+        OwnerCommand::Shutdown => *shutting_down = true,
     }
 }
 
@@ -254,26 +257,18 @@ fn run_continuous(
     let mut serial = setup.serial;
     let mut queue: VecDeque<Pending> = VecDeque::new();
     let mut shutting_down = false;
-    let handle = |cmd: OwnerCommand, queue: &mut VecDeque<Pending>, serial: &mut bool, down: &mut bool| match cmd {
-        OwnerCommand::Submit { req, cancel, events, arrived } => {
-            queue.push_back(Pending { req, cancel, events, arrived })
-        }
-        OwnerCommand::InjectFault(n) => inject_fault_at_cycle(n),
-        OwnerCommand::SetSerial(on) => *serial = on,
-        OwnerCommand::Shutdown => *down = true,
-    };
     loop {
         if lane.is_idle() && queue.is_empty() {
             if shutting_down {
                 return;
             }
             match rx.recv() {
-                Ok(cmd) => handle(cmd, &mut queue, &mut serial, &mut shutting_down),
+                Ok(cmd) => apply(cmd, &mut queue, &mut serial, &mut shutting_down),
                 Err(_) => return,
             }
         }
         while let Ok(cmd) = rx.try_recv() {
-            handle(cmd, &mut queue, &mut serial, &mut shutting_down);
+            apply(cmd, &mut queue, &mut serial, &mut shutting_down);
         }
         drop_cancelled(&mut queue);
         // b1-exact numerics and the serial arm decode one request at a time.
