@@ -94,13 +94,13 @@ fn line_id(text: &str, n: usize) -> String {
 }
 
 /// Read `input` line by line as it arrives (stdin for "-"), handing each line over at once.
-fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<std::thread::JoinHandle<()>> {
+fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<()> {
     let file = if input.as_os_str() == "-" {
         None
     } else {
         Some(std::fs::File::open(&input).with_context(|| format!("cannot open {}", input.display()))?)
     };
-    let thread = std::thread::Builder::new().name("cohort-generate-input".into()).spawn(move || {
+    std::thread::Builder::new().name("cohort-generate-input".into()).spawn(move || {
         let reader: Box<dyn BufRead> = match file {
             Some(f) => Box::new(std::io::BufReader::new(f)),
             None => Box::new(std::io::stdin().lock()),
@@ -135,7 +135,7 @@ fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<std::threa
         }
         let _ = tx.send(Incoming::End(None));
     })?;
-    Ok(thread)
+    Ok(())
 }
 
 /// Block until a submission's terminal result arrives (deltas are skipped).
@@ -144,9 +144,25 @@ pub fn wait(sub: &Submission) -> RequestResult {
         match sub.events.recv() {
             Ok(RowEvent::Done(r)) => return *r,
             Ok(_) => {}
-            Err(_) => return RequestResult::error(&sub.id, "the engine stopped before finishing this request".into()),
+            Err(_) => return engine_stopped(sub),
         }
     }
+}
+
+/// A submission's terminal result if it has arrived (deltas are skipped), without waiting.
+fn try_result(sub: &Submission) -> Option<RequestResult> {
+    loop {
+        match sub.events.try_recv() {
+            Ok(RowEvent::Done(r)) => return Some(*r),
+            Ok(_) => {}
+            Err(mpsc::TryRecvError::Empty) => return None,
+            Err(mpsc::TryRecvError::Disconnected) => return Some(engine_stopped(sub)),
+        }
+    }
+}
+
+fn engine_stopped(sub: &Submission) -> RequestResult {
+    RequestResult::error(&sub.id, "the engine stopped before finishing this request".into())
 }
 
 /// The results file, or stdout: opened before any model work, so a path that cannot be written
@@ -164,7 +180,7 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     let mut sink = open_sink(args.output.as_deref())?;
     let (tx, incoming) = mpsc::channel();
     // The input is opened before the model loads too; lines are read while it loads.
-    let _reader = spawn_reader(args.input.clone(), tx)?;
+    spawn_reader(args.input.clone(), tx)?;
     let mut scheduler = args.preset.config();
     if let Some(c) = args.prefill_chunk {
         scheduler.prefill_chunk = c.max(1);
@@ -242,18 +258,7 @@ fn stream_results(engine: &EngineHandle, incoming: &mpsc::Receiver<Incoming>, si
         }
         let mut i = 0;
         while i < live.len() {
-            let ended = loop {
-                match live[i].events.try_recv() {
-                    Ok(RowEvent::Done(r)) => break Some(*r),
-                    Ok(_) => {}
-                    Err(mpsc::TryRecvError::Empty) => break None,
-                    Err(mpsc::TryRecvError::Disconnected) => {
-                        let message = "the engine stopped before finishing this request".into();
-                        break Some(RequestResult::error(&live[i].id, message));
-                    }
-                }
-            };
-            match ended {
+            match try_result(&live[i]) {
                 Some(r) => {
                     live.remove(i);
                     write(&r, &mut failed)?;

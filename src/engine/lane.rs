@@ -177,7 +177,7 @@ impl<'m> Lane<'m> {
     /// lane (the caller fails them with [`Lane::fail_all`]).
     pub fn step(&mut self, tel: &SharedTelemetry) -> Result<()> {
         self.drop_cancelled_readers();
-        self.read_prompts()?;
+        self.read_prompts();
         for run in self.runs.iter_mut() {
             if run.is_active() && run.cancel.is_cancelled() {
                 run.cancel_now();
@@ -204,16 +204,15 @@ impl<'m> Lane<'m> {
     /// Fail every live row with `message` (a cycle or a prompt failed: their state is not
     /// trusted) and reset the lane.
     pub fn fail_all(&mut self, message: &str, tel: &SharedTelemetry) {
-        for mut r in self.readers.drain(..) {
+        for mut r in std::mem::take(&mut self.readers) {
             r.run.fail(message.to_owned());
-            let result = r.run.result(self.tok);
-            self.outbox.push((r.p, result));
+            self.end(r.p, &mut r.run);
         }
-        for (seat, mut run) in self.seats.drain(..).zip(self.runs.drain(..)) {
+        let (seats, runs) = (std::mem::take(&mut self.seats), std::mem::take(&mut self.runs));
+        for (seat, mut run) in seats.into_iter().zip(runs) {
             run.finish = None;
             run.fail(message.to_owned());
-            let result = run.result(self.tok);
-            self.outbox.push((seat.p, result));
+            self.end(seat.p, &mut run);
         }
         self.rows.clear();
         self.slots.clear();
@@ -226,12 +225,17 @@ impl<'m> Lane<'m> {
             let mut r = self.readers.pop_front().unwrap();
             if r.run.cancel.is_cancelled() {
                 r.run.cancel_now();
-                let result = r.run.result(self.tok);
-                self.outbox.push((r.p, result));
+                self.end(r.p, &mut r.run);
             } else {
                 self.readers.push_back(r);
             }
         }
+    }
+
+    /// A row has ended (finished, cancelled or failed): its result waits in the outbox.
+    fn end(&mut self, p: Pending, run: &mut RowRun) {
+        let result = run.result(self.tok);
+        self.outbox.push((p, result));
     }
 
     /// Publish the lane as it stands, then send the results of the rows that left.
@@ -245,7 +249,7 @@ impl<'m> Lane<'m> {
     /// Read waiting prompts, oldest first, chunk by chunk until the budget is spent (at least one
     /// chunk, so a lone prompt always moves). A prompt read to its end draws its first token and
     /// takes a seat.
-    fn read_prompts(&mut self) -> Result<()> {
+    fn read_prompts(&mut self) {
         let mut spent = 0;
         while spent == 0 || spent < self.cfg.budget {
             let Some(r) = self.readers.front_mut() else { break };
@@ -253,8 +257,7 @@ impl<'m> Lane<'m> {
                 // Acts within one chunk of a request being cancelled.
                 let mut r = self.readers.pop_front().unwrap();
                 r.run.cancel_now();
-                let result = r.run.result(self.tok);
-                self.outbox.push((r.p, result));
+                self.end(r.p, &mut r.run);
                 continue;
             }
             let t0 = Instant::now();
@@ -268,8 +271,7 @@ impl<'m> Lane<'m> {
                 Err(e) => {
                     let mut r = self.readers.pop_front().unwrap();
                     r.run.fail(format!("prefill failed: {e:#}"));
-                    let result = r.run.result(self.tok);
-                    self.outbox.push((r.p, result));
+                    self.end(r.p, &mut r.run);
                     continue;
                 }
             };
@@ -287,7 +289,6 @@ impl<'m> Lane<'m> {
             let r = self.readers.pop_front().unwrap();
             self.seat(r, out);
         }
-        Ok(())
     }
 
     /// The prompt is read: write its MTP history, draw the first token, and seat the row (or
@@ -313,8 +314,7 @@ impl<'m> Lane<'m> {
         }
         if !r.run.is_active() {
             r.run.stats.route = self.cfg.route(1);
-            let result = r.run.result(self.tok);
-            self.outbox.push((r.p, result));
+            self.end(r.p, &mut r.run);
             return;
         }
         r.run.stats.joined_at_cycle = self.cycles;
@@ -353,7 +353,7 @@ impl<'m> Lane<'m> {
             if width == 1 {
                 // Alone, a row is a solo row: its own KV, the solo cycle.
                 self.slots.clear();
-                self.rows[0].unpack()?;
+                self.rows[0].unpack();
             } else {
                 self.slots = cohort::pack_if_it_fits(self.model, &self.runs, &mut self.rows)?;
             }
@@ -361,8 +361,7 @@ impl<'m> Lane<'m> {
             self.repack = false;
         }
         cohort::fault_hook()?;
-        let inert = vec![self.dummy.1.clone(); width];
-        let Lane { model, tok, cfg, seats, runs, rows, .. } = &mut *self;
+        let Lane { model, tok, cfg, seats, runs, rows, dummy, .. } = &mut *self;
         let mut route = |b: usize, ev: RowEvent| {
             let _ = seats[b].p.events.send(ev);
         };
@@ -370,6 +369,7 @@ impl<'m> Lane<'m> {
             // The route the exactness gate chose for B1, as a solo run takes it.
             lone_cycle(*model, tok, &mut runs[0], &mut rows[0], cfg.mode, &mut |ev| route(0, ev))?;
         } else {
+            let inert = vec![dummy.1.clone(); width];
             linear::with_route(cfg.linear_route(), || match cfg.mode {
                 GenerationMode::Mtp => cohort::cycle(*model, tok, runs, rows, &inert, &mut route),
                 GenerationMode::Ar => cohort::cycle_ar(*model, tok, runs, rows, &inert, &mut route),
@@ -423,8 +423,7 @@ impl<'m> Lane<'m> {
             if run.stats.route.is_empty() {
                 run.stats.route = self.cfg.route(1);
             }
-            let result = run.result(self.tok);
-            self.outbox.push((seat.p, result));
+            self.end(seat.p, &mut run);
             left += 1;
         }
         if left == 0 {

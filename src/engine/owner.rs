@@ -72,10 +72,6 @@ pub enum OwnerCommand {
     Shutdown,
 }
 
-fn done(p: &Pending, result: RequestResult) {
-    p.done(result);
-}
-
 pub fn run_owner(
     load: impl FnOnce() -> Result<Loaded>,
     mut setup: EngineSetup,
@@ -323,7 +319,7 @@ fn run_group(
                 run.arrived = p.arrived;
                 members.push((p, run));
             }
-            Err(e) => done(&p, RequestResult::error(&p.req.id, format!("{e:#}"))),
+            Err(e) => p.done(RequestResult::error(&p.req.id, format!("{e:#}"))),
         }
     }
     if members.is_empty() {
@@ -369,7 +365,7 @@ fn run_group(
             }
             let _ = mlx_rs::memory::clear_cache();
             let result = run.result(tok);
-            done(&p, result);
+            p.done(result);
         }
         return;
     }
@@ -402,7 +398,7 @@ fn run_group(
         Ok(()) => {
             for (p, mut run) in pendings.into_iter().zip(runs) {
                 if !run.delivered {
-                    done(&p, run.result(tok));
+                    p.done(run.result(tok));
                 }
             }
         }
@@ -415,11 +411,11 @@ fn run_group(
                 if !run.delivered {
                     run.finish = None;
                     run.fail(msg.clone());
-                    done(&p, run.result(tok));
+                    p.done(run.result(tok));
                 }
             }
             for p in queued.drain(..) {
-                done(&p, RequestResult::error(&p.req.id, msg.clone()));
+                p.done(RequestResult::error(&p.req.id, msg.clone()));
             }
             let _ = mlx_rs::memory::clear_cache();
         }

@@ -180,22 +180,15 @@ mod tests {
 
     #[test]
     fn presets_match_the_reference_table() {
+        let chunk = if runtime::Backend::detect() == runtime::Backend::Cpu { CPU_PREFILL_CHUNK } else { 2048 };
         assert_eq!(
             Preset::Throughput.config(),
             SchedulerConfig {
                 max_active: 8,
                 decode_batch_max: 8,
                 batch_wait_ms: 20,
-                prefill_chunk: if runtime::Backend::detect() == runtime::Backend::Cpu {
-                    CPU_PREFILL_CHUNK
-                } else {
-                    2048
-                },
-                prefill_budget: if runtime::Backend::detect() == runtime::Backend::Cpu {
-                    CPU_PREFILL_CHUNK
-                } else {
-                    2048
-                },
+                prefill_chunk: chunk,
+                prefill_budget: chunk,
                 admission: Admission::Continuous,
                 width: WidthPolicy::Packed,
             }

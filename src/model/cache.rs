@@ -59,17 +59,12 @@ impl KvCache {
 
     /// Take the storage back from a cohort's shared buffer: the committed positions become the
     /// row's own arrays again (a row left alone decodes as a solo row does).
-    pub fn unpack(&mut self) -> Result<()> {
-        if self.slot.is_none() {
-            return Ok(());
+    pub fn unpack(&mut self) {
+        if self.slot.is_some() {
+            let committed = self.committed();
+            self.slot = None;
+            (self.keys, self.values) = committed.unzip();
         }
-        let committed = self.committed();
-        self.slot = None;
-        (self.keys, self.values) = match committed {
-            Some((k, v)) => (Some(k), Some(v)),
-            None => (None, None),
-        };
-        Ok(())
     }
 
     /// Count `t` positions a batched write has put into the slot.
@@ -270,13 +265,13 @@ impl RowCache {
     }
 
     /// Every attention layer's KV (the MTP history too) back in the row's own arrays.
-    pub fn unpack(&mut self) -> Result<()> {
+    pub fn unpack(&mut self) {
         for layer in &mut self.layers {
             if let LayerState::Attention(kv) = layer {
-                kv.unpack()?;
+                kv.unpack();
             }
         }
-        self.mtp.unpack()
+        self.mtp.unpack();
     }
 
     /// Every array the row holds, for evaluation at step boundaries.
