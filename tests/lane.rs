@@ -54,21 +54,26 @@ fn tiny_llama(dir: &std::path::Path) -> (Box<dyn LanguageModel>, TextTokenizer, 
     (model, tok, prompts)
 }
 
+fn request(id: &str, prompt: &[u32], max_tokens: usize, sampler: SamplerConfig, seed: u64) -> Request {
+    Request {
+        id: id.into(),
+        prompt: Prompt::Ids(prompt.to_vec()),
+        max_tokens,
+        sampler,
+        seed,
+        stop: vec![],
+        ignore_eos: true,
+    }
+}
+
 /// The pool every scenario draws from: prompts x samplers x budgets.
 fn pool(prompts: &[Vec<u32>]) -> Vec<Request> {
     let mut reqs = Vec::new();
     for (i, p) in prompts.iter().enumerate() {
         for (s, sampler) in [SamplerConfig::greedy(), SamplerConfig::default()].into_iter().enumerate() {
             for max_tokens in [1, 4, 11] {
-                reqs.push(Request {
-                    id: format!("p{i}s{s}m{max_tokens}"),
-                    prompt: Prompt::Ids(p.clone()),
-                    max_tokens,
-                    sampler,
-                    seed: 4200 + (i * 7 + s) as u64,
-                    stop: vec![],
-                    ignore_eos: true,
-                });
+                let seed = 4200 + (i * 7 + s) as u64;
+                reqs.push(request(&format!("p{i}s{s}m{max_tokens}"), p, max_tokens, sampler, seed));
             }
         }
     }
@@ -239,16 +244,8 @@ fn on_the_host_decode_path_joining_rows_stay_exact() {
 #[test]
 fn a_finished_row_leaves_at_once_and_its_follow_up_joins_the_running_lane() {
     let (model, tok, prompts) = qwen();
-    let long = Request {
-        id: "long".into(),
-        prompt: Prompt::Ids(prompts[1].clone()),
-        max_tokens: 40,
-        sampler: SamplerConfig::greedy(),
-        seed: 1,
-        stop: vec![],
-        ignore_eos: true,
-    };
-    let short = Request { id: "short".into(), max_tokens: 3, prompt: Prompt::Ids(prompts[3].clone()), ..long.clone() };
+    let long = request("long", &prompts[1], 40, SamplerConfig::greedy(), 1);
+    let short = request("short", &prompts[3], 3, SamplerConfig::greedy(), 1);
     let pool = vec![long.clone(), short.clone()];
     let entries = [
         Entry { pool: 0, arrives: 0, cancel_at: None },
@@ -275,16 +272,8 @@ fn a_finished_row_leaves_at_once_and_its_follow_up_joins_the_running_lane() {
 #[test]
 fn a_long_prompt_is_read_between_cycles() {
     let (model, tok, prompts) = qwen();
-    let running = Request {
-        id: "running".into(),
-        prompt: Prompt::Ids(prompts[1].clone()),
-        max_tokens: 60,
-        sampler: SamplerConfig::greedy(),
-        seed: 1,
-        stop: vec![],
-        ignore_eos: true,
-    };
-    let long = Request { id: "long".into(), max_tokens: 2, prompt: Prompt::Ids(prompts[2].clone()), ..running.clone() };
+    let running = request("running", &prompts[1], 60, SamplerConfig::greedy(), 1);
+    let long = request("long", &prompts[2], 2, SamplerConfig::greedy(), 1);
     let chunks = prompts[2].len().div_ceil(CHUNK);
     assert!(chunks >= 4, "the long prompt spans {chunks} chunks");
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));

@@ -87,23 +87,45 @@ fn profile(dir: &Path, max_tokens: usize) -> PathBuf {
     path
 }
 
-#[test]
-fn eight_panes_decode_together_and_one_is_cancelled() {
+/// What a test's tmux session runs: environment before the binary, arguments after the profile,
+/// a shell line after it exits.
+struct Launch<'a> {
+    tag: &'a str,
+    size: (u16, u16),
+    max_tokens: usize,
+    env: &'a str,
+    args: &'a str,
+    after: &'a str,
+}
+
+/// Start cohort on the fixture in a tmux session of its own with a fresh home, and wait for the
+/// model to load; None (after saying the test is skipped) when tmux is not installed.
+fn launch(l: Launch) -> Option<(tempfile::TempDir, Tmux)> {
     if Command::new("tmux").arg("-V").output().is_err() {
         eprintln!("SKIPPED: tmux is not installed (./setup.sh installs it)");
-        return;
+        return None;
     }
     let home = tempfile::tempdir().unwrap();
-    let profile = profile(home.path(), 600);
+    let profile = profile(home.path(), l.max_tokens);
     let command = format!(
-        "env COHORT_HOME={} {} --profile {}; echo COHORT-EXITED-$?; sleep 600",
+        "env {} COHORT_HOME={} {} --profile {} {}; echo COHORT-EXITED-$?; {}sleep 600",
+        l.env,
         home.path().display(),
         env!("CARGO_BIN_EXE_cohort"),
-        profile.display()
+        profile.display(),
+        l.args,
+        l.after
     );
-    let tmux = Tmux::start(&format!("cohort-e2e-{}", std::process::id()), 200, 50, &command);
+    let tmux = Tmux::start(&format!("cohort-e2e-{}-{}", l.tag, std::process::id()), l.size.0, l.size.1, &command);
     let load = Duration::from_secs(120);
     tmux.wait_for("the model to load", load, |s| s.contains("mtp · throughput") || s.contains("COHORT-EXITED"));
+    Some((home, tmux))
+}
+
+#[test]
+fn eight_panes_decode_together_and_one_is_cancelled() {
+    let launched = launch(Launch { tag: "eight", size: (200, 50), max_tokens: 600, env: "", args: "", after: "" });
+    let Some((home, tmux)) = launched else { return };
     for pane in 1..=8 {
         tmux.keys(&[&format!("M-{pane}")]);
         tmux.type_text(&format!("prompt for pane {pane}"));
@@ -162,23 +184,18 @@ fn eight_panes_decode_together_and_one_is_cancelled() {
 
 #[test]
 fn a_panic_gives_the_terminal_back_and_keeps_the_transcript() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed (./setup.sh installs it)");
-        return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let profile = profile(home.path(), 50);
     // After cohort exits, `stty -a` tells whether the terminal is back in cooked mode.
-    let command = format!(
-        "env RUST_BACKTRACE=0 COHORT_HOME={} COHORT_TUI_PANIC_ON=boom {} --profile {} --panes 2; echo COHORT-EXITED-$?; \
-         stty -a | grep -q -- ' icanon' && echo TTY-COOKED; sleep 600",
-        home.path().display(),
-        env!("CARGO_BIN_EXE_cohort"),
-        profile.display()
-    );
-    let tmux = Tmux::start(&format!("cohort-e2e-panic-{}", std::process::id()), 120, 30, &command);
+    let Some((home, tmux)) = launch(Launch {
+        tag: "panic",
+        size: (120, 30),
+        max_tokens: 50,
+        env: "RUST_BACKTRACE=0 COHORT_TUI_PANIC_ON=boom",
+        args: "--panes 2",
+        after: "stty -a | grep -q -- ' icanon' && echo TTY-COOKED; ",
+    }) else {
+        return;
+    };
     let slow = Duration::from_secs(120);
-    tmux.wait_for("the model to load", slow, |s| s.contains("mtp · throughput") || s.contains("COHORT-EXITED"));
     tmux.type_text("a first question");
     tmux.keys(&["Enter"]);
     tmux.wait_for("the first answer", slow, |s| s.contains("1 · done"));
@@ -197,23 +214,12 @@ fn a_panic_gives_the_terminal_back_and_keeps_the_transcript() {
 
 #[test]
 fn a_pane_sends_its_follow_up_while_another_still_answers() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed (./setup.sh installs it)");
-        return;
-    }
-    let home = tempfile::tempdir().unwrap();
     // Long enough that pane 1 is still answering through the whole exchange in pane 2, short
     // enough that pane 2's follow-up (its history included) fits the fixture's 4096 positions.
-    let profile = profile(home.path(), 2000);
-    let command = format!(
-        "env COHORT_HOME={} {} --profile {} --panes 2; echo COHORT-EXITED-$?; sleep 600",
-        home.path().display(),
-        env!("CARGO_BIN_EXE_cohort"),
-        profile.display()
-    );
-    let tmux = Tmux::start(&format!("cohort-e2e-follow-{}", std::process::id()), 160, 40, &command);
+    let launched =
+        launch(Launch { tag: "follow", size: (160, 40), max_tokens: 2000, env: "", args: "--panes 2", after: "" });
+    let Some((_home, tmux)) = launched else { return };
     let slow = Duration::from_secs(120);
-    tmux.wait_for("the model to load", slow, |s| s.contains("mtp · throughput") || s.contains("COHORT-EXITED"));
     tmux.type_text("a long answer please");
     tmux.keys(&["Enter"]);
     tmux.wait_for("pane 1 to decode", slow, |s| s.contains("1 · decoding"));
