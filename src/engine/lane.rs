@@ -189,13 +189,10 @@ impl<'m> Lane<'m> {
             self.cycle(tel)?;
             self.retire();
         }
-        if self.is_idle() {
-            self.slots.clear();
-            self.rows.clear();
-            mlx_rs::memory::clear_cache()?;
-            if let Ok(mut t) = tel.lock() {
-                t.finalize_scope = FinalizeScope::CohortOwnerAfterDecode;
-            }
+        if self.is_idle()
+            && let Ok(mut t) = tel.lock()
+        {
+            t.finalize_scope = FinalizeScope::CohortOwnerAfterDecode;
         }
         self.deliver(tel);
         Ok(())
@@ -214,9 +211,6 @@ impl<'m> Lane<'m> {
             run.fail(message.to_owned());
             self.end(seat.p, &mut run);
         }
-        self.rows.clear();
-        self.slots.clear();
-        let _ = mlx_rs::memory::clear_cache();
         self.deliver(tel);
     }
 
@@ -238,8 +232,15 @@ impl<'m> Lane<'m> {
         self.outbox.push((p, result));
     }
 
-    /// Publish the lane as it stands, then send the results of the rows that left.
+    /// Publish the lane as it stands, then send the results of the rows that left. An idle lane
+    /// lets go of its rows' KV first: whoever sees it idle must find that memory free.
     fn deliver(&mut self, tel: &SharedTelemetry) {
+        if self.is_idle() {
+            self.slots.clear();
+            self.rows.clear();
+            // Only returns cached buffers to the system; a failure costs memory, never a row.
+            let _ = mlx_rs::memory::clear_cache();
+        }
         self.publish(tel);
         for (p, result) in self.outbox.drain(..) {
             p.done(result);
