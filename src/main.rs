@@ -40,6 +40,8 @@ enum Command {
     Inspect(cli::inspect::InspectArgs),
     /// Measure whether a T=2 verify block equals two single steps (MTP exactness) and pick a route.
     Probe(cli::probe::ProbeArgs),
+    /// Serve the engine over an OpenAI-compatible HTTP API, with /health and /metrics.
+    Serve(Box<cli::serve::ServeArgs>),
     /// Print the folder cohort keeps models, transcripts and logs in.
     #[command(hide = true)]
     DataDir,
@@ -90,6 +92,7 @@ fn run(cli: Cli) -> Result<u8> {
         Some(Command::TrainMtp(args)) => cli::train::run(*args).map(|()| exit::OK),
         Some(Command::Inspect(args)) => cli::inspect::run(args).map(|()| exit::OK),
         Some(Command::Probe(args)) => cli::probe::run(args).map(|()| exit::OK),
+        Some(Command::Serve(args)) => cli::serve::run(*args, &paths).map(|()| exit::OK),
         Some(Command::DataDir) => {
             println!("{}", paths.data_dir.display());
             Ok(exit::OK)

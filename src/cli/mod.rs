@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod model_args;
 pub mod node_costs;
 pub mod probe;
+pub mod serve;
 pub mod train;
 
 /// Exit codes of headless commands (documented in docs/configuration.md).

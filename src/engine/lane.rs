@@ -156,7 +156,7 @@ impl<'m> Lane<'m> {
     pub fn admit(&mut self, p: Pending) {
         let mut run = match prepare(self.model, self.tok, &p.req, p.cancel.clone()) {
             Ok(run) => run,
-            Err(e) => return p.done(RequestResult::error(&p.req.id, format!("{e:#}"))),
+            Err(e) => return p.done(RequestResult::refused(&p.req.id, format!("{e:#}"))),
         };
         run.arrived = p.arrived;
         run.stats.queue_wait_s = p.arrived.elapsed().as_secs_f64();

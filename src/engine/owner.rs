@@ -319,7 +319,7 @@ fn run_group(
                 run.arrived = p.arrived;
                 members.push((p, run));
             }
-            Err(e) => p.done(RequestResult::error(&p.req.id, format!("{e:#}"))),
+            Err(e) => p.done(RequestResult::refused(&p.req.id, format!("{e:#}"))),
         }
     }
     if members.is_empty() {

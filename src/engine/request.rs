@@ -142,6 +142,10 @@ pub struct RequestResult {
     pub finish_reason: FinishReason,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The request was refused before any model work, for a fault of its own (bad sampler
+    /// values, a prompt over the context window or memory): a server answers it with 400.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refused: bool,
     pub stats: Stats,
 }
 
@@ -153,7 +157,13 @@ impl RequestResult {
             text: String::new(),
             finish_reason: FinishReason::Error,
             error: Some(message),
+            refused: false,
             stats: Stats::default(),
         }
+    }
+
+    /// The request itself cannot run (see [`RequestResult::refused`]).
+    pub fn refused(id: &str, message: String) -> Self {
+        Self { refused: true, ..Self::error(id, message) }
     }
 }

@@ -199,6 +199,7 @@ impl RowRun {
             text: self.text.clone(),
             finish_reason: reason,
             error,
+            refused: false,
             stats,
         }
     }

@@ -93,6 +93,7 @@ pub fn play(app: &mut App, index: usize, prompt: &str, answer: &str, finish: Opt
         stats: if reason == FinishReason::Error { Stats::default() } else { stats },
         error: (reason == FinishReason::Error)
             .then(|| "the cohort lane was poisoned: injected fault at cycle 3".into()),
+        refused: false,
     };
     app.update(row(RowEvent::Done(Box::new(result))));
 }

@@ -1,0 +1,136 @@
+//! `cohort serve`: bind first (a taken port fails at once), load the model in the background
+//! while `/health` says "loading", then serve until SIGTERM or Ctrl-C and drain.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::model_args::ModelArgs;
+use crate::config::paths::Paths;
+use crate::config::profile::{Overrides, Settings, load_startup_profile};
+use crate::engine::owner::EngineSetup;
+use crate::server::api::Defaults;
+use crate::server::state::{AppState, EngineSlot, Limits};
+use crate::server::{Cors, router, serve, shutdown_signal};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on. The default keeps the server to this machine.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0: any free port; the one taken is printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Profile (as the TUI's --profile): model, preset, numerics, and the sampler and max_tokens
+    /// a request falls back on.
+    #[arg(long, short = 'p', value_name = "NAME|PATH")]
+    profile: Option<String>,
+    /// Model directory (or hub repo id in the local HF cache). Overrides the profile's.
+    #[arg(long, short = 'm')]
+    model: Option<String>,
+    /// Activation dtype. Overrides the profile's.
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Require `Authorization: Bearer <KEY>` on /v1 (/health and /metrics stay open).
+    #[arg(long, env = "COHORT_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Allow cross-origin requests from this origin (repeatable; `*` for any). Off by default.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors: Vec<String>,
+    /// Requests that may wait for a row beyond those decoding; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    max_waiting: usize,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// Seconds requests in flight get to finish after SIGTERM before they are cancelled.
+    #[arg(long, default_value_t = 30.0)]
+    grace_s: f64,
+}
+
+pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
+    let loaded = load_startup_profile(args.profile.as_deref(), paths)?;
+    let overrides = Overrides { model: args.model.clone(), dtype: args.dtype.clone(), ..Default::default() };
+    let settings = Settings::resolve(&loaded, &overrides)?;
+    if !args.grace_s.is_finite() || args.grace_s < 0.0 {
+        anyhow::bail!("--grace-s {}: must be a number of seconds >= 0", args.grace_s);
+    }
+    let scheduler = settings.preset.config();
+    let capacity = scheduler
+        .lane_width()
+        .checked_add(args.max_waiting)
+        .with_context(|| format!("--max-waiting {} is too large", args.max_waiting))?;
+    let model_args =
+        ModelArgs { model: settings.model.clone(), dtype: settings.dtype.clone(), weights: settings.weights.clone() };
+    let model_id = model_name(&model_args);
+    let state = Arc::new(AppState::new(
+        model_id,
+        Defaults { sampler: settings.sampler, max_tokens: settings.max_tokens },
+        Limits { capacity, max_body_bytes: args.max_body_bytes, retry_after_s: 1 },
+        args.api_key.clone().filter(|k| !k.is_empty()),
+    ));
+    let app = router(state.clone(), &Cors(args.cors.clone()))?;
+    let setup = EngineSetup { scheduler, numerics: settings.numerics, mode: settings.mode, serial: false };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+        let addr: SocketAddr = listener.local_addr()?;
+        eprintln!("cohort: listening on http://{addr} (profile {}; loading the model)", settings.profile);
+        let loading = state.clone();
+        // A model that cannot load leaves nothing to serve: the server stops with its reason.
+        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            match model_args.start_engine(setup) {
+                Ok(engine) => {
+                    eprintln!(
+                        "cohort: ready in {:.1} s: {} ({:?}, {})",
+                        started.elapsed().as_secs_f64(),
+                        loading.model_id,
+                        engine.info.mode,
+                        engine.info.probe.as_deref().unwrap_or("no MTP probe")
+                    );
+                    loading.set_engine(EngineSlot::Ready(engine));
+                }
+                Err(e) => {
+                    loading.set_engine(EngineSlot::Failed(format!("{e:#}")));
+                    let _ = failed_tx.send(format!("{e:#}"));
+                }
+            }
+        });
+        let failure = Arc::new(std::sync::Mutex::new(None));
+        let seen = failure.clone();
+        let stop = async move {
+            tokio::select! {
+                () = shutdown_signal() => {},
+                Ok(why) = failed_rx => *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(why),
+            }
+        };
+        serve(listener, app, state.clone(), stop, Duration::from_secs_f64(args.grace_s)).await?;
+        // The engine's owner thread joins here, after the last request ended.
+        state.set_engine(EngineSlot::Failed("the server stopped".into()));
+        if let Some(why) = failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            anyhow::bail!("the model failed to load: {why}");
+        }
+        eprintln!("cohort: stopped");
+        anyhow::Ok(())
+    })
+}
+
+/// What `/v1/models` calls the model: the name given, or the default model's folder name.
+fn model_name(args: &ModelArgs) -> String {
+    match &args.model {
+        Some(m) => {
+            std::path::Path::new(m).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| m.clone())
+        }
+        None => crate::model::load::default_model()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "cohort-default".into()),
+    }
+}

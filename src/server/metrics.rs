@@ -1,0 +1,152 @@
+//! `/metrics` in the Prometheus (OpenMetrics) text format, through `prometheus-client`. Per-request
+//! figures are recorded as each request ends; the engine's own counters and gauges (cycles by
+//! width, drafts, queue, memory) are read from its telemetry at each scrape.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use super::api::{Endpoint, finish_reason};
+use crate::engine::request::RequestResult;
+use crate::engine::telemetry::Telemetry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    endpoint: &'static str,
+    /// stop, length, cancelled, error, refused, or disconnected (the client left first).
+    outcome: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<Outcome, Counter>,
+    prompt_tokens: Counter,
+    completion_tokens: Counter,
+    queue_wait: Histogram,
+    ttft: Histogram,
+    /// What the engine collector reports at the next scrape.
+    engine: std::sync::Arc<Mutex<EngineView>>,
+    scrape: Mutex<()>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct EngineView {
+    telemetry: Telemetry,
+    in_flight: usize,
+    ready: bool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("cohort");
+        let requests = Family::<Outcome, Counter>::default();
+        registry.register("requests", "Requests ended, by endpoint and outcome", requests.clone());
+        let prompt_tokens = Counter::default();
+        registry.register("prompt_tokens", "Prompt tokens of ended requests", prompt_tokens.clone());
+        let completion_tokens = Counter::default();
+        registry.register("completion_tokens", "Tokens generated for ended requests", completion_tokens.clone());
+        let queue_wait = Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        registry.register("queue_wait_seconds", "Arrival to admission into the lane", queue_wait.clone());
+        let ttft = Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        registry.register("time_to_first_token_seconds", "Arrival to the first token", ttft.clone());
+        let engine = std::sync::Arc::new(Mutex::new(EngineView::default()));
+        registry.register_collector(Box::new(EngineCollector(engine.clone())));
+        Self { registry, requests, prompt_tokens, completion_tokens, queue_wait, ttft, engine, scrape: Mutex::new(()) }
+    }
+}
+
+impl Metrics {
+    /// A request ended (`gone`: its client had left before its result).
+    pub fn record(&self, endpoint: Endpoint, r: &RequestResult, gone: bool) {
+        let outcome = if r.refused {
+            "refused"
+        } else if gone {
+            "disconnected"
+        } else {
+            finish_reason(r.finish_reason)
+        };
+        self.requests.get_or_create(&Outcome { endpoint: endpoint.name(), outcome }).inc();
+        self.prompt_tokens.inc_by(r.stats.prompt_tokens as u64);
+        self.completion_tokens.inc_by(r.stats.completion_tokens as u64);
+        if !r.refused && r.stats.completion_tokens > 0 {
+            self.queue_wait.observe(r.stats.queue_wait_s);
+            self.ttft.observe(r.stats.ttft_s);
+        }
+    }
+
+    /// The text exposition, with the engine as `telemetry` shows it now.
+    pub fn render(&self, telemetry: Option<Telemetry>, in_flight: usize) -> String {
+        let _one_at_a_time = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut view = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+            view.ready = telemetry.is_some();
+            view.telemetry = telemetry.unwrap_or_default();
+            view.in_flight = in_flight;
+        }
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Width {
+    width: u64,
+}
+
+#[derive(Debug)]
+struct EngineCollector(std::sync::Arc<Mutex<EngineView>>);
+
+impl Collector for EngineCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let view = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let t = &view.telemetry;
+        let counters: [(&str, &str, u64); 7] = [
+            ("engine_cycles", "Decode cycles the lane has run", t.lane_cycles),
+            ("draft_tokens_accepted", "MTP drafts the verify step accepted", t.accepted_drafts as u64),
+            ("draft_tokens_rejected", "MTP drafts the verify step rejected", t.rejected_drafts as u64),
+            ("lane_joins", "Rows that joined a lane while others decoded", t.joins as u64),
+            ("lane_leaves", "Rows that left a lane while others decoded on", t.leaves as u64),
+            ("engine_poisoned", "Cycles that failed and failed their lane's rows", t.poisoned as u64),
+            ("verify_cycles", "Verify (or plain decode) cycles", t.verify_cycles as u64),
+        ];
+        for (name, help, value) in counters {
+            let c = ConstCounter::new(value);
+            c.encode(encoder.encode_descriptor(name, help, None, c.metric_type())?)?;
+        }
+        let gauges: [(&str, &str, i64); 8] = [
+            ("ready", "1 once the model has loaded", i64::from(view.ready)),
+            ("requests_in_flight", "Requests the server holds (decoding or waiting)", view.in_flight as i64),
+            ("queue_depth", "Requests waiting for a row", t.pending as i64),
+            ("active_rows", "Rows reading their prompt or decoding", t.active as i64),
+            ("lane_width", "Physical width of the lane's latest cycle (0 when idle)", t.width_now as i64),
+            ("memory_active_bytes", "MLX active memory", t.memory.active as i64),
+            ("memory_peak_bytes", "MLX peak memory", t.memory.peak as i64),
+            ("memory_cache_bytes", "MLX buffer cache", t.memory.cache as i64),
+        ];
+        for (name, help, value) in gauges {
+            let g = ConstGauge::new(value);
+            g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        let by_width: BTreeMap<usize, usize> = t.fixed_width_cycles.clone();
+        let mut family = encoder.encode_descriptor(
+            "cycles_by_width",
+            "Cycles run at each physical width",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (width, n) in by_width {
+            let c = ConstCounter::new(n as u64);
+            c.encode(family.encode_family(&Width { width: width as u64 })?)?;
+        }
+        Ok(())
+    }
+}

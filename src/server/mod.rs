@@ -1,0 +1,138 @@
+//! `cohort serve`: the engine behind an OpenAI-compatible HTTP API (axum on tokio), with
+//! `/health` and Prometheus `/metrics`. This layer only translates: JSON in, engine requests
+//! out, the engine's row events back as JSON or server-sent events. The engine is the one the
+//! TUI drives, so requests from any number of clients join the running lane as rows.
+
+pub mod api;
+mod bridge;
+pub mod error;
+mod handlers;
+mod health;
+pub mod metrics;
+pub mod state;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+
+use error::ApiError;
+use state::AppState;
+
+/// Cross-origin requests: refused (no CORS headers) unless origins are named; `*` allows any.
+#[derive(Debug, Clone, Default)]
+pub struct Cors(pub Vec<String>);
+
+/// The routes, with authentication on `/v1`, the body limit, and CORS when asked.
+pub fn router(state: Arc<AppState>, cors: &Cors) -> anyhow::Result<Router> {
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(handlers::chat))
+        .route("/v1/completions", post(handlers::completions))
+        .route("/v1/models", get(handlers::models))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    let mut app = Router::new()
+        .merge(v1)
+        .route("/health", get(handlers::health))
+        .route("/metrics", get(handlers::metrics))
+        .fallback(handlers::not_found)
+        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .with_state(state);
+    if !cors.0.is_empty() {
+        let origins = if cors.0.iter().any(|o| o == "*") {
+            AllowOrigin::from(Any)
+        } else {
+            let list = cors
+                .0
+                .iter()
+                .map(|o| {
+                    HeaderValue::from_str(o).map_err(|_| anyhow::anyhow!("--cors-origin {o:?} is not a valid origin"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            AllowOrigin::list(list)
+        };
+        app = app.layer(CorsLayer::new().allow_origin(origins).allow_methods(Any).allow_headers(Any));
+    }
+    Ok(app)
+}
+
+/// `Authorization: Bearer <key>` on /v1 when the server has a key.
+async fn require_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if let Some(key) = &state.api_key {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        // Compared in full whatever the input, so timing says nothing about the key.
+        let ok = given.is_some_and(|g| {
+            g.len() == key.len() && g.bytes().zip(key.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        });
+        if !ok {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Serve until `stop` resolves, then drain: no new requests (503), those in flight get `grace`
+/// to finish, the rest are cancelled (their clients get what was generated, finish reason
+/// "cancelled"), and the server returns once every connection has closed.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    state: Arc<AppState>,
+    stop: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    let drained = async move {
+        stop.await;
+        state.start_draining();
+        let n = state.in_flight();
+        tracing::info!(in_flight = n, grace_s = grace.as_secs_f64(), "draining");
+        if n > 0 {
+            eprintln!("cohort: draining: no new requests; {n} in flight get {:.0} s to finish", grace.as_secs_f64());
+        }
+        let deadline = Instant::now() + grace;
+        while state.in_flight() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if state.in_flight() > 0 {
+            eprintln!("cohort: cancelling {} requests still in flight", state.in_flight());
+            state.cancel_all();
+            while state.in_flight() > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    axum::serve(listener, app).with_graceful_shutdown(drained).await?;
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

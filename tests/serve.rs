@@ -1,0 +1,333 @@
+//! `cohort serve` with real clients: the official `openai` Python package (installed by
+//! `./setup.sh test` into .runtime/pyclients), curl for raw HTTP and SSE, on the default model.
+//! Every test starts its own server process on a free port.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running `cohort serve`, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    /// stderr lines after "ready" (the drain messages).
+    log: mpsc::Receiver<String>,
+    _model: tempfile::TempDir,
+    _home: tempfile::TempDir,
+}
+
+impl Server {
+    /// The default model (with its MTP head, as setup installs it) behind `cohort serve ARGS`;
+    /// None when the GGUF is absent (the test says it is skipped).
+    fn start(test: &str, args: &[&str]) -> Option<Server> {
+        let model = common::smollm2_imported(test)?;
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors"),
+            model.path().join("mtp.safetensors"),
+        )
+        .unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let mut child = common::cohort_command(home.path())
+            .args(["serve", "--port", "0", "-m"])
+            .arg(model.path())
+            .args(args)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (tx, log) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut base = None;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let line = log
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("{test}: the server never said it was ready"));
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                base = Some(rest.split_whitespace().next().unwrap().to_owned());
+            }
+            if line.contains("ready in") {
+                break;
+            }
+            assert!(!line.contains("error"), "{test}: {line}");
+        }
+        Some(Server { child, base: base.expect("the address"), log, _model: model, _home: home })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn health(&self) -> Value {
+        let out = curl(&["-s", &self.url("/health")]);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("/health: {e}: {}", text(&out.stdout)))
+    }
+
+    /// Wait until /health shows nothing in flight and no live row.
+    fn wait_idle(&self, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let h = self.health();
+            if h["queue"]["in_flight"] == 0 && h["queue"]["active"] == 0 {
+                return h;
+            }
+            assert!(Instant::now() < deadline, "still busy after {within:?}: {}", h["queue"]);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn curl(args: &[&str]) -> Output {
+    Command::new("curl").args(args).output().expect("curl (./setup.sh installs it)")
+}
+
+/// `curl -s -i`: status, headers (lower-cased names) and body.
+fn post(url: &str, body: &str, extra: &[&str]) -> (u16, String, String) {
+    let mut args = vec!["-s", "-i", "-H", "content-type: application/json", "--data-binary", body, url];
+    args.extend_from_slice(extra);
+    let out = text(&curl(&args).stdout);
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head.to_lowercase(), body.to_owned())
+}
+
+fn py_clients() -> PathBuf {
+    let dir = std::env::var_os("COHORT_PY_CLIENTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".runtime/pyclients"));
+    assert!(dir.join("openai").is_dir(), "no openai package in {}: run ./setup.sh test", dir.display());
+    dir
+}
+
+fn python(check: &[&str]) -> String {
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/openai_client.py"))
+        .args(check)
+        .env("PYTHONPATH", py_clients())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{check:?}:\n{}{}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+const CHAT: &str = r#"{"messages":[{"role":"user","content":"Tell me about the sea."}],"max_tokens":MAX,"temperature":0,"ignore_eos":true,"stream":STREAM}"#;
+
+fn chat(max_tokens: usize, stream: bool) -> String {
+    CHAT.replace("MAX", &max_tokens.to_string()).replace("STREAM", &stream.to_string())
+}
+
+#[test]
+fn the_openai_client_chats_streams_and_gets_its_errors() {
+    let Some(server) = Server::start("the_openai_client_chats_streams_and_gets_its_errors", &[]) else { return };
+    python(&["basic", &server.url("/v1")]);
+    let h = server.wait_idle(Duration::from_secs(10));
+    assert_eq!(h["status"], "ready");
+    assert_eq!(h["generation_mode"], "mtp");
+}
+
+#[test]
+fn eight_concurrent_streams_each_get_their_own_answer_in_one_cohort() {
+    let Some(server) = Server::start("eight_concurrent_streams_each_get_their_own_answer_in_one_cohort", &[]) else {
+        return;
+    };
+    let said = python(&["concurrent", &server.url("/v1"), "8"]);
+    let h = server.wait_idle(Duration::from_secs(10));
+    // The eight decoded as rows of one lane: cycles ran wider than one.
+    let widest = h["fixed_width_cycles"].as_object().unwrap().keys().map(|k| k.parse::<usize>().unwrap()).max();
+    assert!(widest.unwrap_or(0) >= 4, "{said}: cycles by width {}", h["fixed_width_cycles"]);
+}
+
+#[test]
+fn raw_http_gets_sse_json_errors_and_metrics() {
+    let Some(server) = Server::start("raw_http_gets_sse_json_errors_and_metrics", &["--max-body-bytes", "2000"]) else {
+        return;
+    };
+    let chat_url = server.url("/v1/chat/completions");
+    // Server-sent events as curl sees them: data lines of JSON, then [DONE].
+    let (status, head, body) = post(&chat_url, &chat(8, true), &["-N"]);
+    assert_eq!(status, 200, "{head}{body}");
+    assert!(head.contains("content-type: text/event-stream"), "{head}");
+    let data: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]));
+    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length");
+    assert!(head.contains(&format!("x-request-id: {}", chunks[0]["id"].as_str().unwrap())), "{head}");
+
+    // Errors are JSON in OpenAI's shape with the right status.
+    let (status, _, body) = post(&chat_url, "{not json", &[]);
+    assert_eq!(status, 400, "{body}");
+    let e: Value = serde_json::from_str(&body).unwrap();
+    assert!(e["error"]["message"].as_str().unwrap().contains("not a valid request"), "{body}");
+    let (status, _, body) = post(&chat_url, r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#, &[]);
+    assert_eq!(status, 400);
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["error"]["param"], "temperature", "{body}");
+    let big = format!(r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#, "x".repeat(5000));
+    let (status, _, body) = post(&chat_url, &big, &[]);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("2000 bytes"), "{body}");
+    let (status, _, _) = post(&server.url("/v1/nothing"), "{}", &[]);
+    assert_eq!(status, 404);
+
+    // Prometheus text: the requests above are counted, the engine's cycles by width show.
+    let metrics = text(&curl(&["-s", &server.url("/metrics")]).stdout);
+    for line in [
+        "cohort_requests_total{endpoint=\"chat\",outcome=\"length\"} 1",
+        "cohort_completion_tokens_total 8",
+        "cohort_ready 1",
+        "cohort_cycles_by_width_total{width=\"1\"}",
+        "cohort_time_to_first_token_seconds_count 1",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
+    }
+    let h = server.wait_idle(Duration::from_secs(10));
+    assert_eq!(h["telemetry"]["rows"].as_array().map(Vec::len), Some(0), "{h}");
+}
+
+#[test]
+fn a_client_that_disconnects_frees_its_row() {
+    let Some(server) = Server::start("a_client_that_disconnects_frees_its_row", &[]) else { return };
+    // A long answer, abandoned after its first second.
+    let out =
+        curl(&["-s", "-N", "--max-time", "1", "--data-binary", &chat(3000, true), &server.url("/v1/chat/completions")]);
+    assert!(text(&out.stdout).contains("chat.completion.chunk"), "it streamed before the client left");
+    let left = Instant::now();
+    let h = server.wait_idle(Duration::from_secs(5));
+    eprintln!("the row was freed {:.0} ms after the client left", left.elapsed().as_secs_f64() * 1e3);
+    let metrics = text(&curl(&["-s", &server.url("/metrics")]).stdout);
+    assert!(metrics.contains("outcome=\"disconnected\"} 1"), "{metrics}");
+    let tokens: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("cohort_completion_tokens_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(tokens < 3000, "the abandoned row stopped early ({tokens} tokens)");
+    assert_eq!(h["status"], "ready");
+}
+
+#[test]
+fn a_key_is_required_when_set_and_a_full_queue_answers_503() {
+    let Some(server) = Server::start(
+        "a_key_is_required_when_set_and_a_full_queue_answers_503",
+        &["--api-key", "s3cret", "--max-waiting", "0"],
+    ) else {
+        return;
+    };
+    let chat_url = server.url("/v1/chat/completions");
+    let (status, _, body) = post(&chat_url, &chat(4, false), &[]);
+    assert_eq!(status, 401, "{body}");
+    let (status, _, _) = post(&chat_url, &chat(4, false), &["-H", "authorization: Bearer wrong"]);
+    assert_eq!(status, 401);
+    let auth = ["-H", "authorization: Bearer s3cret"];
+    let (status, _, body) = post(&chat_url, &chat(4, false), &auth);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.health()["status"], "ready", "/health needs no key");
+
+    // Eight long streams fill the lane (capacity 8 + 0 waiting); the ninth is told to retry.
+    let mut streams: Vec<Child> = (0..8)
+        .map(|_| {
+            Command::new("curl")
+                .args(["-s", "-N", "-H", "authorization: Bearer s3cret", "--data-binary", &chat(3000, true), &chat_url])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.health()["queue"]["in_flight"] != 8 {
+        assert!(Instant::now() < deadline, "the eight never all got in: {}", server.health()["queue"]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, head, body) = post(&chat_url, &chat(4, false), &auth);
+    assert_eq!(status, 503, "{body}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    assert!(body.contains("queue is full"), "{body}");
+    for s in &mut streams {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    server.wait_idle(Duration::from_secs(5));
+    let (status, _, _) = post(&chat_url, &chat(4, false), &auth);
+    assert_eq!(status, 200, "served again once the rows were freed");
+}
+
+#[test]
+fn sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0() {
+    let Some(mut server) =
+        Server::start("sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0", &["--grace-s", "60"])
+    else {
+        return;
+    };
+    let chat_url = server.url("/v1/chat/completions");
+    let running = Command::new("curl")
+        .args(["-s", "-N", "--data-binary", &chat(150, true), &chat_url])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.health()["queue"]["active"] != 1 {
+        assert!(Instant::now() < deadline, "the answer never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let drain = server.log.recv_timeout(Duration::from_secs(10)).expect("a drain message");
+    assert!(drain.contains("draining"), "{drain}");
+    // While it drains, a new request on a new connection is refused.
+    let (status, _, body) = post(&chat_url, &chat(4, false), &[]);
+    assert!(status == 503 || status == 0, "{status} {body}");
+    let out = running.wait_with_output().unwrap();
+    let body = text(&out.stdout);
+    assert!(body.trim_end().ends_with("data: [DONE]"), "the running answer finished: {body}");
+    assert!(body.contains("\"finish_reason\":\"length\""), "{body}");
+    let status = server.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn after_the_grace_period_a_drain_cancels_what_still_runs() {
+    let Some(mut server) =
+        Server::start("after_the_grace_period_a_drain_cancels_what_still_runs", &["--grace-s", "0.5"])
+    else {
+        return;
+    };
+    let running = Command::new("curl")
+        .args(["-s", "-N", "--data-binary", &chat(5000, true), &server.url("/v1/chat/completions")])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.health()["queue"]["active"] != 1 {
+        assert!(Instant::now() < deadline, "the answer never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stopped = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap().success());
+    let body = text(&running.wait_with_output().unwrap().stdout);
+    assert!(body.contains("\"finish_reason\":\"cancelled\""), "{body}");
+    assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+    assert!(stopped.elapsed() < Duration::from_secs(10), "stopped in {:?}", stopped.elapsed());
+}
