@@ -6,6 +6,7 @@
 //! frame out; `config` holds profiles, themes, keymaps and paths.
 
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod engine;
 pub mod logging;

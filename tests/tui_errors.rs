@@ -14,7 +14,7 @@ use cohort::engine::scheduler::{Numerics, Preset};
 use cohort::engine::telemetry::RowState;
 use cohort::tui::action::{Action, Effect};
 use cohort::tui::app::App;
-use cohort::tui::bridge::Bridge;
+use cohort::tui::bridge::{Backend, Bridge};
 use cohort::tui::{fixture, views};
 use common::fixture as fixture_dir;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -42,7 +42,7 @@ fn a_request_error_shows_in_its_pane_only_and_the_other_rows_keep_running() {
         serial: false,
     };
     let mut bridge = Bridge::default();
-    bridge.attach(args.start_engine(setup).unwrap());
+    bridge.attach(Backend::Local(args.start_engine(setup).unwrap()));
 
     let mut app = fixture::app(4, "dark");
     app.settings.max_tokens = 48;

@@ -75,7 +75,7 @@ pub fn default_device() -> Device {
 }
 
 /// MLX's allocator figures, in bytes.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct MemoryStats {
     pub active: usize,
     pub peak: usize,

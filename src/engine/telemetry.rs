@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::runtime::MemoryStats;
 
 /// Where the owner last finalised MLX state (cleared caches, released arrays).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum FinalizeScope {
     /// Nothing has needed finalising yet.
@@ -21,7 +21,7 @@ pub enum FinalizeScope {
     CohortOwnerFinalizeFailed,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum RowState {
     #[default]
@@ -35,7 +35,7 @@ pub enum RowState {
 }
 
 /// One row of the current (or last) cohort.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct RowTelemetry {
     pub id: String,
     pub state: RowState,
@@ -60,7 +60,7 @@ pub struct RowTelemetry {
 }
 
 /// The construction check of a batched route against B1 references.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct ConstructionCheck {
     pub route: String,
     /// The physical widths compared with B1.
@@ -70,7 +70,7 @@ pub struct ConstructionCheck {
     pub passed: bool,
 }
 
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Telemetry {
     pub pending: usize,
     pub active: usize,

@@ -100,6 +100,19 @@ pub struct EngineSummary {
 }
 
 impl EngineSummary {
+    /// A server the TUI is attached to (its weights policy is the server's business).
+    pub fn from_server(info: &crate::client::ServerInfo, url: &str, load_s: f64) -> EngineSummary {
+        EngineSummary {
+            model: format!("{} @ {url}", info.model),
+            mode: info.mode.clone(),
+            numerics: info.numerics.clone(),
+            weights: "server".into(),
+            probe: None,
+            max_context: info.max_context,
+            load_s,
+        }
+    }
+
     pub fn from_info(info: &EngineInfo, load_s: f64) -> EngineSummary {
         let model = info.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         EngineSummary {

@@ -26,6 +26,13 @@ pub struct TuiArgs {
     /// Panes to open (1-8). Overrides the profile.
     #[arg(long)]
     pub panes: Option<usize>,
+    /// Chat through a running `cohort serve` (http://HOST:PORT) instead of loading a model: the
+    /// panes use its API, the inspector shows its engine.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["model", "dtype"])]
+    pub attach: Option<String>,
+    /// The server's API key, for --attach.
+    #[arg(long, env = "COHORT_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
 }
 
 /// `--resume` without a session name.

@@ -1,12 +1,15 @@
 //! The event loop's side of the engine: submits requests, cancels them, and drains every
 //! in-flight request's events with `try_recv` (never blocking the UI). Requests sent while the
 //! model is still loading are held and submitted once it is ready, or failed if it never is.
+//! The engine is in this process, or a `cohort serve` the TUI is attached to: both give the
+//! same submissions and telemetry.
 
 use std::sync::mpsc::TryRecvError;
 use std::time::Instant;
 
 use super::action::Action;
-use crate::engine::handle::EngineHandle;
+use crate::client::RemoteEngine;
+use crate::engine::handle::{EngineHandle, Submission};
 use crate::engine::request::{FinishReason, Request, RequestResult};
 use crate::engine::row::RowEvent;
 use crate::engine::telemetry::Telemetry;
@@ -17,9 +20,38 @@ struct Live {
     events: std::sync::mpsc::Receiver<RowEvent>,
 }
 
+/// Where requests go.
+pub enum Backend {
+    Local(EngineHandle),
+    Remote(RemoteEngine),
+}
+
+impl Backend {
+    fn submit(&self, request: Request) -> Submission {
+        match self {
+            Backend::Local(e) => e.submit(request),
+            Backend::Remote(r) => r.submit(request),
+        }
+    }
+
+    fn cancel(&self, id: &str) {
+        match self {
+            Backend::Local(e) => e.cancel(id),
+            Backend::Remote(r) => r.cancel(id),
+        }
+    }
+
+    fn telemetry(&self) -> Option<Telemetry> {
+        match self {
+            Backend::Local(e) => Some(e.snapshot()),
+            Backend::Remote(r) => r.snapshot(),
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Bridge {
-    engine: Option<EngineHandle>,
+    engine: Option<Backend>,
     /// Sent before the engine was ready.
     held: Vec<(u32, Request)>,
     live: Vec<Live>,
@@ -57,8 +89,8 @@ impl Bridge {
         }
     }
 
-    /// The model loaded: submit what was held.
-    pub fn attach(&mut self, engine: EngineHandle) {
+    /// The model loaded (or the server answered): submit what was held.
+    pub fn attach(&mut self, engine: Backend) {
         self.engine = Some(engine);
         self.load_error = None;
         for (pane, request) in std::mem::take(&mut self.held) {
@@ -75,9 +107,13 @@ impl Bridge {
     }
 
     /// Take the engine out (to restart it); requests sent meanwhile are held.
-    pub fn detach(&mut self) -> Option<EngineHandle> {
+    pub fn detach(&mut self) -> Option<Backend> {
         self.load_error = None;
         self.engine.take()
+    }
+
+    pub fn is_remote(&self) -> bool {
+        matches!(self.engine, Some(Backend::Remote(_)))
     }
 
     /// Every event that has arrived, as actions, in arrival order per request.
@@ -109,7 +145,7 @@ impl Bridge {
     }
 
     pub fn telemetry(&self) -> Option<Telemetry> {
-        self.engine.as_ref().map(EngineHandle::snapshot)
+        self.engine.as_ref().and_then(Backend::telemetry)
     }
 
     /// Requests not finished yet (held or submitted).

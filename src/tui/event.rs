@@ -14,7 +14,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::action::{Action, Effect, EngineSummary, ProfileSwitch};
 use super::app::{App, TICKS_PER_S};
-use super::bridge::Bridge;
+use super::bridge::{Backend, Bridge};
 use super::terminal::{self, Tui};
 use super::transcript::TranscriptWriter;
 use super::{clipboard, keys, views};
@@ -39,10 +39,18 @@ pub struct Context {
     pub paths: Paths,
     pub overrides: Overrides,
     pub transcripts: TranscriptWriter,
+    /// A `cohort serve` to chat through instead of an engine of our own.
+    pub attach: Option<Attach>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Attach {
+    pub url: String,
+    pub api_key: Option<String>,
 }
 
 enum EngineMsg {
-    Ready(Box<EngineHandle>, f64),
+    Ready(Box<Backend>, Box<EngineSummary>),
     Failed(String),
 }
 
@@ -67,7 +75,10 @@ async fn drive(
 ) -> Result<()> {
     let mut input = spawn_input_thread(stop)?;
     let (engine_tx, mut engine_rx) = unbounded_channel();
-    start_engine(&app.settings, None, engine_tx.clone());
+    match &ctx.attach {
+        Some(attach) => connect(attach.clone(), engine_tx.clone()),
+        None => start_engine(&app.settings, None, engine_tx.clone()),
+    }
     let mut ticker = tokio::time::interval(Duration::from_millis(1000 / TICKS_PER_S));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut dirty = true;
@@ -118,13 +129,12 @@ fn input_actions(app: &App, event: Event) -> Vec<Action> {
 
 fn engine_actions(msg: EngineMsg, bridge: &mut Bridge) -> Vec<Action> {
     match msg {
-        EngineMsg::Ready(engine, load_s) => {
-            if let Some(p) = &engine.info.probe {
+        EngineMsg::Ready(engine, summary) => {
+            if let Some(p) = &summary.probe {
                 tracing::info!("{p}");
             }
-            let summary = EngineSummary::from_info(&engine.info, load_s);
             bridge.attach(*engine);
-            vec![Action::EngineReady(Box::new(summary))]
+            vec![Action::EngineReady(summary)]
         }
         EngineMsg::Failed(message) => {
             tracing::error!("the engine did not start: {message}");
@@ -177,7 +187,24 @@ fn perform(
                 Err(e) => notice(format!("{e:#}"), true),
             };
         }
-        Effect::RestartEngine => start_engine(&app.settings, bridge.detach(), engine_tx.clone()),
+        Effect::RestartEngine => match &ctx.attach {
+            // The server keeps its own model and preset; the profile's sampler values apply.
+            Some(attach) => {
+                drop(bridge.detach());
+                connect(attach.clone(), engine_tx.clone());
+                return notice(
+                    format!("attached to {}: the server's model and preset stay as they are", attach.url),
+                    false,
+                );
+            }
+            None => {
+                let old = match bridge.detach() {
+                    Some(Backend::Local(engine)) => Some(engine),
+                    _ => None,
+                };
+                start_engine(&app.settings, old, engine_tx.clone())
+            }
+        },
     }
     Vec::new()
 }
@@ -224,9 +251,28 @@ fn start_engine(settings: &Settings, old: Option<EngineHandle>, tx: UnboundedSen
         tracing::info!(model = ?args.model, "loading the model");
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| args.start_engine(setup)));
         let msg = match outcome {
-            Ok(Ok(engine)) => EngineMsg::Ready(Box::new(engine), started.elapsed().as_secs_f64()),
+            Ok(Ok(engine)) => {
+                let summary = EngineSummary::from_info(&engine.info, started.elapsed().as_secs_f64());
+                EngineMsg::Ready(Box::new(Backend::Local(engine)), Box::new(summary))
+            }
             Ok(Err(e)) => EngineMsg::Failed(format!("{e:#}")),
             Err(_) => EngineMsg::Failed("the model loader panicked (see the log)".into()),
+        };
+        let _ = tx.send(msg);
+    });
+}
+
+/// Attach to a running `cohort serve` (waiting while it loads); the outcome comes back on `tx`.
+fn connect(attach: Attach, tx: UnboundedSender<EngineMsg>) {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        tracing::info!(url = %attach.url, "attaching to a server");
+        let msg = match crate::client::RemoteEngine::connect(&attach.url, attach.api_key).await {
+            Ok(remote) => {
+                let summary = EngineSummary::from_server(&remote.info, &attach.url, started.elapsed().as_secs_f64());
+                EngineMsg::Ready(Box::new(Backend::Remote(remote)), Box::new(summary))
+            }
+            Err(e) => EngineMsg::Failed(format!("{e:#}")),
         };
         let _ = tx.send(msg);
     });

@@ -41,8 +41,11 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     let settings = Settings::resolve(&loaded, &args.overrides())?;
     let theme = load_theme(&settings.theme, paths)?.respecting_no_color();
     let keymap = Keymap::with_overrides(&settings.keys, &settings.origin)?;
-    // Fail before taking the screen over: a missing model is the most likely first-run error.
-    settings.resolve_model()?;
+    // Fail before taking the screen over: a missing model is the most likely first-run error
+    // (attached, the server has the model).
+    if args.attach.is_none() {
+        settings.resolve_model()?;
+    }
     let dir = transcripts_dir(&paths.data_dir);
     let (session, restored) = match args.resume.as_deref() {
         Some(spec) => {
@@ -61,8 +64,10 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     app.profiles = list_profiles(paths);
     app.restore(restored);
     let transcripts = TranscriptWriter::new(&dir, &session, &app.settings.profile, app.settings.model.clone());
-    let ctx = event::Context { paths: paths.clone(), overrides: args.overrides(), transcripts };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    let attach = args.attach.clone().map(|url| event::Attach { url, api_key: args.api_key.clone() });
+    let ctx = event::Context { paths: paths.clone(), overrides: args.overrides(), transcripts, attach };
+    // All drivers: an attached TUI talks HTTP from this runtime.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let outcome = runtime.block_on(event::run(app, ctx));
     // A model still loading would hold the runtime's drop; the process is ending anyway.
     runtime.shutdown_background();

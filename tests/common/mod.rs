@@ -2,6 +2,8 @@
 //! model's GGUF.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::PathBuf;
 
 use serde_json::Value;
