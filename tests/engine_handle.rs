@@ -227,3 +227,21 @@ fn a_budget_that_would_wrap_is_refused_naming_the_window() {
         assert!(format!("{err:#}").contains("context window"), "{err:#}");
     }
 }
+
+/// A long-running server submits without end: the handle must not keep a cancel flag for every
+/// request it ever took, only for those still running.
+#[test]
+fn the_handle_forgets_requests_that_ended() {
+    let engine = engine(Numerics::Throughput);
+    for round in 0..3 {
+        let subs: Vec<Submission> = (0..8).map(|i| engine.submit(request(round * 8 + i, 2))).collect();
+        for sub in &subs {
+            wait(sub);
+        }
+    }
+    let running = engine.submit(request(100, 200));
+    assert!(engine.tracked() <= 1 + 8, "{} cancel flags kept after 24 ended requests", engine.tracked());
+    engine.cancel("q100");
+    let (r, _) = wait(&running);
+    assert_eq!(r.finish_reason, FinishReason::Cancelled, "a running request can still be cancelled by id");
+}

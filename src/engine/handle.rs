@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 use super::owner::{EngineSetup, Loaded, OwnerCommand, run_owner};
 use super::request::Request;
-use super::row::{CancelFlag, RowEvent};
+use super::row::{CancelFlag, RowEvent, WeakCancel};
 use super::telemetry::{SharedTelemetry, Telemetry};
 
 /// A submitted request: its events arrive on `events`, ending with exactly one `Done`.
@@ -25,7 +25,9 @@ pub struct Submission {
 pub struct EngineHandle {
     tx: mpsc::Sender<OwnerCommand>,
     telemetry: SharedTelemetry,
-    cancels: Arc<Mutex<HashMap<String, CancelFlag>>>,
+    /// Cancel flags by request id, held weakly: a request that ended (and whose submitter let
+    /// go) drops out, so a long-running server does not keep one for every request it took.
+    cancels: Arc<Mutex<HashMap<String, WeakCancel>>>,
     thread: Option<JoinHandle<()>>,
     pub info: super::owner::EngineInfo,
 }
@@ -49,7 +51,11 @@ impl EngineHandle {
     pub fn submit(&self, req: Request) -> Submission {
         let (events_tx, events) = mpsc::channel();
         let cancel = CancelFlag::default();
-        self.cancels.lock().unwrap().insert(req.id.clone(), cancel.clone());
+        {
+            let mut cancels = self.cancels.lock().unwrap();
+            cancels.retain(|_, flag| flag.upgrade().is_some());
+            cancels.insert(req.id.clone(), cancel.downgrade());
+        }
         let id = req.id.clone();
         if self
             .tx
@@ -71,7 +77,7 @@ impl EngineHandle {
 
     /// Cancel a request by id (queued, prefilling or decoding); unknown ids are ignored.
     pub fn cancel(&self, id: &str) {
-        if let Some(flag) = self.cancels.lock().unwrap().get(id) {
+        if let Some(flag) = self.cancels.lock().unwrap().get(id).and_then(WeakCancel::upgrade) {
             flag.cancel();
         }
     }
@@ -85,6 +91,11 @@ impl EngineHandle {
     /// Seal every request alone (serial) or batch again.
     pub fn set_serial(&self, on: bool) {
         let _ = self.tx.send(OwnerCommand::SetSerial(on));
+    }
+
+    /// Requests the handle still keeps an entry for.
+    pub fn tracked(&self) -> usize {
+        self.cancels.lock().unwrap().len()
     }
 
     /// Test hook: fail the Nth cohort cycle the owner runs from now.

@@ -37,6 +37,21 @@ impl CancelFlag {
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
+
+    /// A reference that does not keep the flag alive: it dies once the request has ended and
+    /// its submitter has let go.
+    pub fn downgrade(&self) -> WeakCancel {
+        WeakCancel(Arc::downgrade(&self.0))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WeakCancel(std::sync::Weak<AtomicBool>);
+
+impl WeakCancel {
+    pub fn upgrade(&self) -> Option<CancelFlag> {
+        self.0.upgrade().map(CancelFlag)
+    }
 }
 
 pub struct RowRun {
