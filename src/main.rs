@@ -73,7 +73,7 @@ fn float32_means_float32() {
 
 fn run(cli: Cli) -> Result<u8> {
     let paths = Paths::resolve()?;
-    let _log_guard = cohort::logging::init(&paths.log_dir())?;
+    let _log_guard = cohort::logging::init(&paths.log_dir());
     mlx_rs::Device::set_default(&runtime::default_device());
     if cli.version {
         let report = RuntimeReport::collect();
