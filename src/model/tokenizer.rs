@@ -103,17 +103,63 @@ impl TextTokenizer {
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
+        // A template comes with the model, from anyone: bounded work and output, so a bad one
+        // fails its request instead of taking the owner thread and the machine's memory.
+        env.set_fuel(Some(out_of(messages.len())));
         env.add_template("chat", template).context("chat template does not parse")?;
         let tmpl = env.get_template("chat")?;
-        let rendered = tmpl
-            .render(minijinja::context! {
+        let mut out = BoundedText::default();
+        let rendered = tmpl.render_captured_to(
+            minijinja::context! {
                 messages => messages,
                 add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos_token.clone().unwrap_or_default(),
                 eos_token => self.eos_token.clone().unwrap_or_default(),
-            })
-            .context("chat template failed to render")?;
-        Ok(rendered)
+            },
+            &mut out,
+        );
+        match rendered {
+            Ok(_) => String::from_utf8(out.bytes).context("the chat template rendered text that is not UTF-8"),
+            Err(_) if out.overflowed => {
+                anyhow::bail!("the chat template rendered more than {} MB: refused", TEMPLATE_MAX_BYTES >> 20)
+            }
+            Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => {
+                anyhow::bail!("the chat template does too much work (over {} steps): refused", out_of(messages.len()))
+            }
+            Err(e) => Err(e).context("chat template failed to render"),
+        }
+    }
+}
+
+/// Template steps allowed for a conversation: a base, and more per message.
+const TEMPLATE_FUEL: u64 = 2_000_000;
+const TEMPLATE_FUEL_PER_MESSAGE: u64 = 10_000;
+/// Most text a chat template may render (far beyond any context window).
+const TEMPLATE_MAX_BYTES: usize = 32 << 20;
+
+fn out_of(messages: usize) -> u64 {
+    TEMPLATE_FUEL + TEMPLATE_FUEL_PER_MESSAGE.saturating_mul(messages as u64)
+}
+
+/// The rendered prompt, refusing to grow past [`TEMPLATE_MAX_BYTES`].
+#[derive(Default)]
+struct BoundedText {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedText {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > TEMPLATE_MAX_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("the chat template's output is too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
