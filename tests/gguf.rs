@@ -697,3 +697,29 @@ fn import_smollm2_to() {
         r.notes
     );
 }
+
+/// `import-gguf --mtp` installs only a file that is an MTP head: anything else is refused before
+/// it can break a model that loaded.
+#[test]
+fn import_refuses_an_mtp_head_that_is_not_one() {
+    let Some(gguf) = common::smollm2_gguf() else {
+        eprintln!("SKIPPED import_refuses_an_mtp_head_that_is_not_one: no SmolLM2 GGUF");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bogus = dir.path().join("head.jsonl");
+    std::fs::write(&bogus, "{\"prompt\":\"x\"}\n").unwrap();
+    let out = common::cohort_command(&dir.path().join("home"))
+        .arg("import-gguf")
+        .arg(&gguf)
+        .arg("--out")
+        .arg(dir.path().join("model"))
+        .arg("--mtp")
+        .arg(&bogus)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("head.jsonl") && stderr.contains("MTP head"), "{stderr}");
+    assert!(!dir.path().join("model/mtp.safetensors").exists(), "nothing was installed");
+}

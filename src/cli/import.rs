@@ -21,11 +21,18 @@ pub struct ImportArgs {
 }
 
 pub fn run(args: ImportArgs) -> Result<()> {
+    // A head that is not one would be installed and then break a model that loads: checked first.
+    if let Some(mtp) = &args.mtp {
+        check_mtp_head(mtp)?;
+    }
     let out = match args.out {
         Some(o) => o,
         None => {
             let stem = args.file.file_stem().and_then(|s| s.to_str()).context("the GGUF file name has no stem")?;
             let name = stem.split('.').next().unwrap_or(stem);
+            if name.is_empty() {
+                anyhow::bail!("{}: the file name gives no model name; pass --out DIR", args.file.display());
+            }
             Paths::resolve()?.data_dir.join("models").join(name)
         }
     };
@@ -47,6 +54,24 @@ pub fn run(args: ImportArgs) -> Result<()> {
         std::fs::copy(&mtp, out.join("mtp.safetensors"))
             .with_context(|| format!("cannot copy {} into {}", mtp.display(), out.display()))?;
         println!("installed MTP head {}", mtp.display());
+    }
+    Ok(())
+}
+
+/// An MTP head is a safetensors file whose tensors are all `mtp.*`, with the `mtp.fc` projection.
+fn check_mtp_head(path: &std::path::Path) -> Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read the MTP head {}", path.display()))?;
+    let tensors = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| anyhow::anyhow!("{} is not an MTP head (not a safetensors file: {e})", path.display()))?;
+    let names = tensors.names();
+    if let Some(other) = names.iter().find(|n| !n.starts_with("mtp.")) {
+        anyhow::bail!(
+            "{} is not an MTP head: it holds {other:?} (an MTP head holds mtp.* tensors only)",
+            path.display()
+        );
+    }
+    if !names.iter().any(|n| n.starts_with("mtp.fc.")) {
+        anyhow::bail!("{} is not an MTP head: it has no mtp.fc projection", path.display());
     }
     Ok(())
 }

@@ -45,7 +45,7 @@ pub struct LlamaConfig {
 
 impl LlamaConfig {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = super::files::read_text(path)?;
         let root: Value =
             serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
         Self::from_json(&root).with_context(|| format!("in {}", path.display()))
@@ -435,14 +435,14 @@ fn quantization_beside(dir: &Path) -> Result<Option<Quantization>> {
     if !path.exists() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = super::files::read_text(&path)?;
     let json: Value = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
     Ok(Some(parse_quantization(json.get("quantization")).with_context(|| format!("in {}", path.display()))?))
 }
 
 /// True when `dir/config.json` names the llama architecture.
 pub fn is_llama_dir(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("config.json"))
+    super::files::read_text(&dir.join("config.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())
         .and_then(|v| v.get("model_type").and_then(Value::as_str).map(|s| s == "llama"))

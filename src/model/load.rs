@@ -41,7 +41,12 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
     if path.exists() {
         bail!("{} is a file; give the model's directory", path.display());
     }
-    if spec.split('/').count() == 2 && !spec.starts_with('.') && !spec.starts_with('/') {
+    if path.symlink_metadata().is_ok() {
+        bail!("{} cannot be read (a broken link, or a loop of links)", path.display());
+    }
+    // A hub id is `owner/name`; one whose owner is a local folder is a mistyped local path.
+    let local_parent = path.parent().is_some_and(|p| !p.as_os_str().is_empty() && p.exists());
+    if looks_like_hub_id(spec) && !local_parent {
         let cache = hf_hub::Cache::from_env();
         if let Some(config) = cache.model(spec.to_owned()).get("config.json") {
             return Ok(config.parent().context("cached config.json has no folder")?.to_path_buf());
@@ -53,7 +58,21 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
             )
         });
     }
-    bail!("model directory {} does not exist", path.display())
+    bail!(
+        "model directory {} does not exist (not tried as a hub id: {})",
+        path.display(),
+        if looks_like_hub_id(spec) { "its first part is a local folder" } else { "it is not of the form owner/name" }
+    )
+}
+
+/// `owner/name` with the characters the hub allows.
+fn looks_like_hub_id(spec: &str) -> bool {
+    let ok = |part: &str| {
+        !part.is_empty()
+            && !part.starts_with('.')
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    matches!(spec.split('/').collect::<Vec<_>>().as_slice(), [owner, name] if ok(owner) && ok(name))
 }
 
 /// Fetch a hub repo's model files into the Hugging Face cache, with progress bars on stderr.
@@ -68,7 +87,7 @@ fn download(repo_id: &str) -> Result<PathBuf> {
     let mut files = vec!["tokenizer.json".to_owned(), "tokenizer_config.json".to_owned()];
     match repo.get("model.safetensors.index.json") {
         Ok(index) => {
-            let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&index)?)?;
+            let json: serde_json::Value = serde_json::from_str(&super::files::read_text(&index)?)?;
             let mut shards: Vec<String> = json["weight_map"]
                 .as_object()
                 .map(|m| m.values().filter_map(|v| v.as_str().map(str::to_owned)).collect())
@@ -92,7 +111,7 @@ fn download(repo_id: &str) -> Result<PathBuf> {
 /// The model_type a directory declares.
 pub fn model_type(dir: &Path) -> Result<String> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = super::files::read_text(&path)?;
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
     Ok(json.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_owned())

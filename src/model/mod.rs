@@ -11,6 +11,7 @@ pub mod config;
 pub mod cpu_pool;
 pub mod cpu_qmm;
 pub mod cuda_kernel;
+pub mod files;
 pub mod forward;
 pub mod gated_delta;
 pub mod gdn_batch;

@@ -299,7 +299,7 @@ fn mtp_quantization(dir: &Path) -> Result<Option<super::config::Quantization>> {
     if !path.exists() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = super::files::read_text(&path)?;
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
     Ok(Some(

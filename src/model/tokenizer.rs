@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use std::str::FromStr;
+
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::Value;
@@ -42,11 +44,12 @@ impl TextTokenizer {
         if !path.exists() {
             bail!("no tokenizer.json in {}", dir.display());
         }
-        let inner = tokenizers::Tokenizer::from_file(&path)
+        let text = super::files::read_bounded(&path, super::files::MAX_TOKENIZER_BYTES)?;
+        let inner = tokenizers::Tokenizer::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{}: cannot read tokenizer: {e}", path.display()))?;
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg: Value = if cfg_path.exists() {
-            let text = std::fs::read_to_string(&cfg_path)?;
+            let text = super::files::read_text(&cfg_path)?;
             serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", cfg_path.display()))?
         } else {
             Value::Null
@@ -54,7 +57,7 @@ impl TextTokenizer {
         let mut chat_template = cfg.get("chat_template").and_then(Value::as_str).map(str::to_owned);
         let jinja = dir.join("chat_template.jinja");
         if chat_template.is_none() && jinja.exists() {
-            chat_template = Some(std::fs::read_to_string(&jinja)?);
+            chat_template = Some(super::files::read_text(&jinja)?);
         }
         let bos_token = token_text(cfg.get("bos_token"));
         let eos_token = token_text(cfg.get("eos_token"));

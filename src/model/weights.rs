@@ -19,7 +19,7 @@ pub struct Weights {
 pub fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.exists() {
-        let text = std::fs::read_to_string(&index).with_context(|| format!("cannot read {}", index.display()))?;
+        let text = super::files::read_text(&index)?;
         let json: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", index.display()))?;
         let map = json
