@@ -2,11 +2,16 @@
 # The CPU peer comparison (issue #10): cohort against mlx-lm and llama.cpp on the default model
 # (SmolLM2-135M-Instruct), same checkpoint, same prompts, interleaved rounds. See bench.py.
 #
-#   scripts/peers/run.sh [bench.py options]   set up the peers once, then run the comparison
-#   scripts/peers/run.sh --setup-only         only the set-up (idempotent)
+#   scripts/peers/run.sh [bench.py options]        set up the peers once, then run the comparison
+#   scripts/peers/run.sh serve [serve_bench.py options]
+#                                                  the server comparison (issue #39): 8 streaming
+#                                                  clients against `cohort serve`, mlx_lm.server and
+#                                                  llama-server, and cohort's server overhead
+#   scripts/peers/run.sh --setup-only              only the set-up (idempotent)
 #
 # Everything it installs lives in .runtime/peers/ (ignored): a venv with mlx-lm on mlx 0.32.2 from
-# PyPI, llama.cpp built from the copy that PyPI's llama-cpp-python sdist vendors, and the MLX
+# PyPI (its `python -m mlx_lm server` is the mlx-lm server arm), llama.cpp built from the copy
+# that PyPI's llama-cpp-python sdist vendors (llama-batched-bench, llama-bench, llama-server), and the MLX
 # import of the GGUF with the shipped MTP head beside it. Needs `./setup.sh build` done first.
 set -euo pipefail
 
@@ -44,10 +49,13 @@ use_openblas() { # $1 = venv
 
 # ---------------------------------------------------------------- llama.cpp
 # PyPI's llama-cpp-python sdist vendors llama.cpp's whole tree, tools included, so llama.cpp's own
-# llama-batched-bench and llama-bench are built from it directly (CPU only, native, no Python).
+# llama-batched-bench, llama-bench and llama-server are built from it directly (CPU only, native,
+# no Python; the server without OpenSSL and without its web UI, which would be fetched or npm-built).
+LLAMA_TOOLS="llama-batched-bench llama-bench llama-server"
 setup_llama_cpp() {
-    local out="$PEERS/llama.cpp" src
-    if [ -x "$out/bin/llama-batched-bench" ] && [ -x "$out/bin/llama-bench" ] &&
+    local out="$PEERS/llama.cpp" src t missing=0
+    for t in $LLAMA_TOOLS; do [ -x "$out/bin/$t" ] || missing=1; done
+    if [ "$missing" = 0 ] &&
         [ "$(cat "$out/.complete" 2>/dev/null)" = "$LLAMA_CPP_PYTHON_VERSION" ]; then
         return 0
     fi
@@ -62,13 +70,15 @@ setup_llama_cpp() {
     fi
     say "building llama.cpp (vendored by llama-cpp-python $LLAMA_CPP_PYTHON_VERSION; several minutes on 2 cores)"
     cmake -S "$src/vendor/llama.cpp" -B "$out/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-        -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
+        -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF \
         -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TOOLS=ON >"$out.cmake.log" 2>&1 ||
         die "llama.cpp configure failed: see $out.cmake.log"
-    cmake --build "$out/build" --target llama-batched-bench llama-bench -j "$(nproc)" >>"$out.cmake.log" 2>&1 ||
+    # shellcheck disable=SC2086
+    cmake --build "$out/build" --target $LLAMA_TOOLS -j "$(nproc)" >>"$out.cmake.log" 2>&1 ||
         die "llama.cpp build failed: see $out.cmake.log"
     mkdir -p "$out/bin"
-    cp "$out/build/bin/llama-batched-bench" "$out/build/bin/llama-bench" "$out/bin/"
+    for t in $LLAMA_TOOLS; do cp "$out/build/bin/$t" "$out/bin/"; done
     echo "$LLAMA_CPP_PYTHON_VERSION" >"$out/.complete"
 }
 
@@ -97,6 +107,11 @@ main() {
     eval "$("$ROOT/setup.sh" env)"
     # The receipt records the command as it was typed, not the expanded one below.
     export COHORT_PEERS_COMMAND="scripts/peers/run.sh $*"
+    if [ "${1:-}" = serve ]; then
+        shift
+        exec "$PEERS/venv/bin/python" "$ROOT/scripts/peers/serve_bench.py" --root "$ROOT" --peers "$PEERS" \
+            --gguf "$GGUF" --model "$PEERS/SmolLM2-135M-Instruct" "$@"
+    fi
     exec "$PEERS/venv/bin/python" "$ROOT/scripts/peers/bench.py" --root "$ROOT" --peers "$PEERS" \
         --gguf "$GGUF" --model "$PEERS/SmolLM2-135M-Instruct" "$@"
 }
