@@ -244,3 +244,42 @@ fn a_pane_sends_its_follow_up_while_another_still_answers() {
     tmux.keys(&["C-q"]);
     tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
 }
+
+/// The pid of the cohort process keeping its files under `home`.
+fn cohort_pid(home: &Path) -> Option<u32> {
+    let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_cohort")).ok()?;
+    let wanted = format!("COHORT_HOME={}", home.display());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let is_cohort = std::fs::read_link(e.path().join("exe")).ok()? == exe;
+        let environ = std::fs::read(e.path().join("environ")).ok()?;
+        let ours = environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes());
+        (is_cohort && ours).then_some(pid)
+    })
+}
+
+#[test]
+fn sigterm_gives_the_terminal_back_and_writes_the_final_record() {
+    let Some((home, tmux)) = launch(Launch {
+        tag: "sigterm",
+        size: (120, 30),
+        max_tokens: 3000,
+        env: "",
+        args: "--panes 2",
+        after: "stty -a | grep -q -- ' icanon' && echo TTY-COOKED; ",
+    }) else {
+        return;
+    };
+    tmux.type_text("a long question");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the answer to stream", Duration::from_secs(120), |s| footer_tokens(s, 0).is_some_and(|n| n >= 5));
+    let pid = cohort_pid(home.path()).expect("the cohort process");
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    let screen = tmux.wait_for("cohort to exit", Duration::from_secs(30), |s| s.contains("TTY-COOKED"));
+    assert!(screen.contains("COHORT-EXITED-0"), "a SIGTERM quits cleanly:\n{screen}");
+    let sessions = home.path().join("data").join("transcripts");
+    let session = std::fs::read_dir(&sessions).unwrap().next().unwrap().unwrap().path();
+    let pane1 = std::fs::read_to_string(session.join("pane-1.jsonl")).unwrap();
+    assert!(pane1.contains("\"text\":\"a long question\""), "{pane1}");
+    assert!(pane1.lines().last().is_some_and(|l| l.contains("cancelled")), "the cut answer's final record: {pane1}");
+}

@@ -79,6 +79,8 @@ async fn drive(
         Some(attach) => connect(attach.clone(), engine_tx.clone()),
         None => start_engine(&app.settings, None, engine_tx.clone()),
     }
+    let mut stop_signal = std::pin::pin!(stop_signals());
+    let mut signalled = false;
     let mut ticker = tokio::time::interval(Duration::from_millis(1000 / TICKS_PER_S));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut dirty = true;
@@ -93,6 +95,13 @@ async fn drive(
                 None => vec![Action::Command(crate::config::keymap::Command::Quit)],
             },
             Some(msg) = engine_rx.recv() => engine_actions(msg, bridge),
+            // SIGTERM, or SIGHUP from a closed terminal: quit as the key does (answers are
+            // cancelled and their final records written, the terminal is given back).
+            () = &mut stop_signal, if !signalled => {
+                signalled = true;
+                tracing::info!("a stop signal: quitting");
+                vec![Action::Command(crate::config::keymap::Command::Quit)]
+            }
             _ = ticker.tick() => {
                 let mut actions = bridge.drain();
                 if app.tick.is_multiple_of(TELEMETRY_EVERY) && let Some(t) = bridge.telemetry() {
@@ -260,6 +269,25 @@ fn start_engine(settings: &Settings, old: Option<EngineHandle>, tx: UnboundedSen
         };
         let _ = tx.send(msg);
     });
+}
+
+/// Resolves on SIGTERM or SIGHUP (never where there are no such signals).
+async fn stop_signals() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::terminate()), signal(SignalKind::hangup())) {
+            (Ok(mut term), Ok(mut hup)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = hup.recv() => {},
+                }
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    }
+    #[cfg(not(unix))]
+    std::future::pending::<()>().await
 }
 
 /// Attach to a running `cohort serve` (waiting while it loads); the outcome comes back on `tx`.
