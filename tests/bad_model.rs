@@ -136,3 +136,21 @@ fn mtp_weights_that_do_not_fit_are_named() {
     let e = load_err(&dir);
     assert!(e.contains("mtp.fc.weight") && e.contains("mtp.safetensors") && e.contains("[64, 128]"), "{e}");
 }
+
+/// NaN or infinite weights would load and decode nonsense: refused at load, naming the tensor.
+#[test]
+fn non_finite_weights_are_named() {
+    for bad in [f32::NAN, f32::INFINITY] {
+        let (_t, dir) = copy_fixture(MODEL);
+        rewrite(&dir.join("model.safetensors"), |t| {
+            let key = "language_model.model.layers.1.linear_attn.A_log";
+            let a = t.get(key).expect("fixture layout");
+            let mut v: Vec<f32> = a.as_dtype(Dtype::Float32).unwrap().as_slice().to_vec();
+            v[0] = bad;
+            let replaced = Array::from_slice(&v, a.shape()).as_dtype(a.dtype()).unwrap();
+            t.insert(key.to_owned(), replaced);
+        });
+        let e = load_err(&dir);
+        assert!(e.contains("model.layers.1.linear_attn.A_log") && e.contains("not finite"), "{bad}: {e}");
+    }
+}

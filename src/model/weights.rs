@@ -113,6 +113,32 @@ pub fn validate_safetensors(path: &Path) -> Result<BTreeMap<String, (String, Vec
 }
 
 /// Bytes per element of a safetensors dtype MLX can load.
+/// Refuse a file whose floating tensors hold NaN or infinity (they would load and decode
+/// nonsense). One reduction per tensor, evaluated together: a fraction of the load's own cost.
+fn check_finite(tensors: &HashMap<String, Array>, path: &Path) -> Result<()> {
+    let mut names = Vec::new();
+    let mut checks = Vec::new();
+    for (name, a) in tensors {
+        if matches!(a.dtype(), Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16) {
+            checks.push(a.is_finite()?.all(None)?);
+            names.push(name);
+        }
+    }
+    mlx_rs::transforms::eval(checks.iter())?;
+    let mut bad: Vec<&String> = names
+        .into_iter()
+        .zip(&checks)
+        .filter(|(_, c)| !c.try_item_exact::<bool>().unwrap_or(false))
+        .map(|(n, _)| n)
+        .collect();
+    bad.sort();
+    if let Some(first) = bad.first() {
+        let more = if bad.len() > 1 { format!(" (and {} more tensors)", bad.len() - 1) } else { String::new() };
+        bail!("{}: tensor \"{first}\" holds values that are not finite (NaN or infinity){more}", path.display());
+    }
+    Ok(())
+}
+
 fn dtype_bytes(dtype: &str) -> Option<u64> {
     Some(match dtype {
         "BOOL" | "U8" | "I8" => 1,
@@ -161,6 +187,7 @@ impl Weights {
         validate_safetensors(path)?;
         let loaded = Array::load_safetensors(path)
             .map_err(|e| anyhow::anyhow!("{}: cannot load tensors: {e}", path.display()))?;
+        check_finite(&loaded, path)?;
         for (key, array) in loaded {
             let Some(name) = canonical_key(&key) else { continue };
             if let Some(prev) = self.origin.get(&name) {
