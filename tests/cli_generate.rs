@@ -243,3 +243,32 @@ fn a_repeated_id_is_refused_and_the_first_keeps_it() {
     let msg = refused["error"].as_str().unwrap();
     assert!(msg.contains("line 2") && msg.contains("unique"), "{msg}");
 }
+
+/// A switch naming a CUDA kernel on a machine without CUDA, or a switch value that is neither 0
+/// nor 1, is refused up front with the variable's name (it aborted start-up in MLX, or was
+/// silently ignored).
+#[test]
+fn switches_the_machine_cannot_honour_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"prompt\":\"x\",\"max_tokens\":2}\n").unwrap();
+    let cuda = cohort::engine::runtime::Backend::detect() == cohort::engine::runtime::Backend::Cuda;
+    let mut cases = vec![("COHORT_COMPILE_GDN", "yes", "COHORT_COMPILE_GDN=yes")];
+    if !cuda {
+        cases.push(("COHORT_ADD_NORM_KERNEL", "1", "CUDA"));
+        cases.push(("COHORT_ROUTER_KERNEL", "1", "CUDA"));
+    }
+    for (var, value, says) in cases {
+        let out = cohort()
+            .env(var, value)
+            .args(["generate", "-m"])
+            .arg(fixture("qwen35_moe_4bit"))
+            .arg("-i")
+            .arg(&input)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{var}={value}: {stderr}");
+        assert!(stderr.contains(var) && stderr.contains(says), "{var}={value}: {stderr}");
+    }
+}
