@@ -70,3 +70,64 @@ fn a_cleared_pane_reads_back_empty_and_sessions_get_unique_names() {
     assert!(panes[0].turns.is_empty());
     assert!(load_session(dir.path(), "no-such-session").is_err());
 }
+
+/// A record cut short (a full disk mid-write, or a crash) must never swallow the next one: the
+/// writer starts a fresh line when the file does not end with one, in this run or a resumed one.
+#[test]
+fn a_torn_record_never_swallows_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = new_session_name(dir.path());
+    let mut writer = TranscriptWriter::new(dir.path(), &session, "throughput", None);
+    for r in [user("a", "first"), done("a", FinishReason::Stop, "answer one")] {
+        writer.append(1, &r).unwrap();
+    }
+    // A write that failed halfway (the disk filled), then space came back.
+    let tear = |path: &std::path::Path| {
+        let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        file.write_all(b"{\"t\":1,\"kind\":\"delta\",\"requ").unwrap();
+    };
+    tear(&writer.pane_path(1));
+    for r in [user("b", "second"), done("b", FinishReason::Stop, "answer two")] {
+        writer.append(1, &r).unwrap();
+    }
+    let path = writer.pane_path(1);
+    drop(writer);
+    // The process died mid-line; the session is resumed and goes on.
+    tear(&path);
+    let mut resumed = TranscriptWriter::new(dir.path(), &session, "throughput", None);
+    for r in [user("c", "third"), done("c", FinishReason::Stop, "answer three")] {
+        resumed.append(1, &r).unwrap();
+    }
+    let (_, _, panes) = load_session(dir.path(), &session).unwrap();
+    let answers: Vec<&str> = panes[0].turns.iter().map(|t| t.answer.as_str()).collect();
+    assert_eq!(answers, ["answer one", "answer two", "answer three"]);
+}
+
+/// After `--resume`, new turns get request ids the session has not used.
+#[test]
+fn a_resumed_session_never_reuses_request_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = new_session_name(dir.path());
+    let mut app = fixture::app(1, "dark");
+    let mut writer = TranscriptWriter::new(dir.path(), &session, "throughput", None);
+    let used = format!("{}-p1-7", app.session);
+    for r in [user(&used, "first"), done(&used, FinishReason::Stop, "answer")] {
+        writer.append(1, &r).unwrap();
+    }
+    drop(writer);
+    let (_, _, panes) = load_session(dir.path(), &session).unwrap();
+    app.restore(panes);
+    app.panes[0].input.set("next");
+    let effects = app.handle_key(crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::Enter,
+        crossterm::event::KeyModifiers::NONE,
+    ));
+    let id = effects
+        .iter()
+        .find_map(|e| {
+            if let cohort::tui::action::Effect::Submit { request, .. } = e { Some(request.id.clone()) } else { None }
+        })
+        .expect("a submit");
+    let n: u64 = id.rsplit('-').next().unwrap().parse().unwrap();
+    assert!(n > 7, "the new turn's id {id} reuses or precedes {used}");
+}

@@ -150,6 +150,10 @@ impl App {
             })
             .collect();
         self.next_pane_id = self.panes.iter().map(|p| p.id).max().unwrap_or(0) + 1;
+        // New turns continue the session's numbering: a resumed session never reuses an id.
+        let used =
+            self.panes.iter().flat_map(|p| &p.turns).filter_map(|t| t.request_id.rsplit('-').next()?.parse().ok());
+        self.next_request = self.next_request.max(used.max().unwrap_or(0));
         while self.panes.len() < self.settings.panes.min(MAX_PANES) {
             self.add_pane();
         }

@@ -157,6 +157,7 @@ impl TranscriptWriter {
             let path = self.pane_path(pane);
             let file = OpenOptions::new()
                 .create(true)
+                .read(true)
                 .append(true)
                 .open(&path)
                 .with_context(|| format!("cannot open {}", path.display()))?;
@@ -181,12 +182,28 @@ impl TranscriptWriter {
     }
 
     fn write(&mut self, pane: u32, record: &Record) -> Result<()> {
-        let mut line = serde_json::to_vec(&Stamped { t: unix_ms(), record: record.clone() })?;
-        line.push(b'\n');
         let file = self.files.get_mut(&pane).expect("opened above");
+        // A line cut short before (a full disk, a crash) gets its end here, so this record starts
+        // a line of its own instead of being glued onto the fragment and lost with it.
+        let mut line = if ends_mid_line(file) { vec![b'\n'] } else { Vec::new() };
+        serde_json::to_writer(&mut line, &Stamped { t: unix_ms(), record: record.clone() })?;
+        line.push(b'\n');
         // One write per line: an O_APPEND write lands whole or (on a crash) as a torn tail line.
         file.write_all(&line).with_context(|| format!("cannot append to {}", self.pane_path(pane).display()))
     }
+}
+
+/// Whether the file's last byte is not a newline (an empty file ends cleanly).
+fn ends_mid_line(file: &mut File) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(len) = file.metadata().map(|m| m.len()) else { return false };
+    if len == 0 {
+        return false;
+    }
+    let mut last = [0u8; 1];
+    // Appends go to the end whatever the position, so moving it to read is harmless.
+    let read = file.seek(SeekFrom::Start(len - 1)).and_then(|_| file.read_exact(&mut last));
+    read.is_ok() && last[0] != b'\n'
 }
 
 /// A pane read back from a transcript.
