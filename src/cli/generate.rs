@@ -217,7 +217,11 @@ fn stream_results(engine: &EngineHandle, incoming: &mpsc::Receiver<Incoming>, si
         if r.finish_reason == FinishReason::Error {
             *failed += 1;
         }
-        writeln!(sink, "{}", serde_json::to_string(r)?).context("cannot write a result")?;
+        // One write of the whole line, then a flush: a run stopped at any moment leaves whole
+        // lines only (tests/generate_signals.rs).
+        let mut line = serde_json::to_vec(r)?;
+        line.push(b'\n');
+        sink.write_all(&line).context("cannot write a result")?;
         sink.flush().context("cannot write a result")
     };
     while input_open || !live.is_empty() {
