@@ -181,16 +181,10 @@ fn a_key_is_required_when_set_and_a_full_queue_answers_503() {
     assert_eq!(status, 200, "served again once the rows were freed");
 }
 
-#[test]
-fn sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0() {
-    let Some(mut server) =
-        Server::start("sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0", &["--grace-s", "60"])
-    else {
-        return;
-    };
-    let chat_url = server.url("/v1/chat/completions");
+/// A streamed answer of `max_tokens` read by curl in the background, once the server decodes it.
+fn streaming(server: &Server, max_tokens: usize) -> Child {
     let running = Command::new("curl")
-        .args(["-s", "-N", "--data-binary", &chat(150, true), &chat_url])
+        .args(["-s", "-N", "--data-binary", &chat(max_tokens, true), &server.url("/v1/chat/completions")])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -199,6 +193,18 @@ fn sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0() {
         assert!(Instant::now() < deadline, "the answer never started");
         std::thread::sleep(Duration::from_millis(10));
     }
+    running
+}
+
+#[test]
+fn sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0() {
+    let Some(mut server) =
+        Server::start("sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0", &["--grace-s", "60"])
+    else {
+        return;
+    };
+    let chat_url = server.url("/v1/chat/completions");
+    let running = streaming(&server, 150);
     let pid = server.child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let drain = server.log.recv_timeout(Duration::from_secs(10)).expect("a drain message");
@@ -221,16 +227,7 @@ fn after_the_grace_period_a_drain_cancels_what_still_runs() {
     else {
         return;
     };
-    let running = Command::new("curl")
-        .args(["-s", "-N", "--data-binary", &chat(5000, true), &server.url("/v1/chat/completions")])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while server.health()["queue"]["active"] != 1 {
-        assert!(Instant::now() < deadline, "the answer never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let running = streaming(&server, 5000);
     let stopped = Instant::now();
     assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap().success());
     let body = text(&running.wait_with_output().unwrap().stdout);

@@ -612,7 +612,11 @@ def main(argv):
     receipt["versions"]["mlx-lm worker"] = mlx_info
     receipt["summary"] = summarize(receipt["runs"], arms)
     receipt["ratios"] = ratios(receipt["summary"])
-    table = markdown(receipt)
+    return write_results(out, receipt, markdown(receipt))
+
+
+def write_results(out, receipt, table):
+    """table.md and receipt.json into `out`, the table on stdout; exit status 1 if a run failed."""
     open(os.path.join(out, "table.md"), "w").write(table)
     json.dump(receipt, open(os.path.join(out, "receipt.json"), "w"), indent=1)
     print(table)

@@ -669,12 +669,7 @@ def main(argv):
     receipt["machine"].update(load_end=os.getloadavg()[0], uptime_end=bench.sh(["uptime"]))
     receipt["summary"] = summarize(receipt["runs"], arms)
     receipt["ratios"] = ratios(receipt["summary"])
-    table = markdown(receipt)
-    open(os.path.join(out, "table.md"), "w").write(table)
-    json.dump(receipt, open(os.path.join(out, "receipt.json"), "w"), indent=1)
-    print(table)
-    say(f"table: {out}/table.md, receipt: {out}/receipt.json")
-    return 1 if any(r["error"] for r in receipt["runs"]) else 0
+    return bench.write_results(out, receipt, markdown(receipt))
 
 
 if __name__ == "__main__":
