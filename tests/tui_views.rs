@@ -232,3 +232,27 @@ fn streaming_an_answer_renders_the_same_as_rendering_it_whole() {
     let b = draw(&whole, 50, 40).backend().to_string();
     assert_eq!(a, b);
 }
+
+/// While transcripts cannot be saved (a full disk), the bottom bar says so and keeps saying so,
+/// whatever notices come and go, until a record is written again.
+#[test]
+fn a_transcript_that_cannot_be_saved_warns_until_it_can() {
+    let bottom = |app: &App| {
+        let t = draw(app, 100, 30);
+        let buffer = t.backend().buffer();
+        (0..100).map(|x| buffer[(x, 29)].symbol().to_owned()).collect::<String>()
+    };
+    let mut app = fixture::mixed(2, "dark");
+    assert!(!bottom(&app).contains("not saved"));
+    app.update(cohort::tui::action::Action::Transcript(Some("No space left on device".into())));
+    for _ in 0..1000 {
+        app.update(cohort::tui::action::Action::Tick);
+    }
+    let line = bottom(&app);
+    assert!(line.contains("transcripts not saved") && line.contains("No space left"), "{line}");
+    app.update(cohort::tui::action::Action::Transcript(None));
+    for _ in 0..1000 {
+        app.update(cohort::tui::action::Action::Tick);
+    }
+    assert!(!bottom(&app).contains("not saved"), "{}", bottom(&app));
+}

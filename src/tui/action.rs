@@ -41,6 +41,8 @@ pub enum Action {
         name: String,
         path: PathBuf,
     },
+    /// Transcripts cannot be written (why), or can again (None).
+    Transcript(Option<String>),
     /// A line for the status bar (results of effects: copied, saved, failed).
     Notice {
         text: String,

@@ -91,6 +91,8 @@ pub struct App {
     pub memory_history: VecDeque<u64>,
     pub profiles: Vec<ProfileEntry>,
     pub notice: Option<Notice>,
+    /// Why transcripts are not being saved, while they are not (shown until they are again).
+    pub transcript_error: Option<String>,
     quit_armed_at: Option<u64>,
     pub should_quit: bool,
     pub tick: u64,
@@ -121,6 +123,7 @@ impl App {
             memory_history: VecDeque::new(),
             profiles: Vec::new(),
             notice: None,
+            transcript_error: None,
             quit_armed_at: None,
             should_quit: false,
             tick: 0,
@@ -206,6 +209,7 @@ impl App {
                 self.profiles.push(ProfileEntry { name, path: Some(path), description: None });
             }
             Action::Notice { text, error } => self.notify(text, error),
+            Action::Transcript(error) => self.transcript_error = error,
         }
         fx
     }

@@ -170,10 +170,20 @@ fn perform(
         }
         Effect::Cancel { request } => bridge.cancel(&request),
         Effect::Record { pane, record } => {
-            if let Err(e) = ctx.transcripts.append(pane, &record) {
-                tracing::error!("transcript: {e:#}");
-                return notice(format!("transcript not written: {e:#}"), true);
-            }
+            // The bar's warning stays while writes fail and goes with the first that works.
+            return match ctx.transcripts.append(pane, &record) {
+                Err(e) => {
+                    tracing::error!("transcript: {e:#}");
+                    let why = format!("{:#}", e.root_cause());
+                    if app.transcript_error.as_deref() == Some(why.as_str()) {
+                        Vec::new()
+                    } else {
+                        vec![Action::Transcript(Some(why))]
+                    }
+                }
+                Ok(()) if app.transcript_error.is_some() => vec![Action::Transcript(None)],
+                Ok(()) => Vec::new(),
+            };
         }
         Effect::Copy { text } => {
             return match clipboard::copy(&text, &ctx.paths.data_dir, tui.backend_mut()) {

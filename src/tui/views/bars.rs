@@ -70,6 +70,9 @@ pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
         (Command::Quit, "quit"),
     ];
     let mut spans = vec![Span::raw(" ")];
+    if let Some(why) = &app.transcript_error {
+        spans.push(Span::styled(format!("⚠ transcripts not saved: {why}  "), s.error));
+    }
     for (command, label) in hints {
         if let Some(key) = first(command) {
             spans.push(Span::styled(key, s.key));
