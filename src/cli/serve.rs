@@ -83,7 +83,7 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
         eprintln!("cohort: listening on http://{addr} (profile {}; loading the model)", settings.profile);
         let loading = state.clone();
         // A model that cannot load leaves nothing to serve: the server stops with its reason.
-        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
+        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
             match model_args.start_engine(setup) {
@@ -95,26 +95,23 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
                         engine.info.mode,
                         engine.info.probe.as_deref().unwrap_or("no MTP probe")
                     );
-                    loading.set_engine(EngineSlot::Ready(engine));
+                    loading.set_engine(EngineSlot::Ready(Box::new(engine)));
                 }
                 Err(e) => {
                     loading.set_engine(EngineSlot::Failed(format!("{e:#}")));
-                    let _ = failed_tx.send(format!("{e:#}"));
+                    let _ = failed_tx.send(());
                 }
             }
         });
-        let failure = Arc::new(std::sync::Mutex::new(None));
-        let seen = failure.clone();
         let stop = async move {
             tokio::select! {
                 () = shutdown_signal() => {},
-                Ok(why) = failed_rx => *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(why),
+                Ok(()) = failed_rx => {},
             }
         };
         serve(listener, app, state.clone(), stop, Duration::from_secs_f64(args.grace_s)).await?;
-        // The engine's owner thread joins here, after the last request ended.
-        state.set_engine(EngineSlot::Failed("the server stopped".into()));
-        if let Some(why) = failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        // Taking the engine out joins its owner thread, after the last request ended.
+        if let EngineSlot::Failed(why) = state.replace_engine(EngineSlot::Failed("the server stopped".into())) {
             anyhow::bail!("the model failed to load: {why}");
         }
         eprintln!("cohort: stopped");

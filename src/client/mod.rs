@@ -4,7 +4,6 @@
 
 mod stream;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::engine::handle::Submission;
 use crate::engine::request::{Prompt, Request};
-use crate::engine::row::CancelFlag;
+use crate::engine::row::{CancelFlag, CancelRegistry};
 use crate::engine::telemetry::Telemetry;
 
 /// How often the server's telemetry is fetched.
@@ -33,7 +32,7 @@ pub struct RemoteEngine {
     http: reqwest::Client,
     api_key: Option<String>,
     telemetry: Arc<Mutex<Option<Telemetry>>>,
-    cancels: Mutex<HashMap<String, CancelFlag>>,
+    cancels: CancelRegistry,
     poller: tokio::task::JoinHandle<()>,
     pub info: ServerInfo,
 }
@@ -70,7 +69,7 @@ impl RemoteEngine {
         };
         let telemetry = Arc::new(Mutex::new(parse_telemetry(&health)));
         let poller = tokio::spawn(poll_telemetry(http.clone(), base.clone(), telemetry.clone()));
-        Ok(RemoteEngine { base, http, api_key, telemetry, cancels: Mutex::new(HashMap::new()), poller, info })
+        Ok(RemoteEngine { base, http, api_key, telemetry, cancels: CancelRegistry::default(), poller, info })
     }
 
     /// Send `req` as a streamed completion; its events arrive as the engine's do, ending with
@@ -78,9 +77,7 @@ impl RemoteEngine {
     pub fn submit(&self, req: Request) -> Submission {
         let (tx, events) = std::sync::mpsc::channel();
         let cancel = CancelFlag::default();
-        let mut cancels = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
-        cancels.retain(|_, flag| !flag.is_cancelled());
-        cancels.insert(req.id.clone(), cancel.clone());
+        self.cancels.register(&req.id, &cancel);
         let (path, body) = request_body(&req);
         let mut post = self.http.post(format!("{}{path}", self.base)).json(&body);
         if let Some(key) = &self.api_key {
@@ -94,9 +91,7 @@ impl RemoteEngine {
     /// Cancel by the id the TUI gave the request: its stream is dropped, which the server takes
     /// as the client leaving (the row is freed at its next cycle).
     pub fn cancel(&self, id: &str) {
-        if let Some(flag) = self.cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(id) {
-            flag.cancel();
-        }
+        self.cancels.cancel(id);
     }
 
     /// The server's telemetry as last fetched.

@@ -41,8 +41,7 @@ async fn follow(
     }
     let _ = tx.send(RowEvent::Prefill { id: id.to_owned(), done: 0, total: 0 });
     let mut events = response.bytes_stream().eventsource();
-    let mut result = RequestResult { finish_reason: FinishReason::Length, ..RequestResult::error(id, String::new()) };
-    result.error = None;
+    let mut result = RequestResult::ended(id, FinishReason::Length);
     let mut first_token = None;
     loop {
         let next = tokio::select! {

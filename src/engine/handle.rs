@@ -2,7 +2,6 @@
 //! row's flag (polled by the owner), `snapshot` copies the telemetry. Everything MLX lives on the
 //! owner thread (src/engine/owner.rs).
 
-use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -12,7 +11,7 @@ use anyhow::{Context, Result};
 
 use super::owner::{EngineSetup, Loaded, OwnerCommand, run_owner};
 use super::request::Request;
-use super::row::{CancelFlag, RowEvent, WeakCancel};
+use super::row::{CancelFlag, CancelRegistry, RowEvent};
 use super::telemetry::{SharedTelemetry, Telemetry};
 
 /// A submitted request: its events arrive on `events`, ending with exactly one `Done`.
@@ -25,9 +24,7 @@ pub struct Submission {
 pub struct EngineHandle {
     tx: mpsc::Sender<OwnerCommand>,
     telemetry: SharedTelemetry,
-    /// Cancel flags by request id, held weakly: a request that ended (and whose submitter let
-    /// go) drops out, so a long-running server does not keep one for every request it took.
-    cancels: Arc<Mutex<HashMap<String, WeakCancel>>>,
+    cancels: CancelRegistry,
     thread: Option<JoinHandle<()>>,
     pub info: super::owner::EngineInfo,
 }
@@ -51,11 +48,7 @@ impl EngineHandle {
     pub fn submit(&self, req: Request) -> Submission {
         let (events_tx, events) = mpsc::channel();
         let cancel = CancelFlag::default();
-        {
-            let mut cancels = self.cancels.lock().unwrap();
-            cancels.retain(|_, flag| flag.upgrade().is_some());
-            cancels.insert(req.id.clone(), cancel.downgrade());
-        }
+        self.cancels.register(&req.id, &cancel);
         let id = req.id.clone();
         if self
             .tx
@@ -77,9 +70,7 @@ impl EngineHandle {
 
     /// Cancel a request by id (queued, prefilling or decoding); unknown ids are ignored.
     pub fn cancel(&self, id: &str) {
-        if let Some(flag) = self.cancels.lock().unwrap().get(id).and_then(WeakCancel::upgrade) {
-            flag.cancel();
-        }
+        self.cancels.cancel(id);
     }
 
     pub fn snapshot(&self) -> Telemetry {
@@ -95,7 +86,7 @@ impl EngineHandle {
 
     /// Requests the handle still keeps an entry for.
     pub fn tracked(&self) -> usize {
-        self.cancels.lock().unwrap().len()
+        self.cancels.len()
     }
 
     /// Test hook: fail the Nth cohort cycle the owner runs from now.

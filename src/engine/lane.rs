@@ -44,10 +44,7 @@ impl Pending {
 
     /// End a request that never got a row.
     pub fn cancelled(&self) {
-        let mut r = RequestResult::error(&self.req.id, String::new());
-        r.finish_reason = FinishReason::Cancelled;
-        r.error = None;
-        self.done(r);
+        self.done(RequestResult::ended(&self.req.id, FinishReason::Cancelled));
     }
 }
 

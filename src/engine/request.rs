@@ -15,6 +15,17 @@ pub enum Prompt {
     Chat(Vec<ChatMessage>),
 }
 
+impl Prompt {
+    /// No text, no ids or no messages.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Prompt::Text(t) => t.is_empty(),
+            Prompt::Ids(i) => i.is_empty(),
+            Prompt::Chat(m) => m.is_empty(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Request {
     pub id: String,
@@ -65,12 +76,7 @@ impl RequestLine {
             }
             _ => anyhow::bail!("line {line_no} (id {id}): give only one of \"prompt\", \"prompt_ids\", \"messages\""),
         };
-        let empty = match &prompt {
-            Prompt::Text(t) => t.is_empty(),
-            Prompt::Ids(i) => i.is_empty(),
-            Prompt::Chat(m) => m.is_empty(),
-        };
-        if empty {
+        if prompt.is_empty() {
             anyhow::bail!("line {line_no} (id {id}): the prompt is empty");
         }
         let sampler = SamplerConfig {
@@ -150,16 +156,22 @@ pub struct RequestResult {
 }
 
 impl RequestResult {
-    pub fn error(id: &str, message: String) -> Self {
+    /// A result with no tokens that ended for `reason` without an error (cancelled before it
+    /// ran, or the start a client fills in).
+    pub fn ended(id: &str, reason: FinishReason) -> Self {
         Self {
             id: id.to_owned(),
             token_ids: Vec::new(),
             text: String::new(),
-            finish_reason: FinishReason::Error,
-            error: Some(message),
+            finish_reason: reason,
+            error: None,
             refused: false,
             stats: Stats::default(),
         }
+    }
+
+    pub fn error(id: &str, message: String) -> Self {
+        Self { error: Some(message), ..Self::ended(id, FinishReason::Error) }
     }
 
     /// The request itself cannot run (see [`RequestResult::refused`]).

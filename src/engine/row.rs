@@ -2,8 +2,9 @@
 //! cancel flag, its emitted tokens and text, and its MTP bookkeeping. The solo path and the
 //! cohort drive the same `RowRun`, so every row behaves the same whatever its neighbours do.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -37,20 +38,36 @@ impl CancelFlag {
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
-
-    /// A reference that does not keep the flag alive: it dies once the request has ended and
-    /// its submitter has let go.
-    pub fn downgrade(&self) -> WeakCancel {
-        WeakCancel(Arc::downgrade(&self.0))
-    }
 }
 
-#[derive(Debug, Clone)]
-pub struct WeakCancel(std::sync::Weak<AtomicBool>);
+/// Cancel flags by request id, for whoever cancels by id (the engine handle, the server client).
+/// Held weakly: a request that ended, and whose submitter let go, drops out at the next
+/// registration, so a long-running process keeps entries for live requests only.
+#[derive(Debug, Default)]
+pub struct CancelRegistry(Mutex<HashMap<String, Weak<AtomicBool>>>);
 
-impl WeakCancel {
-    pub fn upgrade(&self) -> Option<CancelFlag> {
-        self.0.upgrade().map(CancelFlag)
+impl CancelRegistry {
+    pub fn register(&self, id: &str, flag: &CancelFlag) {
+        let mut flags = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        flags.retain(|_, f| f.strong_count() > 0);
+        flags.insert(id.to_owned(), Arc::downgrade(&flag.0));
+    }
+
+    /// Flip the flag of request `id`; an unknown or ended id is ignored.
+    pub fn cancel(&self, id: &str) {
+        let flag = self.0.lock().unwrap_or_else(|e| e.into_inner()).get(id).and_then(Weak::upgrade);
+        if let Some(flag) = flag {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Entries kept (live requests, and ended ones not yet dropped).
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

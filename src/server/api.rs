@@ -266,12 +266,7 @@ fn text_prompt(prompt: Option<&Value>) -> Result<Prompt, ApiError> {
         },
         Some(_) => return Err(bad("must be a string or an array of token ids")),
     };
-    let empty = match &prompt {
-        Prompt::Text(t) => t.is_empty(),
-        Prompt::Ids(ids) => ids.is_empty(),
-        Prompt::Chat(m) => m.is_empty(),
-    };
-    if empty {
+    if prompt.is_empty() {
         return Err(bad("is empty"));
     }
     Ok(prompt)

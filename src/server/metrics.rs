@@ -2,7 +2,6 @@
 //! figures are recorded as each request ends; the engine's own counters and gauges (cycles by
 //! width, drafts, queue, memory) are read from its telemetry at each scrape.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use prometheus_client::collector::Collector;
@@ -136,14 +135,13 @@ impl Collector for EngineCollector {
             let g = ConstGauge::new(value);
             g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
         }
-        let by_width: BTreeMap<usize, usize> = t.fixed_width_cycles.clone();
         let mut family = encoder.encode_descriptor(
             "cycles_by_width",
             "Cycles run at each physical width",
             None,
             prometheus_client::metrics::MetricType::Counter,
         )?;
-        for (width, n) in by_width {
+        for (&width, &n) in &t.fixed_width_cycles {
             let c = ConstCounter::new(n as u64);
             c.encode(family.encode_family(&Width { width: width as u64 })?)?;
         }

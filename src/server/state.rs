@@ -14,7 +14,7 @@ use crate::engine::row::CancelFlag;
 /// The engine as the server sees it: loading in the background, ready, or failed to load.
 pub enum EngineSlot {
     Loading,
-    Ready(EngineHandle),
+    Ready(Box<EngineHandle>),
     Failed(String),
 }
 
@@ -63,7 +63,12 @@ impl AppState {
     }
 
     pub fn set_engine(&self, slot: EngineSlot) {
-        *self.engine.write().unwrap_or_else(|e| e.into_inner()) = slot;
+        self.replace_engine(slot);
+    }
+
+    /// Put `slot` in the engine's place and return what was there.
+    pub fn replace_engine(&self, slot: EngineSlot) -> EngineSlot {
+        std::mem::replace(&mut *self.engine.write().unwrap_or_else(|e| e.into_inner()), slot)
     }
 
     /// A fresh response id, e.g. `chatcmpl-674f1c2a-17`.

@@ -80,9 +80,7 @@ impl Bridge {
     pub fn cancel(&mut self, id: &str) {
         if let Some(i) = self.held.iter().position(|(_, r)| r.id == id) {
             let (pane, request) = self.held.remove(i);
-            let mut result = RequestResult::error(&request.id, String::new());
-            result.finish_reason = FinishReason::Cancelled;
-            result.error = None;
+            let result = RequestResult::ended(&request.id, FinishReason::Cancelled);
             self.synthetic.push((pane, RowEvent::Done(Box::new(result))));
         } else if let Some(engine) = &self.engine {
             engine.cancel(id);
