@@ -109,4 +109,25 @@ fn a_request_error_shows_in_its_pane_only_and_the_other_rows_keep_running() {
         let screen = pane_screen(&app, i);
         assert!(!screen.contains(&shown) && !screen.contains("✖ error:"), "pane {i} shows an error:\n{screen}");
     }
+
+    // The failed message does not poison the pane: the next prompt there is answered (before,
+    // it was sent again with every later prompt, which failed the same way until ctrl+l).
+    app.focus = BAD;
+    app.panes[BAD].input.set("The boat again");
+    for effect in app.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)) {
+        if let Effect::Submit { pane, request } = effect {
+            bridge.submit(pane, request);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while bridge.pending() > 0 {
+        assert!(Instant::now() < deadline, "the request did not finish");
+        for action in bridge.drain() {
+            app.update(action);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let turn = app.panes[BAD].turns.last().unwrap();
+    assert_eq!((turn.finish, turn.error.as_deref()), (Some(FinishReason::Length), None), "the next prompt works");
+    assert!(pane_screen(&app, BAD).contains("not sent with later prompts"));
 }

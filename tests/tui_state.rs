@@ -351,3 +351,54 @@ fn a_row_that_finished_early_shows_done_before_its_result_arrives() {
     assert_eq!((app.panes[0].state, app.panes[0].row), (RowState::Done, Some(0)));
     assert!(app.panes[0].is_busy(), "the result itself has not come yet");
 }
+
+/// An over-context message fails; it stays on screen, marked, but is not sent again: the next
+/// prompt carries only the conversation that worked (before, every later prompt failed the same
+/// way until ctrl+l). Up still recalls the failed text, to shorten it and send it again.
+#[test]
+fn a_failed_message_does_not_poison_later_prompts() {
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "first");
+    app.handle_key(key(KeyCode::Enter));
+    finish(&mut app, 0, FinishReason::Stop, "answer one");
+    let long = "a heron stood ".repeat(40);
+    app.panes[0].input.set(&long);
+    app.handle_key(key(KeyCode::Enter));
+    let id = request_id(&app, 0);
+    let refused = RequestResult::refused(&id, "10014 tokens: over the 4096-token context window".into());
+    deliver(&mut app, 0, RowEvent::Done(Box::new(refused)));
+    assert_eq!(app.panes[0].state, RowState::Error);
+    assert_eq!(app.panes[0].turns.len(), 2, "the failed message stays visible");
+
+    type_text(&mut app, "second");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    let Some(Effect::Submit { request, .. }) = fx.iter().find(|e| matches!(e, Effect::Submit { .. })) else {
+        panic!("no submit")
+    };
+    let Prompt::Chat(messages) = &request.prompt else { panic!("not a chat") };
+    let turns: Vec<(&str, &str)> = messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+    assert_eq!(turns, [("user", "first"), ("assistant", "answer one"), ("user", "second")]);
+    finish(&mut app, 0, FinishReason::Stop, "answer two");
+    app.handle_key(key(KeyCode::Up));
+    app.handle_key(key(KeyCode::Up));
+    assert_eq!(app.panes[0].input.text(), long, "up recalls the failed message");
+}
+
+/// A conversation nearing the context window warns once, when an answer takes it past 80%.
+#[test]
+fn a_conversation_near_the_context_window_warns() {
+    let mut app = fixture::app(1, "dark");
+    let answer = |app: &mut App, prompt_tokens: usize| {
+        type_text(app, "q");
+        app.handle_key(key(KeyCode::Enter));
+        let mut result = RequestResult::ended(&request_id(app, 0), FinishReason::Stop);
+        result.text = "a".into();
+        (result.stats.prompt_tokens, result.stats.completion_tokens) = (prompt_tokens, 100);
+        deliver(app, 0, RowEvent::Done(Box::new(result)));
+        app.notice.as_ref().map(|n| n.text.clone())
+    };
+    assert_eq!(answer(&mut app, 1000), None);
+    let warning = answer(&mut app, 3400).expect("a warning past 80%");
+    assert!(warning.contains("85%") && warning.contains("ctrl+l"), "{warning}");
+    assert_eq!(app.panes[0].context_tokens(), 3500);
+}

@@ -256,3 +256,23 @@ fn a_transcript_that_cannot_be_saved_warns_until_it_can() {
     }
     assert!(!bottom(&app).contains("not saved"), "{}", bottom(&app));
 }
+
+/// The pane title carries a context gauge, in the error style once the window is nearly full.
+#[test]
+fn the_pane_title_shows_how_full_the_context_is() {
+    let mut app = fixture::app(1, "dark");
+    fixture::play(&mut app, 0, "q", "an answer", Some(FinishReason::Stop), std::time::Instant::now());
+    let title = |app: &App| {
+        let t = draw(app, 80, 12);
+        let buffer = t.backend().buffer();
+        let text: String = (0..80).map(|x| buffer[(x, 1)].symbol().to_owned()).collect();
+        let at = text.find("ctx").map(|i| text[..i].chars().count() as u16);
+        (text, at.map(|x| buffer[(x, 1)].style()))
+    };
+    let (text, _) = title(&app);
+    assert!(text.contains("ctx 1%"), "{text}");
+    app.panes[0].turns[0].stats.as_mut().unwrap().prompt_tokens = 3600;
+    let (text, style) = title(&app);
+    assert!(text.contains("ctx 88%"), "{text}");
+    assert_eq!(style.and_then(|s| s.fg), app.styles.error.fg, "a nearly full window is shown as an error");
+}

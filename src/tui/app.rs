@@ -27,6 +27,8 @@ pub const TICKS_PER_S: u64 = 30;
 const NOTICE_TICKS: u64 = 5 * TICKS_PER_S;
 /// How long a first ctrl+c (with other panes generating) waits for the second.
 const QUIT_ARM_TICKS: u64 = 3 * TICKS_PER_S;
+/// A conversation past this share of the context window (percent) is warned about.
+pub const CONTEXT_WARN_PERCENT: usize = 80;
 /// Memory samples kept for the inspector's sparkline.
 pub const MEMORY_HISTORY: usize = 240;
 
@@ -589,8 +591,28 @@ impl App {
                 let record =
                     Record::Done { request: id, finish: finish_reason, text: turn.answer.clone(), error, stats };
                 fx.push(Effect::Record { pane: pane_id, record });
+                self.warn_context(pane_id);
             }
             _ => {}
+        }
+    }
+
+    /// After an answer: say so when the pane's conversation nears the context window, before a
+    /// prompt fails on it.
+    fn warn_context(&mut self, pane_id: u32) {
+        let EngineStatus::Ready(summary) = &self.engine else { return };
+        let max = summary.max_context;
+        let Some(index) = self.panes.iter().position(|p| p.id == pane_id) else { return };
+        let Some(percent) = self.panes[index].context_percent(max) else { return };
+        if percent >= CONTEXT_WARN_PERCENT {
+            let clear = self.keymap.describe_keys(Command::ClearPane);
+            self.notify(
+                format!(
+                    "pane {}'s conversation fills {percent}% of the {max}-token context window: {clear} starts a new one",
+                    index + 1
+                ),
+                true,
+            );
         }
     }
 

@@ -29,6 +29,13 @@ pub struct Turn {
     pub(crate) rendered: RefCell<Option<RenderCache>>,
 }
 
+impl Turn {
+    /// The request failed: its message is not part of the conversation sent next.
+    pub fn failed(&self) -> bool {
+        self.finish == Some(FinishReason::Error)
+    }
+}
+
 /// A turn's rendered lines. Streaming only ever appends, so complete lines are rendered once
 /// (`lines`) and only the unfinished last line (`tail`) is rendered again as tokens arrive.
 #[derive(Debug, Clone)]
@@ -115,15 +122,41 @@ impl Pane {
         if let Some(s) = system {
             messages.push(ChatMessage::new("system", s));
         }
-        for turn in &self.turns {
+        // A failed turn (a message over the context window, an engine error) is left out whole:
+        // sending its message again would fail again. It stays on screen, marked, and up recalls
+        // it. A cancelled turn keeps what the user saw.
+        for turn in self.turns.iter().filter(|t| !t.failed()) {
             messages.push(ChatMessage::new("user", &turn.user));
-            // A failed turn has nothing to say; a cancelled one keeps what the user saw.
-            if !turn.answer.is_empty() && turn.finish != Some(FinishReason::Error) {
+            if !turn.answer.is_empty() {
                 messages.push(ChatMessage::new("assistant", &turn.answer));
             }
         }
         messages.push(ChatMessage::new("user", next));
         messages
+    }
+
+    /// Tokens the conversation holds: the newest turn that worked (its prompt and its answer), or
+    /// live while generating once the prompt's size is known. 0 when nothing is known.
+    pub fn context_tokens(&self) -> usize {
+        if let Some(f) = &self.in_flight
+            && f.prefill.1 > 0
+        {
+            return f.prefill.1 + f.tokens;
+        }
+        self.turns
+            .iter()
+            .rev()
+            .filter(|t| !t.failed())
+            .find_map(|t| t.stats.as_ref().filter(|s| s.prompt_tokens > 0))
+            .map(|s| s.prompt_tokens + s.completion_tokens)
+            .unwrap_or(0)
+    }
+
+    /// The conversation's share of a `max_context`-token window, in whole percent (None when
+    /// unknown).
+    pub fn context_percent(&self, max_context: i32) -> Option<usize> {
+        let (used, max) = (self.context_tokens(), usize::try_from(max_context).ok().filter(|m| *m > 0)?);
+        (used > 0).then(|| ((used * 100 + max / 2) / max).max(1))
     }
 
     /// The newest answer with any text (for copy).

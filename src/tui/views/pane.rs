@@ -11,7 +11,7 @@ use ratatui::widgets::{Block, Padding, Paragraph};
 
 use crate::engine::request::FinishReason;
 use crate::engine::telemetry::RowState;
-use crate::tui::app::{App, EngineStatus};
+use crate::tui::app::{App, CONTEXT_WARN_PERCENT, EngineStatus};
 use crate::tui::markdown;
 use crate::tui::pane::{Pane, RenderCache, Turn};
 use crate::tui::style::{Styles, state_label};
@@ -29,7 +29,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
     let block = Block::bordered()
         .border_style(styles.border(focused))
         .padding(padding)
-        .title(title(pane, index, focused, area.width.saturating_sub(2) as usize, styles))
+        .title(title(pane, index, focused, area.width.saturating_sub(2) as usize, app))
         .title_bottom(footer(pane, styles).right_aligned());
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -74,19 +74,32 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
     }
 }
 
-/// ` 3 · decoding · 66.9 tok/s · row 2 `, dropping the least useful parts when narrow.
-fn title<'a>(pane: &Pane, index: usize, focused: bool, width: usize, styles: &Styles) -> Line<'a> {
+/// ` 3 · decoding · 66.9 tok/s · row 2 · ctx 12% `, dropping the least useful parts when narrow
+/// (a nearly full context window comes before the speed).
+fn title<'a>(pane: &Pane, index: usize, focused: bool, width: usize, app: &App) -> Line<'a> {
+    let styles = &app.styles;
     let number_style = if focused { styles.border(true) } else { styles.title };
     let state = match &pane.in_flight {
         Some(f) if f.cancel_requested => "cancelling",
         _ => state_label(pane.state),
     };
     let mut parts = vec![(format!("{}", index + 1), number_style), (state.to_owned(), styles.state(pane.state))];
+    let context = match &app.engine {
+        EngineStatus::Ready(summary) => pane.context_percent(summary.max_context),
+        _ => None,
+    };
+    let full = context.is_some_and(|p| p >= CONTEXT_WARN_PERCENT);
+    if full && let Some(p) = context {
+        parts.push((format!("ctx {p}%"), styles.error));
+    }
     if let Some(tps) = pane.tokens_per_s() {
         parts.push((format!("{tps:.1} tok/s"), styles.muted));
     }
     if let Some(row) = pane.row {
         parts.push((format!("row {row}"), styles.muted));
+    }
+    if !full && let Some(p) = context {
+        parts.push((format!("ctx {p}%"), styles.muted));
     }
     let mut spans = vec![Span::raw(" ")];
     let mut used = 2;
@@ -268,7 +281,13 @@ fn status_lines(turn: &Turn, live: Option<&Pane>, app: &App, width: usize) -> Ve
         }
         Some(FinishReason::Error) => {
             let msg = turn.error.clone().unwrap_or_else(|| "unknown error".into());
-            line(format!("✖ error: {msg}"), styles.error)
+            let mut lines = line(format!("✖ error: {msg}"), styles.error);
+            // The failed message is left out of what later prompts send (Pane::messages_with).
+            let recall = app.keymap.describe_keys(crate::config::keymap::Command::HistoryPrev);
+            let mut w = Wrapper::new(width, vec![Span::raw("  ")], vec![Span::raw("  ")]);
+            w.push(&format!("not sent with later prompts · {recall} recalls it"), styles.muted);
+            lines.extend(w.finish());
+            lines
         }
         Some(FinishReason::Length) => line(format!("· {tokens} tokens (max_tokens reached)"), styles.muted),
         _ => Vec::new(),
