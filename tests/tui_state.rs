@@ -402,3 +402,45 @@ fn a_conversation_near_the_context_window_warns() {
     assert!(warning.contains("85%") && warning.contains("ctrl+l"), "{warning}");
     assert_eq!(app.panes[0].context_tokens(), 3500);
 }
+
+/// In zoom, esc means "back": it leaves zoom and cancels nothing; a second esc cancels.
+#[test]
+fn esc_in_zoom_leaves_zoom_without_cancelling() {
+    let mut app = fixture::app(2, "dark");
+    type_text(&mut app, "go");
+    app.handle_key(key(KeyCode::Enter));
+    app.handle_key(ctrl('z'));
+    assert!(app.zoomed);
+    assert!(cancels(&app.handle_key(key(KeyCode::Esc))).is_empty(), "esc in zoom cancels nothing");
+    assert!(!app.zoomed && app.panes[0].is_busy());
+    assert_eq!(cancels(&app.handle_key(key(KeyCode::Esc))), [request_id(&app, 0)], "out of zoom, esc cancels");
+}
+
+/// ctrl+c with a conversation or unsent text on screen asks first: a second press within 2 s
+/// quits, with a hint in the bottom bar meanwhile; later, the first press asks again.
+#[test]
+fn ctrl_c_after_an_answer_asks_before_quitting() {
+    let mut app = fixture::app(2, "dark");
+    type_text(&mut app, "q");
+    app.handle_key(key(KeyCode::Enter));
+    finish(&mut app, 0, FinishReason::Stop, "the answer");
+    app.handle_key(ctrl('c'));
+    assert!(!app.should_quit, "an answer on screen: the first press only asks");
+    let hint = app.notice.as_ref().expect("a hint").text.clone();
+    assert!(hint.contains("ctrl+c again") && hint.contains("quit"), "{hint}");
+    for _ in 0..3 * cohort::tui::app::TICKS_PER_S {
+        app.update(Action::Tick);
+    }
+    app.handle_key(ctrl('c'));
+    assert!(!app.should_quit, "the first press expired: this one asks again");
+    app.handle_key(ctrl('c'));
+    assert!(app.should_quit);
+
+    // Unsent text counts too.
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "half a thought");
+    app.handle_key(ctrl('c'));
+    assert!(!app.should_quit);
+    app.handle_key(ctrl('c'));
+    assert!(app.should_quit);
+}

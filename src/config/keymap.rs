@@ -123,8 +123,10 @@ impl Command {
             Command::Send => "send the focused pane's input",
             Command::SendAll => "send every pane's input at once (or the focused input to all)",
             Command::Newline => "new line in the input",
-            Command::Cancel => "cancel the focused pane's generation (keeps the partial answer)",
-            Command::Interrupt => "cancel the focused generation; quit when nothing is generating",
+            Command::Cancel => "cancel the focused pane's generation (keeps the partial answer); in zoom: back",
+            Command::Interrupt => {
+                "cancel the focused generation; else quit (twice within 2 s if anything is on screen)"
+            }
             Command::Quit => "quit (running generations are cancelled, answers kept)",
             Command::FocusNext => "focus the next pane",
             Command::FocusPrev => "focus the previous pane",

@@ -25,8 +25,8 @@ use crate::engine::telemetry::{RowState, Telemetry};
 pub const TICKS_PER_S: u64 = 30;
 /// How long a notice stays in the status bar.
 const NOTICE_TICKS: u64 = 5 * TICKS_PER_S;
-/// How long a first ctrl+c (with other panes generating) waits for the second.
-const QUIT_ARM_TICKS: u64 = 3 * TICKS_PER_S;
+/// How long a first ctrl+c (with something on screen to lose) waits for the second.
+const QUIT_ARM_TICKS: u64 = 2 * TICKS_PER_S;
 /// A conversation past this share of the context window (percent) is warned about.
 pub const CONTEXT_WARN_PERCENT: usize = 80;
 /// Memory samples kept for the inspector's sparkline.
@@ -236,11 +236,12 @@ impl App {
             Command::Send => self.send_focused(fx),
             Command::SendAll => self.send_all(fx),
             Command::Newline => self.focused_mut().input.insert("\n"),
+            // In zoom, esc is "back": it leaves zoom and cancels nothing.
             Command::Cancel => {
-                if self.focused().is_busy() {
-                    self.cancel_focused(fx);
-                } else if self.zoomed {
+                if self.zoomed {
                     self.zoomed = false;
+                } else if self.focused().is_busy() {
+                    self.cancel_focused(fx);
                 }
             }
             Command::Interrupt => self.interrupt(fx),
@@ -397,19 +398,27 @@ impl App {
         }
     }
 
-    /// ctrl+c: cancel the focused generation; with nothing to cancel there, quit (a second press
-    /// is needed while other panes are still generating).
+    /// ctrl+c: cancel the focused generation; with nothing to cancel there, quit. While any pane
+    /// generates, shows a conversation or holds unsent text, a second press within 2 s is needed
+    /// (a ctrl+c meant for an answer that just ended must not close the app).
     fn interrupt(&mut self, fx: &mut Vec<Effect>) {
         if self.focused().is_busy() {
             return self.cancel_focused(fx);
         }
         let busy = self.busy_panes();
-        if busy == 0 || self.quit_armed_at.is_some() {
+        let kept = self.panes.iter().any(|p| !p.turns.is_empty() || !p.input.is_blank());
+        if (busy == 0 && !kept) || self.quit_armed_at.is_some() {
             return self.quit(fx);
         }
         self.quit_armed_at = Some(self.tick);
         let keys = self.keymap.describe_keys(Command::Interrupt);
-        self.notify(format!("{busy} pane(s) still generating: {keys} again quits"), true);
+        let secs = QUIT_ARM_TICKS / TICKS_PER_S;
+        let why = if busy > 0 { format!("{busy} pane(s) still generating: ") } else { String::new() };
+        self.notify(format!("{why}{keys} again within {secs} s quits (transcripts are saved)"), true);
+        // The hint goes when the press it asks for would no longer quit.
+        if let Some(n) = self.notice.as_mut() {
+            n.until_tick = self.tick + QUIT_ARM_TICKS + 1;
+        }
     }
 
     /// Quit; generations still running are cancelled (their partial answers are kept).
