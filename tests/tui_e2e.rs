@@ -130,7 +130,7 @@ fn eight_panes_decode_together_and_one_is_cancelled() {
         tmux.keys(&[&format!("M-{pane}")]);
         tmux.type_text(&format!("prompt for pane {pane}"));
     }
-    tmux.keys(&["M-Enter"]);
+    tmux.keys(&["F5"]);
 
     // Tokens stream: pane 1's count grows while pane 3 decodes.
     let slow = Duration::from_secs(90);

@@ -107,7 +107,7 @@ fn send_all_submits_every_pending_input_together() {
         app.handle_key(alt(KeyCode::Char((b'1' + i) as char)));
         type_text(&mut app, &format!("prompt {i}"));
     }
-    let fx = app.handle_key(alt(KeyCode::Enter));
+    let fx = app.handle_key(key(KeyCode::F(5)));
     let sent = submits(&fx);
     assert_eq!(sent.len(), 8);
     for (i, (pane, text)) in sent.iter().enumerate() {
@@ -334,7 +334,7 @@ fn profile_keys_rebind_commands() {
     let mut app = App::new(fixture::settings(2), Theme::builtin("dark"), keymap, fixture::SESSION);
     type_text(&mut app, "x");
     assert_eq!(submits(&app.handle_key(ctrl('g'))).len(), 2);
-    assert_eq!(app.keymap.lookup(&alt(KeyCode::Enter)), None, "the override replaces the defaults");
+    assert_eq!(app.keymap.lookup(&key(KeyCode::F(5))), None, "the override replaces the defaults");
     assert_eq!(app.keymap.lookup(&ctrl('g')), Some(Command::SendAll));
 }
 
@@ -443,4 +443,18 @@ fn ctrl_c_after_an_answer_asks_before_quitting() {
     assert!(!app.should_quit);
     app.handle_key(ctrl('c'));
     assert!(app.should_quit);
+}
+
+/// alt+enter (and shift+enter, where the terminal reports it) starts a new line, as in other chat
+/// tools; sending every pane moved to f5 / ctrl+g.
+#[test]
+fn alt_enter_and_shift_enter_insert_a_newline() {
+    let mut app = fixture::app(2, "dark");
+    type_text(&mut app, "first line");
+    assert!(app.handle_key(alt(KeyCode::Enter)).is_empty());
+    assert!(app.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::SHIFT)).is_empty());
+    type_text(&mut app, "third");
+    assert_eq!(app.panes[0].input.text(), "first line\n\nthird");
+    assert!(app.panes.iter().all(|p| !p.is_busy()), "nothing was sent");
+    assert_eq!(submits(&app.handle_key(ctrl('g'))).len(), 2, "ctrl+g sends to every pane");
 }

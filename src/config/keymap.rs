@@ -1,5 +1,5 @@
 //! Key bindings: the commands a key can trigger, their default keys, and a profile's `[keys]`
-//! overrides (`send_all = ["alt+enter", "f5"]`). Text editing keys (letters, arrows inside the
+//! overrides (`send_all = ["ctrl+g", "f5"]`). Text editing keys (letters, arrows inside the
 //! input, backspace) are not commands: whatever no binding claims goes to the focused input.
 
 use std::collections::BTreeMap;
@@ -157,8 +157,10 @@ impl Command {
     pub fn default_keys(self) -> Vec<&'static str> {
         match self {
             Command::Send => vec!["enter"],
-            Command::SendAll => vec!["alt+enter", "f5"],
-            Command::Newline => vec!["ctrl+j"],
+            Command::SendAll => vec!["f5", "ctrl+g"],
+            // shift+enter reaches the app only where the terminal reports it (the kitty keyboard
+            // protocol); alt+enter and ctrl+j work everywhere.
+            Command::Newline => vec!["alt+enter", "shift+enter", "ctrl+j"],
             Command::Cancel => vec!["esc"],
             Command::Interrupt => vec!["ctrl+c"],
             Command::Quit => vec!["ctrl+q"],

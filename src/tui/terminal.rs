@@ -5,11 +5,17 @@
 
 use std::io::{Stdout, Write, stdout};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::ThreadId;
 
 use anyhow::Result;
-use crossterm::event::{DisableBracketedPaste, EnableBracketedPaste};
-use crossterm::terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode};
+use crossterm::event::{
+    DisableBracketedPaste, EnableBracketedPaste, KeyboardEnhancementFlags, PopKeyboardEnhancementFlags,
+    PushKeyboardEnhancementFlags,
+};
+use crossterm::terminal::{
+    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode, supports_keyboard_enhancement,
+};
 use crossterm::{cursor, execute};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
@@ -19,6 +25,10 @@ pub type Tui = Terminal<CrosstermBackend<Stdout>>;
 /// The thread that owns the screen; panics elsewhere (the engine's threads) do not tear it down.
 static UI_THREAD: OnceLock<ThreadId> = OnceLock::new();
 
+/// Whether the terminal took the kitty keyboard protocol's first level (so it reports
+/// shift+enter apart from enter), to be popped on the way out.
+static ENHANCED_KEYS: AtomicBool = AtomicBool::new(false);
+
 pub fn enter() -> Result<Tui> {
     install_panic_hook();
     enable_raw_mode()?;
@@ -27,13 +37,22 @@ pub fn enter() -> Result<Tui> {
         leave();
         return Err(e.into());
     }
+    // Only the disambiguation level: keys are reported as before, with modifiers on enter.
+    if supports_keyboard_enhancement().unwrap_or(false)
+        && execute!(out, PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)).is_ok()
+    {
+        ENHANCED_KEYS.store(true, Ordering::SeqCst);
+    }
     Ok(Terminal::new(CrosstermBackend::new(out))?)
 }
 
 /// Give the terminal back (safe to call more than once).
 pub fn leave() {
-    let _ = disable_raw_mode();
     let mut out = stdout();
+    if ENHANCED_KEYS.swap(false, Ordering::SeqCst) {
+        let _ = execute!(out, PopKeyboardEnhancementFlags);
+    }
+    let _ = disable_raw_mode();
     let _ = execute!(out, DisableBracketedPaste, LeaveAlternateScreen, cursor::Show);
     let _ = out.flush();
 }
