@@ -458,3 +458,48 @@ fn alt_enter_and_shift_enter_insert_a_newline() {
     assert!(app.panes.iter().all(|p| !p.is_busy()), "nothing was sent");
     assert_eq!(submits(&app.handle_key(ctrl('g'))).len(), 2, "ctrl+g sends to every pane");
 }
+
+/// Enter on a pane that is still answering queues the message: the box empties, the pane shows
+/// it as next, and it is sent when the answer ends. So no refused text is left in the box for a
+/// later send-all to pick up (before, it stayed there and a broadcast from another pane sent it
+/// instead of broadcasting).
+#[test]
+fn enter_on_a_busy_pane_queues_the_message_until_the_answer_ends() {
+    let mut app = fixture::app(3, "dark");
+    type_text(&mut app, "first");
+    app.handle_key(key(KeyCode::Enter));
+    type_text(&mut app, "follow-up");
+    assert!(submits(&app.handle_key(key(KeyCode::Enter))).is_empty(), "not sent while answering");
+    assert!(app.panes[0].input.text().is_empty(), "the box is free again");
+    assert_eq!(app.panes[0].queued.as_deref(), Some("follow-up"));
+    let notice = app.notice.as_ref().unwrap().text.clone();
+    assert!(notice.contains("when the answer ends"), "{notice}");
+
+    // A broadcast from pane 2 goes to the idle panes and leaves pane 1's queued message alone.
+    app.handle_key(alt(KeyCode::Char('2')));
+    type_text(&mut app, "everyone");
+    let sent = submits(&app.handle_key(key(KeyCode::F(5))));
+    assert_eq!(sent, [(2, "everyone".to_owned()), (3, "everyone".to_owned())]);
+    let notice = app.notice.as_ref().unwrap().text.clone();
+    assert!(notice.contains("panes 2, 3") && notice.contains("pane 1 is busy"), "{notice}");
+
+    let fx = finish(&mut app, 0, FinishReason::Stop, "answer one");
+    assert_eq!(submits(&fx), [(1, "follow-up".to_owned())], "the queued message goes when the answer ends");
+    assert_eq!(app.panes[0].queued, None);
+    let Some(Effect::Submit { request, .. }) = fx.iter().find(|e| matches!(e, Effect::Submit { .. })) else { panic!() };
+    let Prompt::Chat(messages) = &request.prompt else { panic!() };
+    assert_eq!(messages.len(), 3, "it follows the answer it waited for");
+}
+
+/// esc cancels the answer and puts a queued message back in the box, to edit or send.
+#[test]
+fn esc_puts_a_queued_message_back_in_the_box() {
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "first");
+    app.handle_key(key(KeyCode::Enter));
+    type_text(&mut app, "next");
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!(cancels(&app.handle_key(key(KeyCode::Esc))).len(), 1);
+    assert_eq!((app.panes[0].queued.as_deref(), app.panes[0].input.text()), (None, "next"));
+    assert!(submits(&finish(&mut app, 0, FinishReason::Cancelled, "")).is_empty());
+}

@@ -276,3 +276,14 @@ fn the_pane_title_shows_how_full_the_context_is() {
     assert!(text.contains("ctx 88%"), "{text}");
     assert_eq!(style.and_then(|s| s.fg), app.styles.error.fg, "a nearly full window is shown as an error");
 }
+
+/// A message sent while the pane answers shows under the answer as queued.
+#[test]
+fn a_queued_message_shows_under_the_answer() {
+    let mut app = fixture::app(1, "dark");
+    fixture::play(&mut app, 0, "Count to ten", fixture::PARTIAL_ANSWER, None, std::time::Instant::now());
+    app.panes[0].input.set("and then backwards");
+    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
+    app.notice = None;
+    insta::assert_snapshot!(draw(&app, 60, 12).backend());
+}

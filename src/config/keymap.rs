@@ -120,7 +120,7 @@ impl Command {
     /// One line for the help overlay.
     pub fn describe(self) -> String {
         let fixed = match self {
-            Command::Send => "send the focused pane's input",
+            Command::Send => "send the focused pane's input (while it answers: queued until the answer ends)",
             Command::SendAll => "send every pane's input at once (or the focused input to all)",
             Command::Newline => "new line in the input",
             Command::Cancel => "cancel the focused pane's generation (keeps the partial answer); in zoom: back",

@@ -316,13 +316,21 @@ impl App {
             return;
         }
         if pane.is_busy() {
+            // Queued rather than refused: a refused message would stay in the box, where a later
+            // send-all would pick it up. It goes when the answer ends; esc puts it back.
             let number = self.focus + 1;
-            let text = if pane.state == RowState::Done {
-                format!("pane {number} is done; its answer arrives when the rest of its cohort finishes")
-            } else {
-                format!("pane {number} is still generating ({} cancels it)", self.keymap.describe_keys(Command::Cancel))
-            };
-            return self.notify(text, true);
+            let cancel = self.keymap.describe_keys(Command::Cancel);
+            let pane = self.focused_mut();
+            let text = pane.input.take();
+            pane.history_pos = None;
+            pane.queued = Some(match pane.queued.take() {
+                Some(earlier) => format!("{earlier}\n{text}"),
+                None => text,
+            });
+            return self.notify(
+                format!("pane {number} is answering: your message goes when the answer ends ({cancel} cancels and puts it back)"),
+                false,
+            );
         }
         let text = self.focused_mut().input.take();
         self.submit(self.focus, text, fx);
@@ -351,7 +359,19 @@ impl App {
             };
             self.submit(i, text, fx);
         }
-        self.notify(format!("sent {} pane(s) together", targets.len()), false);
+        // Say exactly what happened: which panes got what, and which were left out.
+        let list = |ids: &[usize]| ids.iter().map(|i| (i + 1).to_string()).collect::<Vec<_>>().join(", ");
+        let what = if broadcast { "the focused input to" } else { "each its own input:" };
+        let plural = if targets.len() == 1 { "" } else { "s" };
+        let mut text = format!("sent {what} pane{plural} {}", list(&targets));
+        let busy: Vec<usize> =
+            (0..self.panes.len()).filter(|i| !targets.contains(i) && self.panes[*i].is_busy()).collect();
+        if !busy.is_empty() {
+            let verb = if busy.len() == 1 { "is" } else { "are" };
+            let plural = if busy.len() == 1 { "" } else { "s" };
+            text.push_str(&format!(" (pane{plural} {} {verb} busy)", list(&busy)));
+        }
+        self.notify(text, false);
     }
 
     fn submit(&mut self, index: usize, text: String, fx: &mut Vec<Effect>) {
@@ -390,6 +410,13 @@ impl App {
 
     fn cancel_focused(&mut self, fx: &mut Vec<Effect>) {
         let number = self.focus + 1;
+        // A queued message goes back to the box (before what is there), to edit or send.
+        let pane = self.focused_mut();
+        if let Some(queued) = pane.queued.take() {
+            let rest = pane.input.take();
+            let joined = if rest.is_empty() { queued } else { format!("{queued}\n{rest}") };
+            pane.input.set(&joined);
+        }
         let Some(flight) = self.focused_mut().in_flight.as_mut() else { return };
         if !flight.cancel_requested {
             flight.cancel_requested = true;
@@ -601,8 +628,17 @@ impl App {
                     Record::Done { request: id, finish: finish_reason, text: turn.answer.clone(), error, stats };
                 fx.push(Effect::Record { pane: pane_id, record });
                 self.warn_context(pane_id);
+                self.send_queued(pane_id, fx);
             }
             _ => {}
+        }
+    }
+
+    /// After an answer: send the message queued while it ran.
+    fn send_queued(&mut self, pane_id: u32, fx: &mut Vec<Effect>) {
+        let Some(index) = self.panes.iter().position(|p| p.id == pane_id) else { return };
+        if let Some(text) = self.panes[index].queued.take() {
+            self.submit(index, text, fx);
         }
     }
 

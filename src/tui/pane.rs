@@ -89,6 +89,8 @@ pub struct Pane {
     pub scroll: usize,
     /// Position while browsing earlier prompts with up/down.
     pub history_pos: Option<usize>,
+    /// A message sent while the pane was answering: it goes when the answer ends.
+    pub queued: Option<String>,
     /// Body height at the last render, so a page scroll moves by what the user sees.
     pub(crate) page: Cell<usize>,
     /// Lines above the visible ones at the last render (the most `scroll` can be).
@@ -106,6 +108,7 @@ impl Pane {
             row: None,
             scroll: 0,
             history_pos: None,
+            queued: None,
             page: Cell::new(10),
             max_scroll: Cell::new(0),
         }

@@ -254,7 +254,7 @@ fn status_lines(turn: &Turn, live: Option<&Pane>, app: &App, width: usize) -> Ve
         && let Some(flight) = &pane.in_flight
     {
         let waiting = matches!(app.engine, EngineStatus::Loading { .. });
-        return match pane.state {
+        let mut lines = match pane.state {
             RowState::Queued if waiting => {
                 line("⋯ queued: waiting for the model to load".into(), styles.state(RowState::Queued))
             }
@@ -266,6 +266,15 @@ fn status_lines(turn: &Turn, live: Option<&Pane>, app: &App, width: usize) -> Ve
             _ if flight.cancel_requested => line("⋯ cancelling".into(), styles.muted),
             _ => Vec::new(),
         };
+        if let Some(queued) = &pane.queued {
+            let first = sanitize(queued.lines().next().unwrap_or_default());
+            let more = if queued.lines().nth(1).is_some() { " …" } else { "" };
+            let mut w = Wrapper::new(width, vec![Span::styled("⏎ next: ", styles.accent)], vec![Span::raw("  ")]);
+            w.push(&format!("{first}{more}"), styles.user);
+            w.push(" (sent when this answer ends)", styles.muted);
+            lines.extend(w.finish());
+        }
+        return lines;
     }
     if turn.interrupted {
         return line(
