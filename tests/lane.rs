@@ -19,7 +19,7 @@ use cohort::engine::scheduler::{Numerics, WidthPolicy};
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::forward::LanguageModel;
-use cohort::model::linear::WeightPolicy;
+use cohort::model::linear::{LinearRoute, WeightPolicy};
 use cohort::model::tokenizer::TextTokenizer;
 use common::*;
 use mlx_rs::Dtype;
@@ -28,7 +28,15 @@ use mlx_rs::Dtype;
 const CHUNK: usize = 8;
 
 fn config(mode: GenerationMode, width: WidthPolicy) -> LaneConfig {
-    LaneConfig { chunk: CHUNK, budget: CHUNK, mode, numerics: Numerics::Throughput, width, family: "test".into() }
+    LaneConfig {
+        chunk: CHUNK,
+        budget: CHUNK,
+        mode,
+        numerics: Numerics::Throughput,
+        batched: LinearRoute::Batched,
+        width,
+        family: "test".into(),
+    }
 }
 
 fn qwen() -> (Box<dyn LanguageModel>, TextTokenizer, Vec<Vec<u32>>) {

@@ -30,6 +30,8 @@ HEADERS = {
     "moe_experts_up": "affine_dot.cuh",
     "moe_experts_down": "affine_dot.cuh",
     "attention_short": "affine_dot.cuh",
+    "affine_rows": "affine_dot.cuh",
+    "affine_rows_head": "affine_dot.cuh",
 }
 FUSED_ARGS = (
     [("proj", "__nv_bfloat16"), ("tail", "__nv_bfloat16"), ("conv_w", "__nv_bfloat16"),
@@ -86,6 +88,19 @@ KERNELS = {
         [("q", "__nv_bfloat16"), ("keys", "__nv_bfloat16"), ("values", "__nv_bfloat16"), ("offsets", "int")],
         [("out", "__nv_bfloat16")],
         {"NH": 16, "NKV": 2, "D": 256, "T": 2, "WARPS": 8, "SCALE_BITS": 1031798784},
+    ),
+    # The default model's 4-bit projections, and its tied 8-bit LM head with four channels a warp.
+    "affine_rows": (
+        "affine_rows.cu",
+        [("x", "__nv_bfloat16"), ("w", "unsigned int"), ("s", "__nv_bfloat16"), ("b", "__nv_bfloat16")],
+        [("y", "__nv_bfloat16")],
+        {"K": 1536, "N": 576, "BITS": 4, "G": 32, "CPW": 1},
+    ),
+    "affine_rows_head": (
+        "affine_rows.cu",
+        [("x", "__nv_bfloat16"), ("w", "unsigned int"), ("s", "__nv_bfloat16"), ("b", "__nv_bfloat16")],
+        [("y", "__nv_bfloat16")],
+        {"K": 576, "N": 49152, "BITS": 8, "G": 32, "CPW": 4},
     ),
 }
 

@@ -29,6 +29,11 @@ pub struct DeviceArgs {
     /// the real Qwen3.6 geometry; exits 1 when one is off by more than its tolerance.
     #[arg(long)]
     check_kernels: bool,
+    /// Check the invariant route's kernels (CUDA): each quantized product and the short-block
+    /// attention against float64, and every row of a block bit for bit against the row alone and
+    /// a verify's queries against single steps; exits 1 on any difference.
+    #[arg(long)]
+    check_invariance: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -37,6 +42,9 @@ pub struct DeviceArgs {
 pub fn run(args: DeviceArgs) -> Result<()> {
     if args.check_kernels {
         return check_kernels();
+    }
+    if args.check_invariance {
+        return super::device_invariance::run();
     }
     if !args.attention.is_empty() {
         return time_attention(&args.attention, args.iters);

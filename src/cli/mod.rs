@@ -6,6 +6,7 @@ mod bench_b8;
 pub mod bench_step;
 mod bench_switches;
 pub mod device;
+mod device_invariance;
 pub mod generate;
 pub mod import;
 pub mod inspect;

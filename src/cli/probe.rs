@@ -1,28 +1,76 @@
-//! `cohort probe`: the MTP exactness verdict for a model, the route the gate picks, its cost.
+//! `cohort probe`: the MTP exactness verdict for a model, the route the gate picks, its cost, and
+//! the construction check of the batched cohort on that route (every row of a packed B2..B8
+//! verify against the row alone).
 
 use anyhow::{Result, bail};
 use clap::Args;
 
 use super::model_args::ModelArgs;
+use crate::engine::construction::construction_check;
 use crate::engine::probe;
+use crate::engine::scheduler::Numerics;
+use crate::model::forward::LanguageModel;
+use crate::model::linear::LinearRoute;
 
 #[derive(Args)]
 pub struct ProbeArgs {
     #[command(flatten)]
     model: ModelArgs,
+    /// Probe random weights at a named geometry instead of a model folder (`qwen36-35b-a3b`),
+    /// made on the device: no tokenizer needed (`qwen35-moe-small`: the same
+    /// blocks at a small width).
+    #[arg(long, value_name = "GEOMETRY", conflicts_with = "model")]
+    synthetic: Option<String>,
+    /// Decoder layers of the synthetic model (default: the geometry's).
+    #[arg(long, requires = "synthetic")]
+    layers: Option<i32>,
+    /// Vocabulary of the synthetic model (default: the geometry's).
+    #[arg(long, requires = "synthetic")]
+    vocab: Option<i32>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }
 
+#[derive(serde::Serialize)]
+struct ProbeOutput {
+    #[serde(flatten)]
+    decision: probe::GateDecision,
+    construction: Option<crate::engine::telemetry::ConstructionCheck>,
+}
+
 pub fn run(args: ProbeArgs) -> Result<()> {
-    let loaded = args.model.load()?;
-    if !loaded.model.has_mtp() {
-        bail!("{} has no MTP weights: nothing to probe", loaded.dir.display());
+    let (model, name): (Box<dyn LanguageModel>, String) = match &args.synthetic {
+        Some(g) => {
+            let dtype = match &args.model.dtype {
+                Some(d) => crate::model::load::parse_dtype(d)?,
+                None => crate::model::load::default_dtype(),
+            };
+            let cfg = crate::model::synth::geometry(g, args.layers, args.vocab)?;
+            let mut w = crate::model::synth::make_weights(&cfg, dtype, 7)?;
+            let model = crate::model::qwen3_5::Qwen35Model::from_weights(cfg, &mut w, dtype)?;
+            (Box::new(model), format!("synthetic {g}"))
+        }
+        None => {
+            let loaded = args.model.load()?;
+            (loaded.model, loaded.dir.display().to_string())
+        }
+    };
+    if !model.has_mtp() {
+        bail!("{name} has no MTP weights: nothing to probe");
     }
-    let decision = probe::gate(loaded.model.as_ref(), allow_inexact())?;
+    let decision = probe::gate(model.as_ref(), allow_inexact())?;
+    let construction = if decision.mtp_allowed {
+        let batched =
+            if decision.route == LinearRoute::Invariant { LinearRoute::Invariant } else { LinearRoute::Batched };
+        let widths: Vec<usize> = (2..=crate::engine::cohort::FIXED_WIDTH).collect();
+        let route = Numerics::Throughput.route_id_at("probe", crate::engine::cohort::FIXED_WIDTH);
+        Some(construction_check(model.as_ref(), Numerics::Throughput, batched, &route, &widths)?)
+    } else {
+        None
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&decision)?);
+        println!("{}", serde_json::to_string_pretty(&ProbeOutput { decision, construction })?);
         return Ok(());
     }
     println!("{}", decision.summary);
@@ -33,6 +81,15 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         );
     }
     println!("MTP {}; linear route {:?}", if decision.mtp_allowed { "allowed" } else { "declined" }, decision.route);
+    if let Some(c) = construction {
+        println!(
+            "construction check, throughput cohort at widths 2-{}: max |B - B1| {:.3e} (bound {:.3e}): {}",
+            crate::engine::cohort::FIXED_WIDTH,
+            c.max_abs_diff,
+            c.bound,
+            if c.passed { "served batched" } else { "refused: cohorts run b1-exact serial" }
+        );
+    }
     Ok(())
 }
 

@@ -25,10 +25,11 @@ fn bound_for(dtype: Dtype) -> f32 {
 pub fn construction_check(
     model: &dyn LanguageModel,
     numerics: Numerics,
+    batched: linear::LinearRoute,
     route: &str,
     widths: &[usize],
 ) -> Result<ConstructionCheck> {
-    let (max_abs, scale) = linear::with_route(numerics.linear_route(), || compare(model, widths))?;
+    let (max_abs, scale) = linear::with_route(numerics.linear_route(batched), || compare(model, widths))?;
     let bound = bound_for(model.dtype()) * scale.max(1.0);
     Ok(ConstructionCheck {
         route: route.to_owned(),

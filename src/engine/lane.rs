@@ -57,6 +57,8 @@ pub struct LaneConfig {
     pub budget: usize,
     pub mode: GenerationMode,
     pub numerics: Numerics,
+    /// The batched route the exactness gate chose ([`Numerics::linear_route`]).
+    pub batched: LinearRoute,
     pub width: WidthPolicy,
     /// Short family name for route ids.
     pub family: String,
@@ -73,7 +75,7 @@ impl LaneConfig {
     }
 
     fn linear_route(&self) -> LinearRoute {
-        self.numerics.linear_route()
+        self.numerics.linear_route(self.batched)
     }
 }
 

@@ -79,10 +79,13 @@ pub fn run_owner(
     tel: SharedTelemetry,
     ready: mpsc::Sender<Result<EngineInfo>>,
 ) {
-    let started = (|| -> Result<(Loaded, EngineInfo)> {
+    let started = (|| -> Result<(Loaded, EngineInfo, LinearRoute)> {
         let loaded = load()?;
         let model = loaded.model.as_ref();
         let mut probe_summary = None;
+        // The route a batched cycle takes: MLX's products unless the gate found only cohort's
+        // row-invariant kernels exact.
+        let mut batched_route = LinearRoute::Batched;
         let mut mode = match setup.mode {
             Some(GenerationMode::Mtp) if !model.has_mtp() => {
                 anyhow::bail!("MTP was asked for, but {} has no MTP weights", loaded.dir.display())
@@ -97,6 +100,9 @@ pub fn run_owner(
             if !decision.mtp_allowed {
                 mode = GenerationMode::Ar;
             }
+            if decision.route == LinearRoute::Invariant {
+                batched_route = LinearRoute::Invariant;
+            }
             probe_summary = Some(decision.summary);
         }
         let mut construction = None;
@@ -108,7 +114,7 @@ pub fn run_owner(
         if mode == GenerationMode::Mtp && setup.numerics != Numerics::B1Exact && batched {
             let widest = widths.iter().copied().max().unwrap_or(1);
             let route = setup.numerics.route_id_at(&loaded.family, widest);
-            let check = construction_check(model, setup.numerics, &route, &widths)?;
+            let check = construction_check(model, setup.numerics, batched_route, &route, &widths)?;
             tracing::info!(?check, "cohort construction check");
             if !check.passed {
                 tracing::warn!("cohort route {} is over its bound; cohorts run as b1-exact serial", check.route);
@@ -127,9 +133,9 @@ pub fn run_owner(
             max_context: model.max_context(),
             weights: loaded.weights,
         };
-        Ok((loaded, info))
+        Ok((loaded, info, batched_route))
     })();
-    let (loaded, info) = match started {
+    let (loaded, info, batched) = match started {
         Ok(x) => x,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -143,7 +149,7 @@ pub fn run_owner(
     let mode = info.mode;
     let _ = ready.send(Ok(info));
     if setup.scheduler.admission == Admission::Continuous {
-        return run_continuous(&loaded, mode, &setup, &rx, &tel);
+        return run_continuous(&loaded, mode, &setup, batched, &rx, &tel);
     }
     let model = loaded.model.as_ref();
     let tok = &loaded.tokenizer;
@@ -186,7 +192,7 @@ pub fn run_owner(
         }
         let group: Vec<Pending> = pending.drain(..seal.min(pending.len())).collect();
         set_queue(&tel, pending.len(), group.len());
-        run_group(model, tok, &loaded.family, mode, &setup, group, &mut pending, &tel);
+        run_group(model, tok, &loaded.family, mode, &setup, batched, group, &mut pending, &tel);
         set_queue(&tel, pending.len(), 0);
     }
 }
@@ -220,6 +226,7 @@ fn run_continuous(
     loaded: &Loaded,
     mode: GenerationMode,
     setup: &EngineSetup,
+    batched: LinearRoute,
     rx: &mpsc::Receiver<OwnerCommand>,
     tel: &SharedTelemetry,
 ) {
@@ -229,6 +236,7 @@ fn run_continuous(
         budget: setup.scheduler.prefill_budget,
         mode,
         numerics: setup.numerics,
+        batched,
         width: setup.scheduler.width,
         family: loaded.family.clone(),
     };
@@ -306,6 +314,7 @@ fn run_group(
     family: &str,
     mode: GenerationMode,
     setup: &EngineSetup,
+    batched: LinearRoute,
     group: Vec<Pending>,
     queued: &mut VecDeque<Pending>,
     tel: &SharedTelemetry,
@@ -379,8 +388,9 @@ fn run_group(
     };
     let (pendings, mut runs): (Vec<Pending>, Vec<RowRun>) = members.into_iter().unzip();
     let cfg = CohortConfig { chunk, route_id: route_name.clone(), mode };
-    let outcome =
-        linear::with_route(setup.numerics.linear_route(), || run_cohort(model, tok, &mut runs, &cfg, tel, &mut route));
+    let outcome = linear::with_route(setup.numerics.linear_route(batched), || {
+        run_cohort(model, tok, &mut runs, &cfg, tel, &mut route)
+    });
     let cleanup = outcome.and_then(|()| mlx_rs::memory::clear_cache().map_err(anyhow::Error::from));
     if let Ok(mut t) = tel.lock() {
         t.cohorts += 1;

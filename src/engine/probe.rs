@@ -141,8 +141,10 @@ pub struct GateDecision {
 }
 
 /// Probe the fast route. On any difference: with `allow_inexact` (COHORT_MTP_ALLOW_INEXACT=1)
-/// keep MTP on the fast route and say by how much it differs; otherwise retry with the exact
-/// route and keep that if it is byte-identical, else decline MTP.
+/// keep MTP on the fast route and say by how much it differs; otherwise, where cohort's
+/// row-invariant kernels serve (CUDA), probe the invariant route and keep it if it is
+/// byte-identical, else retry with the row-by-row route and keep that if it is byte-identical,
+/// else decline MTP.
 pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecision> {
     linear::set_route(LinearRoute::Batched);
     let fast = probe(model)?;
@@ -156,31 +158,49 @@ pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecisi
     if allow_inexact {
         // The user trades exactness for speed: the row-by-row route would read every weight once
         // per verified position (on the CPU, 1.4x slower MTP than this route; docs/benchmarks.md).
+        linear::set_route(LinearRoute::Batched);
         let summary = format!(
             "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); COHORT_MTP_ALLOW_INEXACT=1 keeps MTP on it",
             fast.verdict, fast.max_abs_diff
         );
         return Ok(GateDecision { mtp_allowed: true, route: LinearRoute::Batched, reports: vec![fast], summary });
     }
+    let cost = |exact: &ProbeReport| {
+        if fast.block_ms > 0.0 { (exact.block_ms / fast.block_ms - 1.0) * 100.0 } else { 0.0 }
+    };
+    let mut reports = vec![fast.clone()];
+    if crate::engine::runtime::Backend::is_cuda() {
+        linear::set_route(LinearRoute::Invariant);
+        let invariant = probe(model)?;
+        if invariant.verdict == Verdict::Equal {
+            let summary = format!(
+                "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); invariant route Equal, kept at {:+.0}% verify time",
+                fast.verdict,
+                fast.max_abs_diff,
+                cost(&invariant)
+            );
+            reports.push(invariant);
+            return Ok(GateDecision { mtp_allowed: true, route: LinearRoute::Invariant, reports, summary });
+        }
+        reports.push(invariant);
+    }
     linear::set_route(LinearRoute::RowByRow);
     let exact = probe(model)?;
     if exact.verdict == Verdict::Equal {
-        let cost = if fast.block_ms > 0.0 { (exact.block_ms / fast.block_ms - 1.0) * 100.0 } else { 0.0 };
         let summary = format!(
-            "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); row-by-row route Equal, kept at {cost:+.0}% verify time",
-            fast.verdict, fast.max_abs_diff
+            "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); row-by-row route Equal, kept at {:+.0}% verify time",
+            fast.verdict,
+            fast.max_abs_diff,
+            cost(&exact)
         );
-        return Ok(GateDecision {
-            mtp_allowed: true,
-            route: LinearRoute::RowByRow,
-            reports: vec![fast, exact],
-            summary,
-        });
+        reports.push(exact);
+        return Ok(GateDecision { mtp_allowed: true, route: LinearRoute::RowByRow, reports, summary });
     }
     linear::set_route(LinearRoute::Batched);
     let summary = format!(
         "MTP exactness probe: {:?} on every route; MTP declined, plain decoding (set COHORT_MTP_ALLOW_INEXACT=1 to override)",
         exact.verdict
     );
-    Ok(GateDecision { mtp_allowed: false, route: LinearRoute::Batched, reports: vec![fast, exact], summary })
+    reports.push(exact);
+    Ok(GateDecision { mtp_allowed: false, route: LinearRoute::Batched, reports, summary })
 }

@@ -151,10 +151,12 @@ pub enum Numerics {
 
 impl Numerics {
     /// How a cohort of this mode runs its projections: balanced row by row (bit-identical to
-    /// B1), the others batched over the rows.
-    pub fn linear_route(self) -> crate::model::linear::LinearRoute {
+    /// B1), the others batched over the rows on `batched`, the batched route the exactness gate
+    /// chose at load (MLX's products, or the row-invariant kernels where those are exact and
+    /// MLX's are not).
+    pub fn linear_route(self, batched: crate::model::linear::LinearRoute) -> crate::model::linear::LinearRoute {
         use crate::model::linear::LinearRoute;
-        if self == Numerics::Balanced { LinearRoute::RowByRow } else { LinearRoute::Batched }
+        if self == Numerics::Balanced { LinearRoute::RowByRow } else { batched }
     }
 
     /// The route id a sealed B8 cohort of this mode reports.

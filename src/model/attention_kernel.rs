@@ -19,7 +19,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::compiled::Switch;
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use super::ops::{host_f32, relative_error};
+use super::ops::{host_f32, relative_error, slice_axis};
 use crate::engine::sampler::Rng;
 
 const SOURCE: &str = include_str!("../../kernels/attention_short.cu");
@@ -89,6 +89,14 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
 /// layout it holds.
 pub fn serves(q: &Array, keys: &Array, values: &Array) -> bool {
     SWITCH.forced_on() && crate::engine::runtime::Backend::is_cuda() && fits(q, keys, values)
+}
+
+/// Whether the invariant linear route's attention takes the kernel for this block: on CUDA and a
+/// layout it holds, whatever the switch says. A row's queries then meet the same code alone or in
+/// a cohort and at one query or two (warps take keys by index, a query skips the keys it does not
+/// see, and the warps' parts meet in one order), which the exactness gate needs of a verify.
+pub fn serves_invariant(q: &Array, keys: &Array, values: &Array) -> bool {
+    crate::engine::runtime::Backend::is_cuda() && fits(q, keys, values)
 }
 
 /// Row b's queries `q` [B, NH, T, D] over its keys and values [B, NKV, CAP, D] at positions
@@ -194,6 +202,47 @@ pub fn check(s: Shape, offsets: &[i32], dtype: Dtype, kernel: bool, seed: u64) -
         }
     }
     Ok(relative_error(&host_f32(&got)?, &want))
+}
+
+/// The kernel against itself, as the exactness gate needs it: a block of two queries a row for
+/// rows at `offsets`, then each query as a one-query step at its own position (query 1 sees one
+/// key more, as the second step of a chain does) and each row alone. Returns how many of the
+/// block's (row, query) outputs differ in any bit from the step or the lone row that stands for
+/// them.
+pub fn check_invariance(s: Shape, offsets: &[i32], dtype: Dtype, seed: u64) -> Result<usize> {
+    let Shape { heads: nh, kv_heads: nkv, head_dim: d, capacity: cap, .. } = s;
+    let b = offsets.len() as i32;
+    let (qkey, kvkey) = mlx_rs::random::split(&mlx_rs::random::key(seed)?, 2)?;
+    let q = mlx_rs::random::uniform::<f32, f32>(-1.0, 1.0, &[b, nh, 2, d], Some(&qkey))?.as_dtype(dtype)?;
+    let kv = mlx_rs::random::uniform::<f32, f32>(-1.0, 1.0, &[2, b, nkv, cap, d], Some(&kvkey))?.as_dtype(dtype)?;
+    let half = |i: i32| -> Result<Array> { Ok(slice_axis(&kv, 0, i, i + 1)?.reshape(&[b, nkv, cap, d])?) };
+    let (keys, values) = (half(0)?, half(1)?);
+    let scale = (d as f32).powf(-0.5);
+    let block = attend(&q, &keys, &values, offsets, scale)?;
+    let mut differing = 0;
+    let mut count = |got: &Array, want: &Array| -> Result<()> {
+        let (g, w) = (host_f32(got)?, host_f32(want)?);
+        if g.len() != w.len() || g.iter().zip(&w).any(|(x, y)| x.to_bits() != y.to_bits()) {
+            differing += 1;
+        }
+        Ok(())
+    };
+    for t in 0..2 {
+        let at: Vec<i32> = offsets.iter().map(|o| o + t).collect();
+        let step = attend(&slice_axis(&q, 2, t, t + 1)?, &keys, &values, &at, scale)?;
+        for row in 0..b {
+            let one = |a: &Array| slice_axis(a, 0, row, row + 1);
+            count(&one(&slice_axis(&step, 2, 0, 1)?)?, &one(&slice_axis(&block, 2, t, t + 1)?)?)?;
+        }
+    }
+    for row in 0..b {
+        let one = |a: &Array| slice_axis(a, 0, row, row + 1);
+        let alone = attend(&one(&q)?, &one(&keys)?, &one(&values)?, &offsets[row as usize..=row as usize], scale)?;
+        for t in 0..2 {
+            count(&slice_axis(&alone, 2, t, t + 1)?, &slice_axis(&one(&block)?, 2, t, t + 1)?)?;
+        }
+    }
+    Ok(differing)
 }
 
 #[cfg(test)]

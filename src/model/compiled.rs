@@ -29,11 +29,12 @@ use crate::engine::runtime::Backend;
 pub const MAX_ROWS: i32 = 64;
 
 /// Whether a block of `rows` rows (batch x positions) takes its compiled graph: its switch is
-/// on, it is a step-sized block, and rows are batched (the row-by-row route keeps each
-/// projection per row). Checked before a block gathers its weights, so the plain route pays
-/// nothing for the compiled one.
+/// on, it is a step-sized block, and rows are batched on MLX's own products (the row-by-row
+/// route keeps each projection per row; the invariant route takes cohort's row-invariant
+/// kernels, which the traced graphs do not). Checked before a block gathers its weights, so the
+/// plain route pays nothing for the compiled one.
 pub fn serves(switch_on: bool, rows: i32) -> bool {
-    switch_on && rows <= MAX_ROWS && super::linear::route() != super::linear::LinearRoute::RowByRow
+    switch_on && rows <= MAX_ROWS && super::linear::route() == super::linear::LinearRoute::Batched
 }
 
 /// How one projection's weight is stored, which decides its op and how many inputs it takes.

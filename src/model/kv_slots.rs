@@ -220,7 +220,10 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     }
     let mut outs = Vec::with_capacity(caches.len());
     for (cache, qr) in caches.iter().zip(&queries) {
-        outs.push(if padded_block(t) {
+        let whole = || cache.view_first(cache.capacity());
+        outs.push(if let Some((keys, values)) = invariant_buffer(qr, whole)? {
+            super::attention_kernel::attend(qr, &keys, &values, &[cache.offset() - t], scale)?
+        } else if padded_block(t) {
             let len = cache.capacity();
             let (kall, vall) = cache.view_first(len)?;
             let mask = visibility(&[cache.offset() - t], t, len);
@@ -257,7 +260,9 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
         let buf = buffer.borrow();
         (buf.keys.clone(), buf.values.clone())
     };
-    let out = if super::attention_kernel::serves(&qr, &all_keys, &all_values) {
+    let invariant = linear::route() == LinearRoute::Invariant
+        && super::attention_kernel::serves_invariant(&qr, &all_keys, &all_values);
+    let out = if invariant || super::attention_kernel::serves(&qr, &all_keys, &all_values) {
         super::attention_kernel::attend(&qr, &all_keys, &all_values, &offsets, scale)?
     } else {
         let len = if padded_block(t) { all_keys.shape()[2] } else { longest };
@@ -400,9 +405,20 @@ fn padded_block(t: i32) -> bool {
     t > 1 && t <= SHORT_BLOCK && PADDED_BLOCKS.load(Ordering::Relaxed)
 }
 
-/// The shared buffer when `caches` are exactly its slots in order and the batched route is on.
+/// On the invariant route, a row's whole key and value buffer (from `whole`) when the
+/// short-block kernel holds the block: its attention must be the kernel's alone as in a cohort.
+fn invariant_buffer(q: &Array, whole: impl FnOnce() -> Result<(Array, Array)>) -> Result<Option<(Array, Array)>> {
+    if linear::route() != LinearRoute::Invariant || !crate::engine::runtime::Backend::is_cuda() {
+        return Ok(None);
+    }
+    let (keys, values) = whole()?;
+    Ok(super::attention_kernel::serves_invariant(q, &keys, &values).then_some((keys, values)))
+}
+
+/// The shared buffer when `caches` are exactly its slots in order and a batched route (MLX's
+/// products or the invariant kernels) is on.
 fn whole_cohort(caches: &[&mut KvCache]) -> Option<SlotHandle> {
-    if caches.len() < 2 || linear::route() != LinearRoute::Batched || !BATCHED_ATTENTION.load(Ordering::Relaxed) {
+    if caches.len() < 2 || linear::route() == LinearRoute::RowByRow || !BATCHED_ATTENTION.load(Ordering::Relaxed) {
         return None;
     }
     let first = caches[0].slot()?;

@@ -15,17 +15,26 @@ pub enum LinearRoute {
     Batched,
     /// One product per row, so every row is computed exactly as a single-token step would be.
     RowByRow,
+    /// One product for all rows through kernels that reduce every row in one fixed order
+    /// whatever the block's rows (CUDA: `affine_rows` for quantized projections and the LM head,
+    /// the short-block attention kernel for steps and verifies): as exact as the row-by-row route,
+    /// at the batched route's reads of each weight.
+    Invariant,
 }
 
-static ROW_BY_ROW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static ROUTE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// Select the route for every linear layer (chosen by the exactness gate at load).
 pub fn set_route(route: LinearRoute) {
-    ROW_BY_ROW.store(route == LinearRoute::RowByRow, std::sync::atomic::Ordering::Relaxed);
+    ROUTE.store(route as u8, std::sync::atomic::Ordering::Relaxed);
 }
 
 pub fn route() -> LinearRoute {
-    if ROW_BY_ROW.load(std::sync::atomic::Ordering::Relaxed) { LinearRoute::RowByRow } else { LinearRoute::Batched }
+    match ROUTE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => LinearRoute::RowByRow,
+        2 => LinearRoute::Invariant,
+        _ => LinearRoute::Batched,
+    }
 }
 
 /// Run `f` with `route`, then restore the route it replaced.

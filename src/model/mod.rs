@@ -1,6 +1,7 @@
 //! Model loading and layers: one file per family or layer kind.
 
 pub mod add_norm;
+pub mod affine_rows;
 pub mod attention;
 pub mod attention_cpu;
 pub mod attention_kernel;

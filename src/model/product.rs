@@ -126,6 +126,12 @@ pub fn lay_out_as(
 pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
+    if super::linear::route() == super::linear::LinearRoute::Invariant
+        && let Some((spec, out)) = packed_width(arrays, storage)
+        && super::affine_rows::serves(rows, shape[shape.len() - 1], spec, x.dtype())
+    {
+        return super::affine_rows::product(x, &arrays[0], &arrays[1], &arrays[2], spec, out);
+    }
     match storage {
         Storage::Quantized(q) => quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits),
         Storage::WithDense(_) if rows >= DENSE_MIN_ROWS => dense(x, &arrays[3]),
@@ -138,6 +144,16 @@ pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
         }
         Storage::Dense => dense(x, &arrays[0]),
         Storage::Folded => anyhow::bail!("a folded projection has no product of its own"),
+    }
+}
+
+/// A packed weight's quantization and the projection's own output width (a padded weight's
+/// first rows), or `None` for a float weight.
+fn packed_width(arrays: &[Array], storage: Storage) -> Option<(QuantSpec, i32)> {
+    match storage {
+        Storage::Quantized(q) | Storage::WithDense(q) => Some((q, arrays[0].shape()[0])),
+        Storage::Padded(q, out) => Some((q, out)),
+        Storage::Dense | Storage::Folded => None,
     }
 }
 

@@ -13,13 +13,7 @@ use super::weights::Weights;
 /// Qwen3.6-35B-A3B's text geometry (see ../shared/notes/reference-systems.md), with `layers`
 /// decoder layers (40 in the real model).
 pub fn qwen36_35b_a3b(layers: i32, vocab: i32) -> Result<Qwen35Config> {
-    // mlx-lm's MoE predicate keeps routers 8-bit g64 and records them per module.
-    let mut quant = serde_json::json!({"group_size": 64, "bits": 4, "mode": "affine"});
-    for l in 0..layers {
-        for m in ["mlp.gate", "mlp.shared_expert_gate"] {
-            quant[format!("language_model.model.layers.{l}.{m}")] = serde_json::json!({"group_size": 64, "bits": 8});
-        }
-    }
+    let quant = moe_quantization(layers);
     let json = serde_json::json!({
         "model_type": "qwen3_5_moe",
         "text_config": {
@@ -37,11 +31,44 @@ pub fn qwen36_35b_a3b(layers: i32, vocab: i32) -> Result<Qwen35Config> {
     Qwen35Config::from_json(&json)
 }
 
+/// 4-bit g64, with the routers 8-bit g64 recorded per module, as mlx-lm's MoE predicate writes
+/// (and [`make_weights`] makes them).
+fn moe_quantization(layers: i32) -> serde_json::Value {
+    let mut quant = serde_json::json!({"group_size": 64, "bits": 4, "mode": "affine"});
+    for l in 0..layers {
+        for m in ["mlp.gate", "mlp.shared_expert_gate"] {
+            quant[format!("language_model.model.layers.{l}.{m}")] = serde_json::json!({"group_size": 64, "bits": 8});
+        }
+    }
+    quant
+}
+
+/// The same block kinds at a small width (16 experts, top-4; 512 hidden), for checks that need
+/// the whole load and probe path in seconds rather than the real geometry's sizes.
+pub fn qwen35_moe_small(layers: i32, vocab: i32) -> Result<Qwen35Config> {
+    let json = serde_json::json!({
+        "model_type": "qwen3_5_moe",
+        "text_config": {
+            "hidden_size": 512, "num_hidden_layers": layers, "full_attention_interval": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
+            "rope_parameters": {"rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+            "linear_num_key_heads": 4, "linear_key_head_dim": 64, "linear_num_value_heads": 8,
+            "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4,
+            "num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 128,
+            "shared_expert_intermediate_size": 128, "vocab_size": vocab, "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": false, "max_position_embeddings": 8192,
+        },
+        "quantization": moe_quantization(layers),
+    });
+    Qwen35Config::from_json(&json)
+}
+
 /// A named geometry; `layers` and `vocab` shrink it for quick checks.
 pub fn geometry(name: &str, layers: Option<i32>, vocab: Option<i32>) -> Result<Qwen35Config> {
     match name {
         "qwen36-35b-a3b" => qwen36_35b_a3b(layers.unwrap_or(40), vocab.unwrap_or(248_320)),
-        other => bail!("unknown synthetic geometry \"{other}\" (qwen36-35b-a3b)"),
+        "qwen35-moe-small" => qwen35_moe_small(layers.unwrap_or(4), vocab.unwrap_or(4096)),
+        other => bail!("unknown synthetic geometry \"{other}\" (qwen36-35b-a3b, qwen35-moe-small)"),
     }
 }
 

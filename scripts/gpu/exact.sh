@@ -1,0 +1,27 @@
+#!/bin/bash
+# The MTP cohort served exactly on the GPU (issue 41), on the default model with its trained head
+# in bf16. Steps, in order, any of (default: all):
+#   check  `cohort device --check-invariance`: the row-invariant kernels against float64 and
+#          against themselves (each row alone, each verify query as a single step);
+#   probe  `cohort probe`: which route the exactness gate keeps, and at what verify cost;
+#   bench  `cohort bench` (8 marker prompts, seeds 4200-4207, paired rounds; MTP, served at the
+#          width the construction check allows): serial against cohort, greedy and default.
+# Same calls as lane.sh; this call must also carry .gpu/bin/mtp.safetensors (the trained head).
+#   bash scripts/gpu/exact.sh [check] [probe] [bench]
+set -u
+. scripts/gpu/smol.sh
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(check probe bench)
+{
+$B --version
+nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+for step in "${steps[@]}"; do
+  echo "== $step"
+  case $step in
+    check) timeout 200 $B device --check-invariance ;;
+    probe) timeout 200 $B probe -m /tmp/smol ;;
+    bench) timeout 400 $B bench -m /tmp/smol --generation-mode mtp --rounds 2 --receipt $OUT/bench.json ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+} 2>&1 | tee $OUT/exact.txt

@@ -1,0 +1,108 @@
+//! The invariant linear route (issue 41): cohort's row-invariant kernels serve every product and
+//! short-block attention of a step-sized block on CUDA, so a verify block equals the chain of
+//! single steps it stands for and a cohort row equals the row alone, in bf16 too. The kernels
+//! need MLX's CUDA backend (COHORT_REQUIRE_CUDA=1 turns their skips into failures on the GPU
+//! machine); elsewhere the route must serve exactly what the batched route serves. Its own test
+//! binary: the route is process-wide.
+
+mod common;
+
+use cohort::engine::probe::{self, Verdict};
+use cohort::model::affine_rows;
+use cohort::model::attention_kernel::{self, Shape};
+use cohort::model::config::QuantSpec;
+use cohort::model::forward::{LanguageModel, Logits};
+use cohort::model::linear::{self, LinearRoute};
+use common::*;
+use mlx_rs::{Array, Dtype};
+
+static ROUTE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn tolerance(dtype: Dtype) -> f64 {
+    if dtype == Dtype::Float32 { 1e-5 } else { 1e-2 }
+}
+
+#[test]
+fn every_row_of_a_product_block_is_the_row_alone_and_near_float64() {
+    if !cuda_here("the row-invariant product kernel") {
+        return;
+    }
+    // The default model's 4-bit projections and 8-bit tied head, and a width past one warp's
+    // channels per block.
+    for (input, out, bits, group_size) in
+        [(576, 192, 4, 32), (1536, 576, 4, 32), (576, 49_152, 8, 32), (64, 520, 4, 64)]
+    {
+        for dtype in [Dtype::Bfloat16, Dtype::Float32, Dtype::Float16] {
+            for rows in [2, 9, 16] {
+                let r =
+                    affine_rows::check(rows, input, out, QuantSpec { bits, group_size }, dtype, rows as u64).unwrap();
+                let what = format!("{input}->{out} {bits}-bit g{group_size} {dtype:?} x{rows}");
+                assert_eq!(r.rows_differing, 0, "{what}: rows differ from the same rows alone");
+                assert!(r.relative_error <= tolerance(dtype), "{what}: relative error {:.2e}", r.relative_error);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_verify_blocks_attention_is_the_single_steps_and_the_lone_rows() {
+    if !cuda_here("the short-block attention kernel") {
+        return;
+    }
+    let small = Shape { heads: 9, kv_heads: 3, head_dim: 64, queries: 2, capacity: 300 };
+    for s in [small, Shape::REAL] {
+        for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+            let offsets = [0, 1, 17, 63, 64, 150, s.capacity - 3, 5];
+            let differing = attention_kernel::check_invariance(s, &offsets, dtype, 3).unwrap();
+            assert_eq!(differing, 0, "{s:?} {dtype:?}");
+        }
+    }
+}
+
+/// SmolLM2 in bf16 on CUDA: MLX's own products make the verify block differ from the chain; the
+/// gate must find the invariant route Equal and keep MTP on it.
+#[test]
+fn the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16() {
+    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
+    if !cuda_here("the invariant route") {
+        return;
+    }
+    let Some(dir) = smollm2_imported("the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16") else { return };
+    let head = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
+    std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
+    let model = cohort::model::llama::LlamaModel::load(dir.path(), Dtype::Bfloat16).unwrap();
+    let decision = probe::gate(&model, false).unwrap();
+    linear::set_route(LinearRoute::Batched);
+    assert!(decision.mtp_allowed, "{}", decision.summary);
+    let kept = decision.reports.last().unwrap();
+    assert_eq!(kept.verdict, Verdict::Equal, "{}", decision.summary);
+    assert!(matches!(decision.route, LinearRoute::Batched | LinearRoute::Invariant), "{}", decision.summary);
+}
+
+/// Where the kernels do not serve (any backend but CUDA, or a block they do not hold), the
+/// invariant route is the batched route: the same logits bit for bit, for a verify block of
+/// several rows and for prefill.
+#[test]
+fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves() {
+    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
+    if cohort::engine::runtime::Backend::is_cuda() {
+        eprintln!("skipped: on CUDA the invariant route's kernels serve (the tests above hold them)");
+        return;
+    }
+    let dir = fixture("llama").join("tiny_llama_mlx");
+    let model = cohort::model::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
+    let run = |route: LinearRoute| -> Vec<u32> {
+        linear::with_route(route, || {
+            let mut rows: Vec<_> = (0..3).map(|_| model.new_row()).collect();
+            for (i, row) in rows.iter_mut().enumerate() {
+                let prompt: Vec<u32> = (0..5 + 3 * i as u32).map(|t| (t * 37 + 11) % 512).collect();
+                model.prefill(row, &prompt, 64, false).unwrap();
+            }
+            let tokens = Array::from_slice(&[3, 4, 100, 200, 7, 9], &[3, 2]);
+            let mut refs: Vec<_> = rows.iter_mut().collect();
+            let logits = model.forward(&tokens, &mut refs, Logits::All, true).unwrap().logits.unwrap();
+            cohort::model::ops::host_f32(&logits).unwrap().iter().map(|x| x.to_bits()).collect()
+        })
+    };
+    assert_eq!(run(LinearRoute::Invariant), run(LinearRoute::Batched));
+}
