@@ -234,15 +234,25 @@ fn question_mark_opens_help_only_on_an_empty_input() {
 #[test]
 fn save_profile_asks_for_a_name_and_saves_the_current_settings() {
     let mut app = fixture::app(4, "dark");
+    for _ in 0..4 {
+        app.handle_key(ctrl('n'));
+    }
     app.handle_key(ctrl('s'));
     assert!(matches!(app.overlay, Some(Overlay::SaveProfile { .. })));
     app.handle_key(ctrl('u'));
-    type_text(&mut app, "my fast/one");
+    // A name that is not safe as a file name is refused as typed, not silently changed.
+    type_text(&mut app, "my test!");
+    assert!(app.handle_key(key(KeyCode::Enter)).is_empty(), "not saved under another name");
+    assert!(matches!(&app.overlay, Some(Overlay::SaveProfile { name }) if name.text() == "my test!"));
+    let notice = app.notice.as_ref().expect("the refusal says why").text.clone();
+    assert!(notice.contains("' '") && notice.contains("'!'"), "{notice}");
+    app.handle_key(ctrl('u'));
+    type_text(&mut app, "my-test");
     let fx = app.handle_key(key(KeyCode::Enter));
     match &fx[..] {
         [Effect::SaveProfile { name, profile }] => {
-            assert_eq!(name, "myfastone", "characters unsafe in a file name are not typed");
-            assert_eq!(profile.panes, Some(4));
+            assert_eq!(name, "my-test");
+            assert_eq!(profile.panes, Some(8), "the panes open now, not the profile's count");
             assert_eq!(profile.model.as_deref(), Some("tests/fixtures/qwen35_moe_4bit"));
         }
         other => panic!("expected one SaveProfile, got {other:?}"),

@@ -287,3 +287,11 @@ fn a_queued_message_shows_under_the_answer() {
     app.notice = None;
     insta::assert_snapshot!(draw(&app, 60, 12).backend());
 }
+
+/// The save prompt says at once which characters a name cannot have (they are not dropped).
+#[test]
+fn the_save_profile_prompt_flags_a_bad_name() {
+    let mut app = fixture::mixed(1, "dark");
+    app.overlay = Some(Overlay::SaveProfile { name: InputLine::new("my test!") });
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}

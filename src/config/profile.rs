@@ -367,10 +367,23 @@ pub fn check_profile_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > 64 {
         bail!("a profile name needs 1 to 64 characters");
     }
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-        bail!("a profile name may use letters, digits, '-' and '_' only");
+    let bad = bad_name_chars(name);
+    if !bad.is_empty() {
+        let list: Vec<String> = bad.iter().map(|c| format!("{c:?}")).collect();
+        bail!("a profile name may use letters, digits, '-' and '_' only, not {}", list.join(", "));
     }
     Ok(())
+}
+
+/// The characters of `name` a profile name cannot have, each once, in order.
+pub fn bad_name_chars(name: &str) -> Vec<char> {
+    let mut bad = Vec::new();
+    for c in name.chars().filter(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_')) {
+        if !bad.contains(&c) {
+            bad.push(c);
+        }
+    }
+    bad
 }
 
 /// Write `<config_dir>/profiles/NAME.toml` (replacing one of that name); returns the path.

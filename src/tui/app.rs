@@ -518,7 +518,6 @@ impl App {
 
     /// Keys inside an overlay; returns the overlay to keep open (None closes it).
     fn overlay_key(&mut self, overlay: Overlay, key: KeyEvent, fx: &mut Vec<Effect>) -> Option<Overlay> {
-        let plain = !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
         match overlay {
             Overlay::Help { scroll } => match key.code {
                 KeyCode::Up | KeyCode::Char('k') => Some(Overlay::Help { scroll: scroll.saturating_sub(1) }),
@@ -554,10 +553,10 @@ impl App {
                 KeyCode::Esc => None,
                 KeyCode::Enter => match check_profile_name(name.text()) {
                     Ok(()) => {
-                        fx.push(Effect::SaveProfile {
-                            name: name.text().to_owned(),
-                            profile: Box::new(self.settings.to_profile()),
-                        });
+                        // The panes open now, which may differ from the profile's count.
+                        let mut profile = self.settings.to_profile();
+                        profile.panes = Some(self.panes.len());
+                        fx.push(Effect::SaveProfile { name: name.text().to_owned(), profile: Box::new(profile) });
                         None
                     }
                     Err(e) => {
@@ -565,9 +564,8 @@ impl App {
                         Some(Overlay::SaveProfile { name })
                     }
                 },
-                KeyCode::Char(c) if plain && !(c.is_ascii_alphanumeric() || c == '-' || c == '_') => {
-                    Some(Overlay::SaveProfile { name })
-                }
+                // Every character is typed: one a name cannot have is flagged by the prompt and
+                // refused on enter, never dropped silently (which saved `my test!` as `mytest`).
                 _ => {
                     name.handle_key(&key);
                     Some(Overlay::SaveProfile { name })
@@ -579,9 +577,7 @@ impl App {
     fn paste(&mut self, text: &str) {
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
         match &mut self.overlay {
-            Some(Overlay::SaveProfile { name }) => name.insert(
-                &text.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect::<String>(),
-            ),
+            Some(Overlay::SaveProfile { name }) => name.insert(text.lines().next().unwrap_or_default()),
             Some(_) => {}
             None => self.focused_mut().input.insert(&text),
         }

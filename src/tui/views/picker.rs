@@ -6,6 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use super::popup;
+use crate::config::profile::bad_name_chars;
 use crate::tui::app::App;
 use crate::tui::input::InputLine;
 
@@ -38,9 +39,18 @@ pub fn draw_save(frame: &mut Frame, area: Rect, app: &App, name: &InputLine) {
     let s = &app.styles;
     let title = Line::from(Span::styled(" save settings as a profile ", s.title));
     let inner = popup::open(frame, area, 60, 6, title, s.popup, s.border(true));
+    let bad = bad_name_chars(name.text());
+    let problem = if bad.is_empty() {
+        let n = app.panes.len();
+        let plural = if n == 1 { "" } else { "s" };
+        Line::from(Span::styled(format!(" saves the current settings, with {n} pane{plural}"), s.muted))
+    } else {
+        let list: Vec<String> = bad.iter().map(|c| format!("{c:?}")).collect();
+        Line::from(Span::styled(format!(" ✖ not allowed in a name: {}", list.join(" ")), s.error))
+    };
     let lines = vec![
         Line::from(vec![Span::styled(" name: ", s.muted), Span::styled(name.text().to_owned(), s.popup)]),
-        Line::default(),
+        problem,
         Line::from(Span::styled(" letters, digits, - and _ · enter save · esc cancel", s.muted)),
     ];
     frame.render_widget(Paragraph::new(lines), inner);
