@@ -245,3 +245,80 @@ fn the_handle_forgets_requests_that_ended() {
     let (r, _) = wait(&running);
     assert_eq!(r.finish_reason, FinishReason::Cancelled, "a running request can still be cancelled by id");
 }
+
+/// A model that loads but cannot run a forward pass (a device lost after load): every call fails.
+struct Unrunnable(cohort::model::llama::LlamaModel);
+
+impl cohort::model::forward::LanguageModel for Unrunnable {
+    fn new_row(&self) -> cohort::model::cache::RowCache {
+        self.0.new_row()
+    }
+    fn forward(
+        &self,
+        _: &mlx_rs::Array,
+        _: &mut [&mut cohort::model::cache::RowCache],
+        _: cohort::model::forward::Logits,
+        _: bool,
+    ) -> anyhow::Result<cohort::model::forward::ForwardOutput> {
+        anyhow::bail!("the device was lost")
+    }
+    fn mtp_forward(
+        &self,
+        _: &mlx_rs::Array,
+        _: &mlx_rs::Array,
+        _: &mut [&mut cohort::model::cache::RowCache],
+    ) -> anyhow::Result<mlx_rs::Array> {
+        anyhow::bail!("the device was lost")
+    }
+    fn has_mtp(&self) -> bool {
+        false
+    }
+    fn vocab_size(&self) -> i32 {
+        self.0.vocab_size()
+    }
+    fn max_context(&self) -> i32 {
+        self.0.max_context()
+    }
+    fn kv_bytes_per_position(&self) -> usize {
+        self.0.kv_bytes_per_position()
+    }
+    fn eos_ids(&self) -> Vec<u32> {
+        self.0.eos_ids()
+    }
+    fn dtype(&self) -> mlx_rs::Dtype {
+        self.0.dtype()
+    }
+}
+
+/// A continuous engine whose lane cannot start fails its start with the reason, so a server
+/// reports the model as failed (503, /health "failed", exit 1) instead of taking requests and
+/// answering each with an internal error.
+#[test]
+fn an_engine_whose_lane_cannot_start_fails_its_start() {
+    use cohort::model::forward::LanguageModel;
+    let dir = fixture("llama").join("tiny_llama_mlx");
+    let start = EngineHandle::start(
+        move || {
+            let model = cohort::model::llama::LlamaModel::load(&dir, mlx_rs::Dtype::Float32)?;
+            assert!(model.vocab_size() > 0);
+            Ok(cohort::engine::owner::Loaded {
+                model: Box::new(Unrunnable(model)),
+                tokenizer: cohort::model::tokenizer::TextTokenizer::load(&dir)?,
+                family: "llama".into(),
+                dir,
+                weights: Default::default(),
+            })
+        },
+        EngineSetup {
+            scheduler: Preset::Throughput.config(),
+            numerics: Numerics::Throughput,
+            mode: None,
+            serial: false,
+        },
+    );
+    let err = match start {
+        Ok(_) => panic!("the engine started though its lane cannot"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("could not start its lane") && err.contains("the device was lost"), "{err}");
+}

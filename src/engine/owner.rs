@@ -147,10 +147,29 @@ pub fn run_owner(
         t.construction_check = info.construction.clone();
     }
     let mode = info.mode;
-    let _ = ready.send(Ok(info));
     if setup.scheduler.admission == Admission::Continuous {
-        return run_continuous(&loaded, mode, &setup, batched, &rx, &tel);
+        // The lane starts before the engine reports ready: one that cannot start fails the
+        // engine's start with the reason, rather than an engine that takes requests and fails each.
+        let cfg = LaneConfig {
+            chunk: setup.scheduler.prefill_chunk.max(1),
+            budget: setup.scheduler.prefill_budget,
+            mode,
+            numerics: setup.numerics,
+            batched,
+            width: setup.scheduler.width,
+            family: loaded.family.clone(),
+        };
+        let lane = match Lane::new(loaded.model.as_ref(), &loaded.tokenizer, cfg) {
+            Ok(lane) => lane,
+            Err(e) => {
+                let _ = ready.send(Err(e.context("the engine could not start its lane")));
+                return;
+            }
+        };
+        let _ = ready.send(Ok(info));
+        return run_continuous(lane, &setup, &rx, &tel);
     }
+    let _ = ready.send(Ok(info));
     let model = loaded.model.as_ref();
     let tok = &loaded.tokenizer;
     let mut serial = setup.serial;
@@ -222,42 +241,7 @@ fn drop_cancelled(pending: &mut VecDeque<Pending>) {
 
 /// The continuous lane's loop: between every two cycles, take what arrived, end what was
 /// cancelled while queued, give free rows to the oldest waiting requests, and run one step.
-fn run_continuous(
-    loaded: &Loaded,
-    mode: GenerationMode,
-    setup: &EngineSetup,
-    batched: LinearRoute,
-    rx: &mpsc::Receiver<OwnerCommand>,
-    tel: &SharedTelemetry,
-) {
-    let model = loaded.model.as_ref();
-    let cfg = LaneConfig {
-        chunk: setup.scheduler.prefill_chunk.max(1),
-        budget: setup.scheduler.prefill_budget,
-        mode,
-        numerics: setup.numerics,
-        batched,
-        width: setup.scheduler.width,
-        family: loaded.family.clone(),
-    };
-    let mut lane = match Lane::new(model, &loaded.tokenizer, cfg) {
-        Ok(lane) => lane,
-        Err(e) => {
-            // Nothing can decode: every request is answered with the reason.
-            let msg = format!("the engine could not start its lane: {e:#}");
-            tracing::error!("{msg}");
-            while let Ok(cmd) = rx.recv() {
-                match cmd {
-                    OwnerCommand::Submit { req, events, .. } => {
-                        let _ = events.send(RowEvent::Done(Box::new(RequestResult::error(&req.id, msg.clone()))));
-                    }
-                    OwnerCommand::Shutdown => return,
-                    _ => {}
-                }
-            }
-            return;
-        }
-    };
+fn run_continuous(mut lane: Lane, setup: &EngineSetup, rx: &mpsc::Receiver<OwnerCommand>, tel: &SharedTelemetry) {
     let mut serial = setup.serial;
     let mut queue: VecDeque<Pending> = VecDeque::new();
     let mut shutting_down = false;

@@ -74,7 +74,7 @@ async fn start(state: &Arc<AppState>, endpoint: Endpoint, id: &str, parsed: Pars
     if let RowEvent::Done(r) = &first
         && r.finish_reason == FinishReason::Error
     {
-        return Err(refusal(r));
+        return Err(refusal(endpoint, r));
     }
     let answer =
         Answer { endpoint, id: id.to_owned(), model: state.model_id.clone(), created: super::state::unix_now() };
@@ -90,13 +90,17 @@ async fn start(state: &Arc<AppState>, endpoint: Endpoint, id: &str, parsed: Pars
 }
 
 /// A request that ended in an error: 400 when it was refused for a fault of its own, else 500.
-fn refusal(r: &RequestResult) -> ApiError {
+/// A refusal names the field at fault: the prompt is `messages` on chat and `prompt` on text
+/// completions.
+fn refusal(endpoint: Endpoint, r: &RequestResult) -> ApiError {
     let message = r.error.clone().unwrap_or_else(|| "the request failed".into());
     if r.refused {
         let param = if message.contains("max_tokens") {
             "max_tokens"
         } else if message.contains("sampler") {
             "temperature"
+        } else if endpoint == Endpoint::Completions {
+            "prompt"
         } else {
             "messages"
         };
@@ -123,7 +127,7 @@ impl Answer {
         loop {
             if let RowEvent::Done(r) = ev {
                 if r.finish_reason == FinishReason::Error {
-                    return Err(refusal(&r));
+                    return Err(refusal(self.endpoint, &r));
                 }
                 return Ok(axum::Json(api::completion(self.endpoint, &self.id, &self.model, self.created, &r)));
             }
@@ -137,7 +141,7 @@ impl Answer {
             RowEvent::Delta { text, .. } if !text.is_empty() => out.push(self.chunk(json!({"content": text}), None)),
             RowEvent::Done(r) => {
                 if r.finish_reason == FinishReason::Error {
-                    out.push(Event::default().data(refusal(&r).body().to_string()));
+                    out.push(Event::default().data(refusal(self.endpoint, &r).body().to_string()));
                 } else {
                     out.push(self.chunk(json!({}), Some(api::finish_reason(r.finish_reason))));
                     if include_usage {

@@ -82,6 +82,14 @@ def basic(base_url):
                 assert e.response.headers.get("x-request-id", "").startswith("chatcmpl-"), e.response.headers
         else:
             raise AssertionError(f"{kwargs} was accepted")
+    # A text completion over the window names its own field, "prompt".
+    try:
+        c.completions.create(model=model, prompt="word " * 9000, max_tokens=4)
+    except openai.BadRequestError as e:
+        assert "context window" in e.message and e.body.get("param") == "prompt", (e.message, e.body)
+        assert e.response.headers.get("x-request-id", "").startswith("cmpl-"), e.response.headers
+    else:
+        raise AssertionError("an over-long prompt was accepted")
     # A bad request never disturbs the server: the next one is answered.
     again = c.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=12, temperature=0)
