@@ -206,3 +206,15 @@ fn the_user_default_profile_is_the_startup_profile() {
     let err = error_of(profile::load_startup_profile(Some("nope"), &paths));
     assert!(err.contains("nope") && err.contains("throughput"), "{err}");
 }
+
+/// `--panes 0` is the flag's fault, not the profile's: the error names the flag.
+#[test]
+fn a_bad_panes_flag_names_the_flag() {
+    let (_dir, paths) = temp_paths();
+    let loaded = profile::load_profile("throughput", &paths).unwrap();
+    for n in [0, 9] {
+        let err = error_of(Settings::resolve(&loaded, &Overrides { panes: Some(n), ..Overrides::default() }));
+        assert!(err.contains(&format!("--panes {n}")) && err.contains("between 1 and 8"), "{err}");
+        assert!(!err.contains("throughput.toml"), "the profile is not at fault: {err}");
+    }
+}

@@ -131,3 +131,40 @@ fn a_request_error_shows_in_its_pane_only_and_the_other_rows_keep_running() {
     assert_eq!((turn.finish, turn.error.as_deref()), (Some(FinishReason::Length), None), "the next prompt works");
     assert!(pane_screen(&app, BAD).contains("not sent with later prompts"));
 }
+
+/// Started without a terminal (a pipe, a CI job), the TUI says what it needs and what to use
+/// instead, and leaves no empty session folder behind (before: "os error 6", and a folder per try).
+#[test]
+fn without_a_terminal_the_tui_says_so_and_leaves_no_session_folder() {
+    let home = tempfile::tempdir().unwrap();
+    let model = fixture_dir("qwen35_moe_4bit");
+    for _ in 0..2 {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["--model", model.to_str().unwrap()])
+            .env("COHORT_HOME", home.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains("needs a terminal") && stderr.contains("cohort generate"), "{stderr}");
+        assert!(!stderr.contains("os error"), "{stderr}");
+    }
+    let sessions = home.path().join("data").join("transcripts");
+    let left = std::fs::read_dir(&sessions).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "empty session folders in {}", sessions.display());
+}
+
+/// `--panes 0` names the flag (before, it blamed the built-in profile's file).
+#[test]
+fn a_bad_panes_flag_is_reported_as_the_flag() {
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["--panes", "0"])
+        .env("COHORT_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--panes 0") && !stderr.contains(".toml"), "{stderr}");
+}

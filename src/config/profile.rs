@@ -148,6 +148,10 @@ impl Default for Settings {
 impl Settings {
     /// Defaults, then the profile, then the flags; checked before anything starts.
     pub fn resolve(loaded: &LoadedProfile, flags: &Overrides) -> Result<Settings> {
+        // A bad flag is the flag's fault: say so before the profile's checks would blame the file.
+        if let Some(n) = flags.panes.filter(|n| !(1..=MAX_PANES).contains(n)) {
+            bail!("--panes {n}: must be between 1 and {MAX_PANES}");
+        }
         let p = &loaded.profile;
         let d = Settings::default();
         let settings = Settings {

@@ -23,6 +23,8 @@ pub mod transcript;
 pub mod views;
 pub mod wrap;
 
+use std::io::IsTerminal as _;
+
 use anyhow::{Context as _, Result};
 
 pub use args::TuiArgs;
@@ -32,7 +34,9 @@ use crate::config::paths::Paths;
 use crate::config::profile::{Settings, list_profiles, load_startup_profile};
 use crate::config::theme::load_theme;
 use app::App;
-use transcript::{TranscriptWriter, latest_session, load_session, reserve_session, transcripts_dir};
+use transcript::{
+    TranscriptWriter, latest_session, load_session, release_session_if_empty, reserve_session, transcripts_dir,
+};
 
 /// Start the TUI: resolve the profile, check the model exists, open (or resume) a session, and
 /// run the event loop until the user quits.
@@ -45,6 +49,13 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     // (attached, the server has the model).
     if args.attach.is_none() {
         settings.resolve_model()?;
+    }
+    // Without this check, taking the screen over fails with the OS's "os error 6" (ENXIO).
+    if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
+        anyhow::bail!(
+            "cohort's TUI needs a terminal (stdin or stdout is not a tty); for headless use, `cohort generate` reads \
+             prompts from a file or stdin and `cohort serve` answers over HTTP"
+        );
     }
     let dir = transcripts_dir(&paths.data_dir);
     let (session, restored) = match args.resume.as_deref() {
@@ -71,7 +82,11 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     let outcome = runtime.block_on(event::run(app, ctx));
     // A model still loading would hold the runtime's drop; the process is ending anyway.
     runtime.shutdown_background();
+    // A session nothing was written to leaves no folder (they piled up, one per start).
+    let kept = !release_session_if_empty(&dir, &session);
     outcome?;
-    eprintln!("cohort: session {session} (transcripts in {})", dir.join(&session).display());
+    if kept {
+        eprintln!("cohort: session {session} (transcripts in {})", dir.join(&session).display());
+    }
     Ok(())
 }

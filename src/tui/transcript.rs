@@ -105,6 +105,15 @@ pub fn reserve_session(dir: &Path) -> Result<String> {
     }
 }
 
+/// Remove a session's folder if nothing was written to it; true when it was removed. A
+/// resumed session, or one with any file, is kept.
+pub fn release_session_if_empty(dir: &Path, session: &str) -> bool {
+    let path = dir.join(session);
+    let empty = std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none());
+    // remove_dir refuses a folder that gained a file meanwhile.
+    empty && std::fs::remove_dir(&path).is_ok()
+}
+
 /// The newest session under `dir` that holds a transcript, by name.
 pub fn latest_session(dir: &Path) -> Option<String> {
     let has_transcript = |p: &Path| {
@@ -279,6 +288,17 @@ mod tests {
     fn session_names_are_utc_timestamps() {
         assert_eq!(timestamp_name(0), "19700101-000000");
         assert_eq!(timestamp_name(1_709_210_096), "20240229-123456");
+    }
+
+    #[test]
+    fn an_empty_session_folder_is_released_and_a_used_one_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = reserve_session(dir.path()).unwrap();
+        let used = reserve_session(dir.path()).unwrap();
+        TranscriptWriter::new(dir.path(), &used, "p", None).append(1, &Record::Clear).unwrap();
+        assert!(release_session_if_empty(dir.path(), &empty));
+        assert!(!release_session_if_empty(dir.path(), &used));
+        assert!(!dir.path().join(&empty).exists() && dir.path().join(&used).exists());
     }
 
     #[test]
