@@ -118,7 +118,7 @@ fn launch(l: Launch) -> Option<(tempfile::TempDir, Tmux)> {
     );
     let tmux = Tmux::start(&format!("cohort-e2e-{}-{}", l.tag, std::process::id()), l.size.0, l.size.1, &command);
     let load = Duration::from_secs(120);
-    tmux.wait_for("the model to load", load, |s| s.contains("mtp · throughput") || s.contains("COHORT-EXITED"));
+    tmux.wait_for("the model to load", load, |s| s.contains("· mtp │") || s.contains("COHORT-EXITED"));
     Some((home, tmux))
 }
 

@@ -295,3 +295,22 @@ fn the_save_profile_prompt_flags_a_bad_name() {
     app.overlay = Some(Overlay::SaveProfile { name: InputLine::new("my test!") });
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
 }
+
+/// The top bar names the profile, the preset and the numerics once each (before: the numerics
+/// twice and never the preset).
+#[test]
+fn the_top_bar_names_profile_preset_and_numerics_once() {
+    let mut app = fixture::mixed(2, "dark");
+    app.settings.profile = "mine".into();
+    app.settings.preset = cohort::engine::scheduler::Preset::Latency;
+    if let cohort::tui::app::EngineStatus::Ready(summary) = &mut app.engine {
+        summary.numerics = "balanced".into();
+    }
+    let t = draw(&app, 160, 12);
+    let buffer = t.backend().buffer();
+    let top: String = (0..160).map(|x| buffer[(x, 0)].symbol().to_owned()).collect();
+    for part in ["profile mine", "preset latency", "numerics balanced"] {
+        assert_eq!(top.matches(part).count(), 1, "{part:?} once in {top:?}");
+    }
+    assert!(!top.contains("throughput"), "{top}");
+}

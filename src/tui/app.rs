@@ -724,3 +724,9 @@ pub fn numerics_name(n: Numerics) -> &'static str {
         Numerics::B1Exact => "b1-exact",
     }
 }
+
+/// A preset as profiles and `--preset` spell it.
+pub fn preset_name(p: crate::engine::scheduler::Preset) -> String {
+    use clap::ValueEnum as _;
+    p.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_else(|| format!("{p:?}").to_lowercase())
+}

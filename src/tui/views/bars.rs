@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::config::keymap::Command;
-use crate::tui::app::{App, EngineStatus, TICKS_PER_S, numerics_name};
+use crate::tui::app::{App, EngineStatus, TICKS_PER_S, numerics_name, preset_name};
 
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -15,17 +15,21 @@ pub fn draw_top(frame: &mut Frame, area: Rect, app: &App) {
     let s = &app.styles;
     let mut spans = vec![
         Span::styled(" cohort ", s.bar.patch(s.title)),
-        Span::styled(format!("│ {} ", app.settings.profile), s.bar),
+        Span::styled(format!("│ profile {} ", app.settings.profile), s.bar),
     ];
+    // The engine's own numerics once loaded (the profile's until then); the preset is the
+    // profile's, except attached, where the server's scheduler decides.
+    let (numerics, attached) = match &app.engine {
+        EngineStatus::Ready(info) => (info.numerics.clone(), info.weights == "server"),
+        _ => (numerics_name(app.settings.numerics).to_owned(), false),
+    };
     match &app.engine {
         EngineStatus::Loading { model, since_tick } => {
             let spin = SPINNER[(app.tick / 3) as usize % SPINNER.len()];
             let secs = app.tick.saturating_sub(*since_tick) as f64 / TICKS_PER_S as f64;
             spans.push(Span::styled(format!("│ {spin} loading {} {secs:.0} s ", short_model(model)), s.bar));
         }
-        EngineStatus::Ready(info) => {
-            spans.push(Span::styled(format!("│ {} · {} · {} ", info.model, info.mode, info.numerics), s.bar));
-        }
+        EngineStatus::Ready(info) => spans.push(Span::styled(format!("│ {} · {} ", info.model, info.mode), s.bar)),
         EngineStatus::Failed(_) => spans.push(Span::styled("│ ✖ no model ", s.bar.patch(s.error))),
     }
     let busy = app.busy_panes();
@@ -33,13 +37,26 @@ pub fn draw_top(frame: &mut Frame, area: Rect, app: &App) {
         format!("│ {busy}/{} generating ", app.panes.len())
     } else {
         let plural = if app.panes.len() == 1 { "" } else { "s" };
-        format!("│ {} pane{plural} · {} ", app.panes.len(), numerics_name(app.settings.numerics))
+        format!("│ {} pane{plural} ", app.panes.len())
     };
     spans.push(Span::styled(activity, s.bar));
-    spans.push(Span::styled(format!("│ {} ", app.session), s.bar.patch(s.muted)));
+    let preset = if attached { "server".to_owned() } else { preset_name(app.settings.preset) };
+    // The less urgent parts go whole or not at all when the bar is narrow.
+    let optional = [
+        Span::styled(format!("│ preset {preset} · numerics {numerics} "), s.bar),
+        Span::styled(format!("│ {} ", app.session), s.bar.patch(s.muted)),
+    ];
+    let mut used = spans.iter().map(|span| span.width()).sum::<usize>();
+    for span in optional {
+        if used + span.width() <= area.width as usize {
+            used += span.width();
+            spans.push(span);
+        }
+    }
     let line = Line::from(spans);
     let used = line.width() as u16;
     frame.render_widget(Paragraph::new(line).style(s.bar), area);
+    // Last, where there is room: the bottom bar names the help key too.
     let help = format!(" {} help ", app.keymap.describe_keys(Command::Help));
     let w = help.chars().count() as u16;
     if area.width >= used + w {
