@@ -314,3 +314,16 @@ fn the_top_bar_names_profile_preset_and_numerics_once() {
     }
     assert!(!top.contains("throughput"), "{top}");
 }
+
+/// The input box wraps between words (before, mid-word at the box's edge).
+#[test]
+fn the_input_wraps_between_words() {
+    let mut app = fixture::app(1, "dark");
+    app.panes[0].input.set("please explain the difference between these two approaches to batching");
+    let t = draw(&app, 40, 16);
+    insta::assert_snapshot!(t.backend());
+    let text = t.backend().to_string();
+    for word in ["explain", "difference", "between", "approaches", "batching"] {
+        assert!(text.contains(word), "{word:?} is split:\n{text}");
+    }
+}

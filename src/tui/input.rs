@@ -100,40 +100,62 @@ impl InputLine {
         true
     }
 
-    /// The text broken into rows of at most `width` cells (newlines start rows), and the cursor's
-    /// (row, column).
+    /// The text broken into rows of at most `width` cells, between words where it can (a word
+    /// longer than a row is split; spaces stay at the end of the row they follow), newlines
+    /// starting rows; and the cursor's (row, column).
     pub fn layout(&self, width: usize) -> (Vec<String>, (usize, usize)) {
         let width = width.max(1);
-        let mut rows = vec![String::new()];
-        let mut col = 0;
+        let shown = |c: char| if c.is_control() { '\u{fffd}' } else { c };
+        let cells = |s: &str| s.chars().map(|c| char_width(shown(c))).sum::<usize>();
+        let mut rows = Vec::new();
         let mut cursor = (0, 0);
-        for (i, c) in self.text.char_indices() {
-            if i == self.cursor {
-                cursor = (rows.len() - 1, col);
-            }
-            if c == '\n' {
-                rows.push(String::new());
-                col = 0;
-                continue;
-            }
-            let c = if c.is_control() { '\u{fffd}' } else { c };
-            let w = char_width(c);
-            if col + w > width {
-                rows.push(String::new());
-                col = 0;
-                if i == self.cursor {
-                    cursor = (rows.len() - 1, 0);
+        let mut base = 0;
+        for line in self.text.split('\n') {
+            // Byte offsets (in `line`) where rows start.
+            let mut starts = vec![0];
+            let mut col = 0;
+            let mut word_start = None;
+            let mut after_space = false;
+            for (i, c) in line.char_indices() {
+                let w = char_width(shown(c));
+                if c == ' ' {
+                    col += w;
+                    after_space = true;
+                    continue;
                 }
+                if after_space {
+                    word_start = Some(i);
+                    after_space = false;
+                }
+                let row_start = *starts.last().expect("one row at least");
+                if col + w > width && i > row_start {
+                    let at = word_start.filter(|s| *s > row_start).unwrap_or(i);
+                    starts.push(at);
+                    col = cells(&line[at..i]);
+                    word_start = None;
+                }
+                col += w;
             }
-            rows.last_mut().expect("one row at least").push(c);
-            col += w;
-        }
-        if self.cursor == self.text.len() {
-            if col >= width {
-                rows.push(String::new());
-                col = 0;
+            let first_row = rows.len();
+            for (k, &start) in starts.iter().enumerate() {
+                let end = starts.get(k + 1).copied().unwrap_or(line.len());
+                rows.push(line[start..end].chars().map(shown).collect::<String>());
             }
-            cursor = (rows.len() - 1, col);
+            if (base..=base + line.len()).contains(&self.cursor) {
+                let at = self.cursor - base;
+                let k = starts.iter().rposition(|s| *s <= at).expect("starts has 0");
+                let col = cells(&line[starts[k]..at]);
+                cursor = if col < width {
+                    (first_row + k, col)
+                } else if k + 1 == starts.len() {
+                    // The row is full: the cursor waits at the start of a row of its own.
+                    rows.insert(first_row + k + 1, String::new());
+                    (first_row + k + 1, 0)
+                } else {
+                    (first_row + k, width - 1)
+                };
+            }
+            base += line.len() + 1;
         }
         (rows, cursor)
     }
@@ -158,6 +180,23 @@ mod tests {
         input.handle_key(&key(KeyCode::Char('k'), KeyModifiers::CONTROL));
         assert_eq!(input.text(), ">");
         assert!(!input.handle_key(&key(KeyCode::F(5), KeyModifiers::NONE)));
+    }
+
+    #[test]
+    fn layout_wraps_between_words() {
+        let input = InputLine::new("hello wonderful world");
+        let (rows, cursor) = input.layout(12);
+        assert_eq!(rows, ["hello ", "wonderful ", "world"]);
+        assert_eq!(cursor, (2, 5));
+        // The cursor inside a moved word follows it.
+        let mut input = InputLine::new("hello wonderful world");
+        input.cursor = "hello wond".len();
+        assert_eq!(input.layout(12).1, (1, 4));
+        // A word longer than a row is split; a row's last cell filled puts the cursor on the next.
+        let (rows, cursor) = InputLine::new("ab abcdefghijkl").layout(5);
+        assert_eq!((rows, cursor), (vec!["ab ".to_owned(), "abcde".into(), "fghij".into(), "kl".into()], (3, 2)));
+        let (rows, cursor) = InputLine::new("abc de").layout(6);
+        assert_eq!((rows, cursor), (vec!["abc de".to_owned(), String::new()], (1, 0)));
     }
 
     #[test]
