@@ -106,3 +106,22 @@ fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves(
     };
     assert_eq!(run(LinearRoute::Invariant), run(LinearRoute::Batched));
 }
+
+/// The route cost timer gives each route its verify and step medians at the asked width, and
+/// leaves the process on the route it found.
+#[test]
+fn route_costs_are_timed_for_every_route_in_turns() {
+    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = fixture("llama").join("tiny_llama_mlx");
+    let model = cohort::model::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
+    linear::set_route(LinearRoute::RowByRow);
+    let routes = [LinearRoute::Batched, LinearRoute::Invariant];
+    let costs = cohort::engine::route_cost::time_routes(&model, &routes, 3, 2).unwrap();
+    assert_eq!(linear::route(), LinearRoute::RowByRow);
+    linear::set_route(LinearRoute::Batched);
+    assert_eq!(costs.iter().map(|c| c.route).collect::<Vec<_>>(), routes);
+    for c in &costs {
+        assert_eq!(c.width, 3);
+        assert!(c.verify_ms > 0.0 && c.step_ms > 0.0, "{c:?}");
+    }
+}

@@ -3,11 +3,15 @@
 # in bf16. Steps, in order, any of (default: all):
 #   check  `cohort device --check-invariance`: the row-invariant kernels against float64 and
 #          against themselves (each row alone, each verify query as a single step);
-#   probe  `cohort probe`: which route the exactness gate keeps, and at what verify cost;
+#   probe  `cohort probe --time-routes 20`: which route the exactness gate keeps, the
+#          construction check on it, and a B8 verify and step on it against the batched route,
+#          in turns in one process;
+#   synth  `cohort probe --synthetic qwen36-35b-a3b --layers 8`: the same at the real
+#          geometry with random weights made on the machine;
 #   bench  `cohort bench` (8 marker prompts, seeds 4200-4207, paired rounds; MTP, served at the
 #          width the construction check allows): serial against cohort, greedy and default.
 # Same calls as lane.sh; this call must also carry .gpu/bin/mtp.safetensors (the trained head).
-#   bash scripts/gpu/exact.sh [check] [probe] [bench]
+#   bash scripts/gpu/exact.sh [check] [probe] [synth] [bench]
 set -u
 . scripts/gpu/smol.sh
 steps=("$@")
@@ -19,9 +23,11 @@ for step in "${steps[@]}"; do
   echo "== $step"
   case $step in
     check) timeout 200 $B device --check-invariance ;;
-    probe) timeout 200 $B probe -m /tmp/smol ;;
+    probe) timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
+    synth) timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;
     bench) timeout 400 $B bench -m /tmp/smol --generation-mode mtp --rounds 2 --receipt $OUT/bench.json ;;
     *) echo "unknown step $step" ;;
   esac
 done
 } 2>&1 | tee $OUT/exact.txt
+save_ptx

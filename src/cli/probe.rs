@@ -27,6 +27,10 @@ pub struct ProbeArgs {
     /// Vocabulary of the synthetic model (default: the geometry's).
     #[arg(long, requires = "synthetic")]
     vocab: Option<i32>,
+    /// Also time a packed verify block and a single-token step at the cohort's width on the
+    /// batched route and on the route the gate kept, in turns (median of N turns each).
+    #[arg(long, value_name = "N")]
+    time_routes: Option<usize>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -37,6 +41,8 @@ struct ProbeOutput {
     #[serde(flatten)]
     decision: probe::GateDecision,
     construction: Option<crate::engine::telemetry::ConstructionCheck>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    route_costs: Vec<crate::engine::route_cost::RouteCost>,
 }
 
 pub fn run(args: ProbeArgs) -> Result<()> {
@@ -69,8 +75,21 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     } else {
         None
     };
+    let route_costs = match args.time_routes {
+        Some(reps) => {
+            let mut routes = vec![LinearRoute::Batched];
+            if decision.route != LinearRoute::Batched {
+                routes.push(decision.route);
+            }
+            let width = crate::engine::cohort::FIXED_WIDTH;
+            let costs = crate::engine::route_cost::time_routes(model.as_ref(), &routes, width, reps)?;
+            crate::model::linear::set_route(decision.route);
+            costs
+        }
+        None => Vec::new(),
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&ProbeOutput { decision, construction })?);
+        println!("{}", serde_json::to_string_pretty(&ProbeOutput { decision, construction, route_costs })?);
         return Ok(());
     }
     println!("{}", decision.summary);
@@ -89,6 +108,19 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             c.bound,
             if c.passed { "served batched" } else { "refused: cohorts run b1-exact serial" }
         );
+    }
+    if let Some(fast) = route_costs.first() {
+        for c in &route_costs {
+            println!(
+                "  {:?} at B{}: verify (T=2) {:.3} ms ({:.2}x batched), step (T=1) {:.3} ms ({:.2}x batched)",
+                c.route,
+                c.width,
+                c.verify_ms,
+                c.verify_ms / fast.verify_ms,
+                c.step_ms,
+                c.step_ms / fast.step_ms
+            );
+        }
     }
     Ok(())
 }

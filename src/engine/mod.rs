@@ -12,6 +12,7 @@ pub mod owner;
 pub mod prepare;
 pub mod probe;
 pub mod request;
+pub mod route_cost;
 pub mod row;
 pub mod runtime;
 pub mod sampler;

@@ -1,0 +1,81 @@
+//! What a linear route costs at the steps a cohort serves: a packed B-row verify block (T=2,
+//! every position's logits) and a B-row single-token step, timed on each route in turn (A B A B
+//! ...) in one process, so the exact route's price is read against the fast one's on the same
+//! machine at the same moment (issue 41: the invariant route against MLX's batched products).
+
+use std::time::Instant;
+
+use anyhow::Result;
+use mlx_rs::Array;
+
+use super::runtime::median;
+use super::sampler::Rng;
+use crate::model::forward::{LanguageModel, Logits};
+use crate::model::kv_slots;
+use crate::model::linear::{self, LinearRoute};
+
+/// One route's median times.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RouteCost {
+    pub route: LinearRoute,
+    pub width: usize,
+    /// A packed verify block of `width` rows x 2 positions, all logits, evaluated.
+    pub verify_ms: f64,
+    /// A packed single-token step of `width` rows, last logits, evaluated.
+    pub step_ms: f64,
+}
+
+/// Median times of each of `routes` over `reps` turns (after one untimed turn each, which pays
+/// for kernel compiles), on `width` rows holding random prompts.
+pub fn time_routes(
+    model: &dyn LanguageModel,
+    routes: &[LinearRoute],
+    width: usize,
+    reps: usize,
+) -> Result<Vec<RouteCost>> {
+    let reps = reps.max(1);
+    let vocab = model.vocab_size() as u64;
+    let mut rng = Rng::new(0xC057);
+    let mut rows = Vec::with_capacity(width);
+    for b in 0..width {
+        let prompt: Vec<u32> = (0..8 + 9 * b).map(|_| (rng.next_u64() % vocab) as u32).collect();
+        let mut row = model.new_row();
+        linear::batched(|| model.prefill(&mut row, &prompt, 64, false))?;
+        rows.push(row);
+    }
+    let tokens: Vec<i32> = (0..2 * width).map(|_| (rng.next_u64() % vocab) as i32).collect();
+    let verify_tokens = Array::from_slice(&tokens, &[width as i32, 2]);
+    let step_tokens = Array::from_slice(&tokens[..width], &[width as i32, 1]);
+    let time = |route: LinearRoute, tokens: &Array, logits: Logits| -> Result<f64> {
+        let mut batch = rows.clone();
+        kv_slots::pack(&mut batch)?;
+        let mut refs: Vec<_> = batch.iter_mut().collect();
+        linear::with_route(route, || {
+            let t = Instant::now();
+            let out = model.forward(tokens, &mut refs, logits, true)?;
+            out.logits.expect("logits were asked for").eval()?;
+            Ok(t.elapsed().as_secs_f64() * 1e3)
+        })
+    };
+    let mut verify = vec![Vec::with_capacity(reps); routes.len()];
+    let mut step = vec![Vec::with_capacity(reps); routes.len()];
+    for turn in 0..=reps {
+        for (i, &route) in routes.iter().enumerate() {
+            let (v, s) = (time(route, &verify_tokens, Logits::All)?, time(route, &step_tokens, Logits::Last)?);
+            if turn > 0 {
+                verify[i].push(v);
+                step[i].push(s);
+            }
+        }
+    }
+    Ok(routes
+        .iter()
+        .enumerate()
+        .map(|(i, &route)| RouteCost {
+            route,
+            width,
+            verify_ms: median(std::mem::take(&mut verify[i])),
+            step_ms: median(std::mem::take(&mut step[i])),
+        })
+        .collect())
+}
