@@ -16,6 +16,7 @@ use cohort::engine::sampler::SamplerConfig;
 use cohort::model::config::Qwen35Config;
 use cohort::model::gguf::GgufFile;
 use cohort::model::weights::validate_safetensors;
+use cohort::server::api::{Defaults, Endpoint, parse};
 use proptest::prelude::*;
 
 fn mutate(base: &[u8], flips: &[(usize, u8)], cut: Option<usize>, insert: Option<(usize, Vec<u8>)>) -> Vec<u8> {
@@ -93,6 +94,23 @@ proptest! {
         for text in [line, json.to_string()] {
             if let Ok(l) = serde_json::from_str::<RequestLine>(&text) {
                 let _ = l.into_request(1, &SamplerConfig::default());
+            }
+        }
+    }
+
+    #[test]
+    fn server_request_bodies_never_panic(json in json_value(4), m in bytes_strategy()) {
+        // Any JSON built from the API's field names, and byte-level damage to a valid body, on
+        // both endpoints: a request or a 400 with a message, never a panic.
+        let defaults = Defaults { sampler: SamplerConfig::default(), max_tokens: 256 };
+        let valid = br#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"prompt":["hi"],"max_tokens":8,"temperature":0.5,"top_p":0.9,"stream":true,"stream_options":{"include_usage":true},"stop":["x"],"seed":3}"#;
+        for bytes in [json.to_string().into_bytes(), mutate(valid, &m.0, m.1, m.2)] {
+            for endpoint in [Endpoint::Chat, Endpoint::Completions] {
+                if let Err(e) = parse(endpoint, &bytes, &defaults) {
+                    prop_assert_eq!(e.status.as_u16(), 400, "{:?}", e);
+                    prop_assert!(!e.message.is_empty());
+                    prop_assert!(e.param.as_deref() != Some(""), "{:?}", e);
+                }
             }
         }
     }
@@ -476,6 +494,18 @@ fn json_value(depth: u32) -> impl Strategy<Value = serde_json::Value> {
         "chat",
         "role",
         "content",
+        "stream",
+        "stream_options",
+        "include_usage",
+        "n",
+        "max_completion_tokens",
+        "ignore_eos",
+        "type",
+        "text",
+        "logprobs",
+        "tools",
+        "frequency_penalty",
+        "response_format",
     ]);
     let leaf = prop_oneof![
         Just(serde_json::Value::Null),
