@@ -327,3 +327,43 @@ fn the_input_wraps_between_words() {
         assert!(text.contains(word), "{word:?} is split:\n{text}");
     }
 }
+
+/// Scrolled up while an answer streams, the view holds still: new text arrives below it and the
+/// marker counts the lines below; paging back down to the bottom follows the new text again.
+#[test]
+fn a_scrolled_view_holds_still_while_text_streams() {
+    use cohort::config::keymap::Command;
+    use cohort::tui::action::Action;
+    let mut app = fixture::app(1, "dark");
+    let long: String = (1..=40).map(|i| format!("line {i}\n")).collect();
+    fixture::play(&mut app, 0, "many lines", &long, None, std::time::Instant::now());
+    let body = |app: &App| {
+        let text = draw(app, 40, 12).backend().to_string();
+        text.lines().skip(2).take(5).collect::<Vec<_>>().join("\n")
+    };
+    body(&app);
+    app.update(Action::Command(Command::ScrollUp));
+    let held = body(&app);
+    let id = app.panes[0].in_flight.as_ref().unwrap().id.clone();
+    for i in 41..=60 {
+        let event = cohort::engine::row::RowEvent::Delta { id: id.clone(), text: format!("line {i}\n"), ids: vec![1] };
+        app.update(Action::Row { pane: 1, event, at: std::time::Instant::now() });
+        assert_eq!(body(&app), held, "the view moved when line {i} arrived");
+    }
+    let text = draw(&app, 40, 12).backend().to_string();
+    assert!(!text.contains("line 60"), "{text}");
+    for _ in 0..10 {
+        app.update(Action::Command(Command::ScrollDown));
+    }
+    let event = cohort::engine::row::RowEvent::Delta { id, text: "line 61\n".into(), ids: vec![1] };
+    app.update(Action::Row { pane: 1, event, at: std::time::Instant::now() });
+    let text = draw(&app, 40, 12).backend().to_string();
+    assert!(text.contains("line 61") && !text.contains('↑'), "at the bottom, the view follows again:\n{text}");
+    app.update(Action::Command(Command::ScrollUp));
+    assert!(app.panes[0].scroll_top.is_some());
+    app.handle_key(crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::End,
+        crossterm::event::KeyModifiers::CONTROL,
+    ));
+    assert_eq!(app.panes[0].scroll_top, None, "ctrl+end follows the newest text again");
+}

@@ -279,14 +279,20 @@ impl App {
             }
             Command::ClosePane => self.close_focused(),
             Command::ClearPane => self.clear_focused(fx),
+            // Scrolled up, the view holds still while text streams in below; back at the
+            // bottom (or ctrl+end), it follows the newest text again.
             Command::ScrollUp => {
                 let pane = self.focused_mut();
-                pane.scroll = (pane.scroll + pane.page.get().max(1)).min(pane.max_scroll.get());
+                let (page, max) = (pane.page.get().max(1), pane.max_scroll.get());
+                let top = pane.scroll_top.unwrap_or(max).min(max);
+                pane.scroll_top = (max > 0).then(|| top.saturating_sub(page));
             }
             Command::ScrollDown => {
                 let pane = self.focused_mut();
-                pane.scroll = pane.scroll.saturating_sub(pane.page.get().max(1));
+                let (page, max) = (pane.page.get().max(1), pane.max_scroll.get());
+                pane.scroll_top = pane.scroll_top.map(|top| top + page).filter(|top| *top < max);
             }
+            Command::ScrollBottom => self.focused_mut().scroll_top = None,
             Command::HistoryPrev => self.recall(-1),
             Command::HistoryNext => self.recall(1),
             Command::Profiles => {
@@ -402,7 +408,7 @@ impl App {
         });
         pane.state = RowState::Queued;
         pane.row = None;
-        pane.scroll = 0;
+        pane.scroll_top = None;
         pane.history_pos = None;
         fx.push(Effect::Record { pane: pane.id, record: Record::User { request: id, text } });
         fx.push(Effect::Submit { pane: pane.id, request });
@@ -479,7 +485,7 @@ impl App {
         pane.turns.clear();
         pane.state = RowState::Idle;
         pane.row = None;
-        pane.scroll = 0;
+        pane.scroll_top = None;
         fx.push(Effect::Record { pane: pane.id, record: Record::Clear });
     }
 

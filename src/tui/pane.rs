@@ -85,8 +85,9 @@ pub struct Pane {
     pub in_flight: Option<InFlight>,
     /// The cohort row this pane's request occupies (or last occupied).
     pub row: Option<usize>,
-    /// Lines scrolled up from the bottom (0 = follow the newest text).
-    pub scroll: usize,
+    /// The first line shown while the user has scrolled up (None = follow the newest text). An
+    /// index from the top, so text streaming in below leaves the view where it is.
+    pub scroll_top: Option<usize>,
     /// Position while browsing earlier prompts with up/down.
     pub history_pos: Option<usize>,
     /// A message sent while the pane was answering: it goes when the answer ends.
@@ -106,7 +107,7 @@ impl Pane {
             state: RowState::Idle,
             in_flight: None,
             row: None,
-            scroll: 0,
+            scroll_top: None,
             history_pos: None,
             queued: None,
             page: Cell::new(10),

@@ -154,8 +154,9 @@ fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane) {
         blocks.iter().map(|(body, status)| body.lines.len() + body.tail.len() + status.len()).sum::<usize>() + last;
     let max_scroll = total.saturating_sub(height);
     pane.max_scroll.set(max_scroll);
-    let scroll = pane.scroll.min(max_scroll);
-    let start = total.saturating_sub(height + scroll);
+    let start = pane.scroll_top.map_or(max_scroll, |top| top.min(max_scroll));
+    // Lines below the view (the marker's count).
+    let scroll = max_scroll - start;
     let mut visible = Vec::with_capacity(height);
     let mut line_no = 0;
     for (i, (body, status)) in blocks.iter().enumerate() {
