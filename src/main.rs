@@ -83,7 +83,7 @@ fn run(cli: Cli) -> Result<u8> {
         );
         return Ok(exit::OK);
     }
-    cohort::model::compiled::check_environment()?;
+    cohort::model::switches::check_environment()?;
     match cli.command {
         None => cohort::tui::run(cli.tui, &paths).map(|()| exit::OK),
         Some(Command::Generate(args)) => cli::generate::run(args),

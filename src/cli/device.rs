@@ -34,6 +34,10 @@ pub struct DeviceArgs {
     /// a verify's queries against single steps; exits 1 on any difference.
     #[arg(long)]
     check_invariance: bool,
+    /// List every environment switch the engine reads: its value here (set or default) and
+    /// what it does.
+    #[arg(long)]
+    switches: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -45,6 +49,10 @@ pub fn run(args: DeviceArgs) -> Result<()> {
     }
     if args.check_invariance {
         return super::device_invariance::run();
+    }
+    if args.switches {
+        print!("{}", crate::model::switches::listing());
+        return Ok(());
     }
     if !args.attention.is_empty() {
         return time_attention(&args.attention, args.iters);

@@ -134,41 +134,6 @@ pub fn compiled_here() -> Vec<GraphKey> {
     COMPILED.with_borrow(|c| c.keys().copied().collect())
 }
 
-/// Every route switch's variable, and whether it names a CUDA kernel (which no other backend
-/// can run). Checked once at start-up by [`check_environment`].
-const SWITCHES: [(&str, bool); 11] = [
-    ("COHORT_COMPILE_MOE", false),
-    ("COHORT_COMPILE_GDN", false),
-    ("COHORT_STACK_PROJECTIONS", false),
-    ("COHORT_PAD_PRODUCTS", false),
-    ("COHORT_DENSE_PRODUCTS", false),
-    ("COHORT_ATTENTION_KERNEL", true),
-    ("COHORT_ROUTER_KERNEL", true),
-    ("COHORT_ADD_NORM_KERNEL", true),
-    ("COHORT_GDN_FUSED_FRONT", true),
-    ("COHORT_GDN_FUSED_NORM", true),
-    ("COHORT_MOE_KERNEL", true),
-];
-
-/// Refuse switch values the machine cannot honour, naming the variable: a value other than 0 or
-/// 1 (it was ignored), or a CUDA kernel asked for where MLX does not run on CUDA (it aborted
-/// start-up inside MLX).
-pub fn check_environment() -> Result<()> {
-    let backend = Backend::detect();
-    for (var, cuda_only) in SWITCHES {
-        let Some(value) = std::env::var_os(var) else { continue };
-        match value.to_str() {
-            Some("0") => {}
-            Some("1") if cuda_only && backend != Backend::Cuda => anyhow::bail!(
-                "{var}=1 asks for a CUDA kernel, but MLX runs on {backend:?} here: unset it (or set it to 0)"
-            ),
-            Some("1") => {}
-            _ => anyhow::bail!("{var}={}: use 1 (on) or 0 (off)", value.to_string_lossy()),
-        }
-    }
-    Ok(())
-}
-
 /// A process-wide on/off for one route: forced by tests and benchmarks, else from its
 /// environment variable, else on for the CUDA backend only, where every route it guards was
 /// measured to pay.

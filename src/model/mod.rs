@@ -38,6 +38,7 @@ pub mod product;
 pub mod qwen3_5;
 pub mod rope_cpu;
 pub mod sanitize;
+pub mod switches;
 pub mod synth;
 pub mod tokenizer;
 pub mod weights;

@@ -1,0 +1,224 @@
+//! Every environment switch the engine reads, in one table: its name, the values it takes, its
+//! default and what it does. The table is what `check_environment` validates at start-up, what
+//! `cohort device --switches` lists with the values in force, and what docs/configuration.md's
+//! switch table is generated from (tests/switches.rs keeps the three, and every `COHORT_` name
+//! the engine's source reads, in step). Route choices still live where each route is served;
+//! gathering them into one value carried by the loaded model is issue 38's next step.
+
+use anyhow::{Result, bail};
+
+use crate::engine::runtime::Backend;
+
+/// The values a switch takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Values {
+    /// `0` (off) or `1` (on); anything else is refused at start-up.
+    OnOff,
+    /// A number (bytes, threads): read where it is used, which names it in any error.
+    Number,
+    /// A path.
+    Path,
+    /// Text for its reader (a log filter, a launch shape).
+    Text,
+}
+
+/// One switch.
+#[derive(Debug, Clone, Copy)]
+pub struct SwitchDoc {
+    pub name: &'static str,
+    pub values: Values,
+    /// What it is when unset, in words.
+    pub default: &'static str,
+    /// Only honoured where MLX drives CUDA: `1` elsewhere is refused at start-up.
+    pub cuda_only: bool,
+    pub does: &'static str,
+}
+
+const fn switch(name: &'static str, default: &'static str, cuda_only: bool, does: &'static str) -> SwitchDoc {
+    SwitchDoc { name, values: Values::OnOff, default, cuda_only, does }
+}
+
+/// Every switch, grouped: exactness, routes on every backend, CUDA kernels and graphs, CPU host
+/// routes, and machine facts.
+pub const SWITCHES: &[SwitchDoc] = &[
+    switch(
+        "COHORT_MTP_ALLOW_INEXACT",
+        "0",
+        false,
+        "1 keeps MTP on the batched verify route whatever the exactness probe finds (by default a route that differs from plain decoding is replaced by an exact one, the invariant route on CUDA or the row-by-row one, or MTP is declined); the probe still reports the difference",
+    ),
+    switch("COHORT_BATCHED_ATTENTION", "1", false, "0: packed cohorts attend row by row (for side-by-side benchmarks)"),
+    switch(
+        "COHORT_FLAT_PRODUCTS",
+        "1",
+        false,
+        "0: products take a block as a batch of matrices instead of flattened rows (for side-by-side benchmarks)",
+    ),
+    switch(
+        "COHORT_GDN_BATCH",
+        "1",
+        false,
+        "0: a cohort's Gated DeltaNet states stay per row instead of one batch (for side-by-side benchmarks)",
+    ),
+    switch(
+        "COHORT_STACK_PROJECTIONS",
+        "on for CUDA",
+        false,
+        "projections that read the same input loaded as one stacked product (COHORT_STACK_ROUTER, _EXPERTS, _SHARED, _QKV, _GDN = 0 leave out one kind)",
+    ),
+    switch("COHORT_STACK_ROUTER", "1", false, "0: the MoE router is not stacked with the shared expert's gate"),
+    switch("COHORT_STACK_EXPERTS", "1", false, "0: the experts' gate and up projections are not stacked"),
+    switch("COHORT_STACK_SHARED", "1", false, "0: the shared expert's gate and up projections are not stacked"),
+    switch("COHORT_STACK_QKV", "1", false, "0: attention's q, k and v projections are not stacked"),
+    switch("COHORT_STACK_GDN", "1", false, "0: the Gated DeltaNet mixer's input projections are not stacked"),
+    switch(
+        "COHORT_PAD_PRODUCTS",
+        "on for CUDA",
+        false,
+        "quantized products of a width MLX CUDA's tiled kernels do not take padded with zero rows at load",
+    ),
+    switch(
+        "COHORT_DENSE_PRODUCTS",
+        "on for CUDA",
+        false,
+        "narrow quantized products keep a dequantized copy that blocks of 8 rows or more take through cuBLAS",
+    ),
+    switch(
+        "COHORT_COMPILE_MOE",
+        "on for CUDA",
+        false,
+        "the MoE block as a compiled MLX graph for blocks of up to 64 rows",
+    ),
+    switch(
+        "COHORT_COMPILE_GDN",
+        "on for CUDA",
+        false,
+        "the Gated DeltaNet mixer as a compiled MLX graph for blocks of up to 64 rows",
+    ),
+    switch(
+        "COHORT_GDN_KERNEL",
+        "on for CUDA",
+        false,
+        "0: the Gated DeltaNet recurrence as plain ops instead of the fused CUDA kernel",
+    ),
+    switch(
+        "COHORT_GDN_FUSED_FRONT",
+        "on for CUDA",
+        true,
+        "the Gated DeltaNet mixer's convolution, gates and recurrence as one CUDA kernel",
+    ),
+    switch(
+        "COHORT_GDN_FUSED_NORM",
+        "on for CUDA",
+        true,
+        "0: the mixer's gated RMSNorm as MLX ops after the fused front, instead of folded into it (by default it folds into blocks of at most 16 positions)",
+    ),
+    switch(
+        "COHORT_MOE_KERNEL",
+        "on for CUDA",
+        true,
+        "0: the MoE expert kernels off: MLX's gather_qmm and ops after routing (by default the kernels serve every block of up to 1024 tokens)",
+    ),
+    switch("COHORT_ROUTER_KERNEL", "on for CUDA", true, "the MoE router's top-k and scores as one CUDA kernel"),
+    switch(
+        "COHORT_ADD_NORM_KERNEL",
+        "0",
+        true,
+        "1: each residual sum and the RMSNorm after it as one CUDA kernel (off by default: slower on MLX CUDA's host, docs/benchmarks.md)",
+    ),
+    switch(
+        "COHORT_ATTENTION_KERNEL",
+        "0",
+        true,
+        "1: a packed cohort's attention for blocks of one or two query positions as one CUDA kernel over the slot buffer on every route (kernels/attention_short.cu; the invariant route takes it whatever this says)",
+    ),
+    switch(
+        "COHORT_HOST_ROPE",
+        "1",
+        false,
+        "0: RoPE through MLX's CPU fallback graph instead of on the host (CPU backend only)",
+    ),
+    switch(
+        "COHORT_HOST_ATTENTION",
+        "1",
+        false,
+        "0: query blocks of up to 512 (decode, drafts, verifies, prefill chunks) attend through MLX's SDPA instead of on the host (CPU backend only)",
+    ),
+    switch(
+        "COHORT_HOST_LAYERS",
+        "1",
+        false,
+        "0: the Llama family's decode-sized blocks (up to 16 rows) run as MLX ops between the CPU kernel's products instead of wholly on the host (CPU backend, kernel weights)",
+    ),
+    switch(
+        "COHORT_HOST_GATE",
+        "1",
+        false,
+        "0: SwiGLU's silu(gate) * up through MLX's fused kernel instead of on the host wherever the MLP runs as MLX ops (CPU backend only)",
+    ),
+    SwitchDoc {
+        name: "COHORT_MEMORY_AVAILABLE",
+        values: Values::Number,
+        default: "MemAvailable",
+        cuda_only: false,
+        does: "the memory in bytes the CPU guard assumes is available",
+    },
+    SwitchDoc {
+        name: "COHORT_CPU_THREADS",
+        values: Values::Number,
+        default: "one per core",
+        cuda_only: false,
+        does: "threads the CPU kernel and host attention split a product over, the caller included",
+    },
+    SwitchDoc {
+        name: "COHORT_KERNEL_DIR",
+        values: Values::Path,
+        default: "the kernels built in",
+        cuda_only: false,
+        does: "a folder whose kernels/*.cu bodies replace the built-in ones, so an edited kernel runs without a rebuild",
+    },
+];
+
+/// Refuse switch values the machine cannot honour, naming the variable: an on/off switch set to
+/// anything but 0 or 1 (it would be ignored), or a CUDA kernel asked for where MLX does not run
+/// on CUDA (it aborted start-up inside MLX). Checked once at start-up.
+pub fn check_environment() -> Result<()> {
+    let backend = Backend::detect();
+    for s in SWITCHES.iter().filter(|s| s.values == Values::OnOff) {
+        let Some(value) = std::env::var_os(s.name) else { continue };
+        match value.to_str() {
+            Some("0") => {}
+            Some("1") if s.cuda_only && backend != Backend::Cuda => bail!(
+                "{}=1 asks for a CUDA kernel, but MLX runs on {backend:?} here: unset it (or set it to 0)",
+                s.name
+            ),
+            Some("1") => {}
+            _ => bail!("{}={}: use 1 (on) or 0 (off)", s.name, value.to_string_lossy()),
+        }
+    }
+    Ok(())
+}
+
+/// docs/configuration.md's switch table, generated from [`SWITCHES`].
+pub fn markdown_table() -> String {
+    let mut out = String::from("| variable | default | does |\n| --- | --- | --- |\n");
+    for s in SWITCHES {
+        out.push_str(&format!("| `{}` | {} | {} |\n", s.name, s.default, s.does));
+    }
+    out
+}
+
+/// The table with the value each switch has in this process's environment (`cohort device
+/// --switches`).
+pub fn listing() -> String {
+    let width = SWITCHES.iter().map(|s| s.name.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for s in SWITCHES {
+        let value = match std::env::var(s.name) {
+            Ok(v) => format!("{v} (set)"),
+            Err(_) => format!("{} (default)", s.default),
+        };
+        out.push_str(&format!("{:width$}  {value}\n    {}\n", s.name, s.does));
+    }
+    out
+}
