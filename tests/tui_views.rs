@@ -367,3 +367,50 @@ fn a_scrolled_view_holds_still_while_text_streams() {
     ));
     assert_eq!(app.panes[0].scroll_top, None, "ctrl+end follows the newest text again");
 }
+
+/// An answer with a table, emphasis, strike, a link and a Rust code block (issue 40, item 5).
+const MARKDOWN_ANSWER: &str = "## Flags\n| flag | default | what it does |\n|:--|:-:|--:|\n| `--panes` | 4 | how many panes to open |\n| `--theme` | dark | the colours |\n\nUse *either* flag, **not both**; ~~`--old`~~ is gone. See [the guide](https://example.com/guide).\n```rust\nfn main() {\n    let panes: u32 = 4; // the default\n    println!(\"{panes} panes, and a line too long for a narrow pane\");\n}\n```\nDone.";
+
+fn markdown_app() -> App {
+    let mut app = fixture::app(1, "dark");
+    fixture::play(&mut app, 0, "flags?", MARKDOWN_ANSWER, Some(FinishReason::Stop), std::time::Instant::now());
+    app
+}
+
+/// The cell style where `needle` starts on screen.
+fn style_at(terminal: &Terminal<TestBackend>, needle: &str) -> ratatui::style::Style {
+    let buffer = terminal.backend().buffer();
+    let width = buffer.area.width as usize;
+    let rows: Vec<String> = buffer.content().chunks(width).map(|r| r.iter().map(|c| c.symbol()).collect()).collect();
+    for (y, row) in rows.iter().enumerate() {
+        if let Some(byte) = row.find(needle) {
+            let x = row[..byte].chars().count();
+            return buffer.content()[y * width + x].style();
+        }
+    }
+    panic!("{needle:?} is not on screen:\n{}", rows.join("\n"));
+}
+
+/// Tables as aligned columns, emphasis without its stars, a link's address dimmed after its text,
+/// and a code block highlighted and cut at the pane's edge (not wrapped): wide and narrow.
+#[test]
+fn markdown_answers_render_tables_emphasis_links_and_highlighted_code() {
+    let app = markdown_app();
+    let wide = draw(&app, 80, 24);
+    insta::assert_snapshot!("markdown_answer_80", wide.backend());
+    let narrow = draw(&app, 40, 24);
+    insta::assert_snapshot!("markdown_answer_40", narrow.backend());
+    let styles = &app.styles;
+    for screen in [&wide, &narrow] {
+        assert_eq!(style_at(screen, "fn main").fg, styles.code_keyword.fg);
+        assert_eq!(style_at(screen, "u32").fg, styles.code_keyword.fg);
+        assert_eq!(style_at(screen, "// the").fg, styles.code_comment.fg);
+        assert_eq!(style_at(screen, "println!").fg, styles.code_function.fg);
+        assert!(style_at(screen, "either").add_modifier.contains(Modifier::ITALIC));
+        assert!(style_at(screen, "not both").add_modifier.contains(Modifier::BOLD));
+        assert!(style_at(screen, "--old").add_modifier.contains(Modifier::CROSSED_OUT));
+        assert!(style_at(screen, "the guide").add_modifier.contains(Modifier::UNDERLINED));
+        assert_eq!(style_at(screen, "flag ").fg, styles.heading.fg);
+    }
+    assert_eq!(style_at(&wide, "(https://example.com/guide)").fg, styles.muted.fg);
+}

@@ -71,6 +71,7 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
         None => (reserve_session(&dir)?, Vec::new()),
     };
     tracing::info!(%session, profile = %settings.profile, "starting the TUI");
+    markdown::prewarm();
     let mut app = App::new(settings, theme, keymap, &session);
     app.profiles = list_profiles(paths);
     app.restore(restored);

@@ -37,7 +37,9 @@ impl Turn {
 }
 
 /// A turn's rendered lines. Streaming only ever appends, so complete lines are rendered once
-/// (`lines`) and only the unfinished last line (`tail`) is rendered again as tokens arrive.
+/// (`lines`) and only the unfinished last line (`tail`) is rendered again as tokens arrive (with
+/// a table still arriving: the markdown state holds its rows until it ends, and the tail draws
+/// them).
 #[derive(Debug, Clone)]
 pub(crate) struct RenderCache {
     /// (width, style epoch) the lines were rendered for.
@@ -48,7 +50,7 @@ pub(crate) struct RenderCache {
     pub stable_len: usize,
     /// Markdown state after `stable_len` bytes.
     pub state: crate::tui::markdown::BlockState,
-    /// The answer's last, unfinished line.
+    /// The answer's last, unfinished line (and a table not yet ended).
     pub tail: Vec<Line<'static>>,
     /// Answer length `tail` was rendered for.
     pub tail_len: usize,

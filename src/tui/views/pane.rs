@@ -224,6 +224,8 @@ fn cached_lines<'t>(turn: &'t Turn, width: usize, styles: &Styles, epoch: u64) -
             if !answer.is_empty() {
                 let mut state = cache.state.clone();
                 markdown::render_into(&mut state, &answer[stable..], width, styles, &mut cache.tail);
+                // A table still arriving is drawn with the tail, from its rows so far.
+                markdown::finish(&mut state, width, styles, &mut cache.tail);
             }
             cache.tail_len = answer.len();
         }
