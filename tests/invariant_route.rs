@@ -8,11 +8,11 @@
 mod common;
 
 use cohort::engine::probe::{self, Verdict};
-use cohort::model::affine_rows;
 use cohort::model::attention_kernel::{self, Shape};
 use cohort::model::config::QuantSpec;
 use cohort::model::forward::{LanguageModel, Logits};
 use cohort::model::linear::{self, LinearRoute};
+use cohort::model::row_invariant;
 use common::*;
 use mlx_rs::{Array, Dtype};
 
@@ -27,15 +27,20 @@ fn every_row_of_a_product_block_is_the_row_alone_and_near_float64() {
     if !cuda_here("the row-invariant product kernel") {
         return;
     }
-    // The default model's 4-bit projections and 8-bit tied head, and a width past one warp's
-    // channels per block.
-    for (input, out, bits, group_size) in
-        [(576, 192, 4, 32), (1536, 576, 4, 32), (576, 49_152, 8, 32), (64, 520, 4, 64)]
-    {
+    // The default model's 4-bit projections and 8-bit tied head, a width past one warp's
+    // channels per block, and float weights (bits 0).
+    for (input, out, bits, group_size) in [
+        (576, 192, 4, 32),
+        (1536, 576, 4, 32),
+        (576, 49_152, 8, 32),
+        (64, 520, 4, 64),
+        (64, 520, 0, 0),
+        (576, 49_152, 0, 0),
+    ] {
         for dtype in [Dtype::Bfloat16, Dtype::Float32, Dtype::Float16] {
             for rows in [2, 9, 16] {
-                let r =
-                    affine_rows::check(rows, input, out, QuantSpec { bits, group_size }, dtype, rows as u64).unwrap();
+                let spec = (bits > 0).then_some(QuantSpec { bits, group_size });
+                let r = row_invariant::check(rows, input, out, spec, dtype, rows as u64).unwrap();
                 let what = format!("{input}->{out} {bits}-bit g{group_size} {dtype:?} x{rows}");
                 assert_eq!(r.rows_differing, 0, "{what}: rows differ from the same rows alone");
                 assert!(r.relative_error <= tolerance(dtype), "{what}: relative error {:.2e}", r.relative_error);

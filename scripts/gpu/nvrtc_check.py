@@ -32,6 +32,7 @@ HEADERS = {
     "attention_short": "affine_dot.cuh",
     "affine_rows": "affine_dot.cuh",
     "affine_rows_head": "affine_dot.cuh",
+    "dense_rows": "affine_dot.cuh",
 }
 FUSED_ARGS = (
     [("proj", "__nv_bfloat16"), ("tail", "__nv_bfloat16"), ("conv_w", "__nv_bfloat16"),
@@ -101,6 +102,12 @@ KERNELS = {
         [("x", "__nv_bfloat16"), ("w", "unsigned int"), ("s", "__nv_bfloat16"), ("b", "__nv_bfloat16")],
         [("y", "__nv_bfloat16")],
         {"K": 576, "N": 49152, "BITS": 8, "G": 32, "CPW": 4},
+    ),
+    "dense_rows": (
+        "dense_rows.cu",
+        [("x", "__nv_bfloat16"), ("w", "__nv_bfloat16")],
+        [("y", "__nv_bfloat16")],
+        {"K": 576, "N": 49152, "CPW": 4},
     ),
 }
 

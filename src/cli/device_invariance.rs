@@ -7,9 +7,9 @@
 use anyhow::{Result, ensure};
 use mlx_rs::Dtype;
 
-use crate::model::affine_rows;
 use crate::model::attention_kernel::{self, Shape};
 use crate::model::config::QuantSpec;
+use crate::model::row_invariant;
 
 /// Largest relative error a product may show against float64: float32 accumulation over at
 /// most a few thousand inputs, then the output rounded to its dtype.
@@ -17,9 +17,10 @@ fn tolerance(dtype: Dtype) -> f64 {
     if dtype == Dtype::Float32 { 1e-5 } else { 1e-2 }
 }
 
-/// (inputs, outputs, bits, group): the default model's projections and tied 8-bit LM head, and
-/// two of the real Qwen3.6-35B-A3B geometry's.
-const PRODUCTS: [(i32, i32, i32, i32); 7] = [
+/// (inputs, outputs, bits, group; bits 0: a float weight): the default model's projections and
+/// tied 8-bit LM head, two of the real Qwen3.6-35B-A3B geometry's, and float weights of the same
+/// shapes (checkpoints stored unquantized).
+const PRODUCTS: [(i32, i32, i32, i32); 10] = [
     (576, 576, 4, 32),
     (576, 192, 4, 32),
     (576, 1536, 4, 32),
@@ -27,6 +28,9 @@ const PRODUCTS: [(i32, i32, i32, i32); 7] = [
     (576, 49_152, 8, 32),
     (2048, 4096, 4, 64),
     (4096, 2048, 4, 64),
+    (576, 192, 0, 0),
+    (1536, 576, 0, 0),
+    (576, 49_152, 0, 0),
 ];
 
 pub fn run() -> Result<()> {
@@ -39,14 +43,15 @@ pub fn run() -> Result<()> {
     for dtype in [Dtype::Bfloat16, Dtype::Float32] {
         for (input, out, bits, group_size) in PRODUCTS {
             for rows in [2, 8, 16] {
-                let spec = QuantSpec { bits, group_size };
-                let r = affine_rows::check(rows, input, out, spec, dtype, 41 + rows as u64)?;
+                let spec = (bits > 0).then_some(QuantSpec { bits, group_size });
+                let weight = if bits > 0 { format!("{bits}-bit g{group_size}") } else { "float".into() };
+                let r = row_invariant::check(rows, input, out, spec, dtype, 41 + rows as u64)?;
                 println!(
-                    "affine_rows {input}->{out} {bits}-bit g{group_size} {dtype:?}, {rows} rows: relative error {:.2e}, rows differing from alone {}",
+                    "row-invariant product {input}->{out} {weight} {dtype:?}, {rows} rows: relative error {:.2e}, rows differing from alone {}",
                     r.relative_error, r.rows_differing
                 );
                 if r.relative_error > tolerance(dtype) || r.rows_differing > 0 {
-                    failures.push(format!("affine_rows {input}->{out} {dtype:?} x{rows}"));
+                    failures.push(format!("product {input}->{out} {weight} {dtype:?} x{rows}"));
                 }
             }
         }

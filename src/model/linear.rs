@@ -16,7 +16,7 @@ pub enum LinearRoute {
     /// One product per row, so every row is computed exactly as a single-token step would be.
     RowByRow,
     /// One product for all rows through kernels that reduce every row in one fixed order
-    /// whatever the block's rows (CUDA: `affine_rows` for quantized projections and the LM head,
+    /// whatever the block's rows (CUDA: `row_invariant`'s kernels for every projection and the LM head,
     /// the short-block attention kernel for steps and verifies): as exact as the row-by-row route,
     /// at the batched route's reads of each weight.
     Invariant,

@@ -1,7 +1,6 @@
 //! Model loading and layers: one file per family or layer kind.
 
 pub mod add_norm;
-pub mod affine_rows;
 pub mod attention;
 pub mod attention_cpu;
 pub mod attention_kernel;
@@ -37,6 +36,7 @@ pub mod ops;
 pub mod product;
 pub mod qwen3_5;
 pub mod rope_cpu;
+pub mod row_invariant;
 pub mod sanitize;
 pub mod switches;
 pub mod synth;

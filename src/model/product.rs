@@ -128,9 +128,9 @@ pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
     let rows: i32 = shape[..shape.len() - 1].iter().product();
     if super::linear::route() == super::linear::LinearRoute::Invariant
         && let Some((spec, out)) = packed_width(arrays, storage)
-        && super::affine_rows::serves(rows, shape[shape.len() - 1], spec, x.dtype())
+        && super::row_invariant::serves_affine(rows, shape[shape.len() - 1], spec, x.dtype())
     {
-        return super::affine_rows::product(x, &arrays[0], &arrays[1], &arrays[2], spec, out);
+        return super::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], spec, out);
     }
     match storage {
         Storage::Quantized(q) => quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits),
@@ -180,6 +180,13 @@ pub fn quantized(x: &Array, w: &Array, scales: &Array, biases: &Array, group_siz
 
 /// `x W^T` with a float `W` [out, in].
 pub fn dense(x: &Array, weight: &Array) -> Result<Array> {
+    let shape = x.shape();
+    let rows: i32 = shape[..shape.len() - 1].iter().product();
+    if super::linear::route() == super::linear::LinearRoute::Invariant
+        && super::row_invariant::serves_dense(rows, shape[shape.len() - 1], weight.dtype(), x.dtype())
+    {
+        return super::row_invariant::dense_product(x, weight);
+    }
     as_rows(x, |rows| Ok(mlx_rs::ops::matmul(rows, weight.t())?))
 }
 

@@ -1,0 +1,76 @@
+// `x W^T` for a block of 1 to 16 rows against a float weight W (bf16, fp16 or float32), every
+// row reduced in one fixed order whatever the block's row count: affine_rows.cu's contract for
+// checkpoints stored unquantized (CUDA, through MLX's custom-kernel mechanism; this file is the
+// kernel *body*). MLX sends one row to a vector kernel and more to cuBLAS, whose algorithm and
+// split of the inputs follow M, so a row's sums change with the rows beside it.
+//
+// Inputs  x [M, K] (model dtype), M <= 16 (runtime: x_shape[0]); w [N', K] (weight dtype),
+//         N' >= N.
+// Output  y [M, N] (model dtype).
+// Header  affine_dot.cuh (load_floats, warp_sum).
+// Constants K, N; CPW, the output channels a warp takes (by N alone, never by M).
+//
+// Layout: one warp per CPW consecutive output channels, a block of warps along y. Lane l takes
+// VALS consecutive inputs a pass (16 bytes of a bf16 row) at VALS * (p * 32 + l); the warp's
+// partial sums meet in one butterfly.
+constexpr int LANES = 32;
+constexpr int MAX_ROWS = 16;
+constexpr int VALS = K % 8 == 0 ? 8 : (K % 4 == 0 ? 4 : 1);
+constexpr int PASSES = (K / VALS + LANES - 1) / LANES;
+
+const int lane = threadIdx.x;
+const int first = (blockIdx.y * blockDim.y + threadIdx.y) * CPW;
+// Warp-uniform: a warp past the last channel leaves whole, before any shuffle.
+if (first >= N) {
+  return;
+}
+const int m = x_shape[0] < MAX_ROWS ? x_shape[0] : MAX_ROWS;
+auto channel = [&](int c) -> int { return first + c < N ? first + c : N - 1; };
+
+float acc[MAX_ROWS][CPW];
+#pragma unroll
+for (int r = 0; r < MAX_ROWS; ++r) {
+#pragma unroll
+  for (int c = 0; c < CPW; ++c) {
+    acc[r][c] = 0.0f;
+  }
+}
+#pragma unroll
+for (int p = 0; p < PASSES; ++p) {
+  const int at = (p * LANES + lane) * VALS;
+  if (at < K) {
+    float wv[CPW][VALS];
+#pragma unroll
+    for (int c = 0; c < CPW; ++c) {
+      load_floats<VALS>(w + static_cast<size_t>(channel(c)) * K + at, wv[c]);
+    }
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) {
+      if (r < m) {
+        float v[VALS];
+        load_floats<VALS>(x + static_cast<size_t>(r) * K + at, v);
+#pragma unroll
+        for (int c = 0; c < CPW; ++c) {
+          float part = 0.0f;
+#pragma unroll
+          for (int i = 0; i < VALS; ++i) {
+            part += v[i] * wv[c][i];
+          }
+          acc[r][c] += part;
+        }
+      }
+    }
+  }
+}
+#pragma unroll
+for (int r = 0; r < MAX_ROWS; ++r) {
+  if (r < m) {
+#pragma unroll
+    for (int c = 0; c < CPW; ++c) {
+      const float sum = warp_sum(acc[r][c]);
+      if (lane == 0 && first + c < N) {
+        y[static_cast<size_t>(r) * N + first + c] = sum;
+      }
+    }
+  }
+}

@@ -1,0 +1,250 @@
+//! `x W^T` for blocks of 1 to 16 rows, each row reduced in one fixed order whatever the block's
+//! row count, against an affine-quantized weight (`kernels/affine_rows.cu`) or a float one
+//! (`kernels/dense_rows.cu`), on CUDA. MLX CUDA picks a different kernel by the number of rows
+//! (quantized vector and tiled kernels, cuBLAS algorithms), each with its own summation order,
+//! so in bf16 a T=2 verify differs from the two single-token steps it stands for and a B8 row
+//! from the same row alone (issue 41: 216,412 of 294,912 logits differed on the H200). This
+//! kernel serves every projection of a step-sized block, LM head included, on the invariant
+//! linear route ([`super::linear::LinearRoute::Invariant`]), which the exactness gate chooses
+//! when it finds the batched route inexact.
+//!
+//! [`check`] holds it to a float64 host product and to itself: every row of a block must equal,
+//! bit for bit, the same row run alone (`cohort device --check-invariance`).
+
+use std::sync::OnceLock;
+
+use anyhow::{Result, bail};
+use mlx_rs::{Array, Dtype};
+
+use super::config::QuantSpec;
+use super::cuda_kernel::{self, CudaKernel, Launch};
+use super::ops::{host_f32, relative_error, slice_axis};
+
+const SOURCE: &str = include_str!("../../kernels/affine_rows.cu");
+const DENSE_SOURCE: &str = include_str!("../../kernels/dense_rows.cu");
+/// The affine dot product it shares with the MoE expert kernels.
+const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../kernels/affine_dot.cuh"));
+
+/// Rows a launch takes at most (a B8 verify's 16 positions).
+pub const MAX_ROWS: i32 = 16;
+
+/// Warps in a thread block.
+const WARPS: i32 = 8;
+
+fn kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new("cohort_affine_rows", "affine_rows.cu", &["x", "w", "s", "b"], &["y"], SOURCE, Some(HEADER))
+    })
+}
+
+fn dense_kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new("cohort_dense_rows", "dense_rows.cu", &["x", "w"], &["y"], DENSE_SOURCE, Some(HEADER))
+    })
+}
+
+fn floating(dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16)
+}
+
+/// Output channels a warp takes: by the weight's width alone, never by the block's rows, so a
+/// row meets the same code at every block size. A wide product (an LM head) has warps enough
+/// to take four channels each, which reads each value of x once for four weight rows.
+fn channels_per_warp(out: i32) -> i32 {
+    if out >= 16_384 { 4 } else { 1 }
+}
+
+/// Whether the kernel takes a product of `rows` rows of `dtype` over `input` features against a
+/// weight quantized as `spec`: on CUDA (it has no other backend), a step-sized block, 4- or 8-bit
+/// codes in whole groups.
+pub fn serves_affine(rows: i32, input: i32, spec: QuantSpec, dtype: Dtype) -> bool {
+    crate::engine::runtime::Backend::is_cuda() && holds_affine(rows, input, spec, dtype)
+}
+
+fn holds_affine(rows: i32, input: i32, spec: QuantSpec, dtype: Dtype) -> bool {
+    let QuantSpec { bits, group_size: g } = spec;
+    (1..=MAX_ROWS).contains(&rows)
+        && matches!(bits, 4 | 8)
+        && g > 0
+        && g % (32 / bits) == 0
+        && input > 0
+        && input % g == 0
+        && floating(dtype)
+}
+
+/// Whether the dense kernel takes a product of `rows` rows of `dtype` over `input` features
+/// against a float weight of `weight` dtype: on CUDA, a step-sized block, whole 16-byte loads.
+pub fn serves_dense(rows: i32, input: i32, weight: Dtype, dtype: Dtype) -> bool {
+    crate::engine::runtime::Backend::is_cuda() && holds_dense(rows, input, weight, dtype)
+}
+
+fn holds_dense(rows: i32, input: i32, weight: Dtype, dtype: Dtype) -> bool {
+    (1..=MAX_ROWS).contains(&rows) && input > 0 && input % 8 == 0 && floating(weight) && floating(dtype)
+}
+
+/// `x W^T` for `x` [.., input] (at most [`MAX_ROWS`] rows in all) and a float weight `w`
+/// [out, input]: [.., out] in x's dtype.
+pub fn dense_product(x: &Array, w: &Array) -> Result<Array> {
+    let shape = x.shape();
+    let input = shape[shape.len() - 1];
+    let rows: i32 = shape[..shape.len() - 1].iter().product();
+    if !(holds_dense(rows, input, w.dtype(), x.dtype()) && w.ndim() == 2 && w.shape()[1] == input) {
+        bail!(
+            "the row-invariant dense product kernel does not fit x {shape:?} ({:?}) against w {:?} ({:?})",
+            x.dtype(),
+            w.shape(),
+            w.dtype()
+        );
+    }
+    let out = w.shape()[0];
+    launch(dense_kernel()?, x, &[w], rows, input, out, &[("K", input), ("N", out), ("CPW", channels_per_warp(out))])
+}
+
+/// The launch both kernels share: a block of WARPS warps for each WARPS * CPW channels, x
+/// flattened to [rows, input], the result given x's leading shape back.
+fn launch(
+    kernel: &CudaKernel,
+    x: &Array,
+    weight: &[&Array],
+    rows: i32,
+    input: i32,
+    out: i32,
+    ints: &[(&str, i32)],
+) -> Result<Array> {
+    let cpw = channels_per_warp(out);
+    let blocks = (out + WARPS * cpw - 1) / (WARPS * cpw);
+    let launch = Launch {
+        outputs: vec![(vec![rows, out], x.dtype())],
+        // MLX counts the grid in threads.
+        grid: [32, blocks * WARPS, 1],
+        threads: [32, WARPS, 1],
+        ints,
+        bools: &[],
+    };
+    let flat = x.reshape(&[rows, input])?;
+    let inputs: Vec<&Array> = std::iter::once(&flat).chain(weight.iter().copied()).collect();
+    let y = kernel.apply(&inputs, &launch)?.pop().expect("one output");
+    let shape = x.shape();
+    let mut out_shape = shape[..shape.len() - 1].to_vec();
+    out_shape.push(out);
+    Ok(y.reshape(&out_shape)?)
+}
+
+/// `x W^T` for `x` [.., input] (at most [`MAX_ROWS`] rows in all) and the packed weight `w`
+/// [out', input * bits / 32] with `scales` and `biases` [out', input / group], of which the first
+/// `out` rows are the projection's (a weight padded at load has more): [.., out] in x's dtype.
+pub fn affine_product(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    spec: QuantSpec,
+    out: i32,
+) -> Result<Array> {
+    let shape = x.shape();
+    let input = shape[shape.len() - 1];
+    let rows: i32 = shape[..shape.len() - 1].iter().product();
+    let QuantSpec { bits, group_size: g } = spec;
+    let fits = holds_affine(rows, input, spec, x.dtype())
+        && w.dtype() == Dtype::Uint32
+        && w.ndim() == 2
+        && w.shape()[1] == input * bits / 32
+        && (1..=w.shape()[0]).contains(&out)
+        && scales.shape() == [w.shape()[0], input / g]
+        && biases.shape() == scales.shape()
+        && scales.dtype() == biases.dtype()
+        && matches!(scales.dtype(), Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16);
+    if !fits {
+        bail!(
+            "the row-invariant product kernel does not fit x {shape:?} ({:?}) against w {:?} ({:?}), scales {:?}, {bits}-bit g{g}, {out} outputs",
+            x.dtype(),
+            w.shape(),
+            w.dtype(),
+            scales.shape()
+        );
+    }
+    let ints = [("K", input), ("N", out), ("BITS", bits), ("G", g), ("CPW", channels_per_warp(out))];
+    launch(kernel()?, x, &[w, scales, biases], rows, input, out, &ints)
+}
+
+/// What [`check`] found.
+#[derive(Debug, Clone, Copy)]
+pub struct RowsReport {
+    /// Largest difference from the float64 product, relative to its largest value.
+    pub relative_error: f64,
+    /// Rows of the block whose output differs in any bit from the same row run alone.
+    pub rows_differing: usize,
+}
+
+/// One kernel's product of a block, its weight bound in.
+type Product = dyn Fn(&Array) -> Result<Array>;
+
+/// A random `rows` x `input` block in `dtype` against a random `out` x `input` weight, quantized
+/// as `spec` or (`None`) kept in `dtype`: the kernel's product against a float64 product of the
+/// same rounded inputs and (dequantized) weight, and each row of the block against that row alone.
+pub fn check(rows: i32, input: i32, out: i32, spec: Option<QuantSpec>, dtype: Dtype, seed: u64) -> Result<RowsReport> {
+    let (wkey, xkey) = mlx_rs::random::split(&mlx_rs::random::key(seed)?, 2)?;
+    let dense = mlx_rs::random::uniform::<f32, f32>(-1.0, 1.0, &[out, input], Some(&wkey))?.as_dtype(dtype)?;
+    let x = mlx_rs::random::uniform::<f32, f32>(-1.0, 1.0, &[rows, input], Some(&xkey))?.as_dtype(dtype)?;
+    let (weight, product): (Array, Box<Product>) = match spec {
+        Some(spec) => {
+            let (w, scales, biases) = mlx_rs::ops::quantize(&dense, spec.group_size, spec.bits)?;
+            let weight = mlx_rs::ops::dequantize(&w, &scales, &biases, spec.group_size, spec.bits)?;
+            (weight, Box::new(move |x: &Array| affine_product(x, &w, &scales, &biases, spec, out)))
+        }
+        None => (dense.clone(), Box::new(move |x: &Array| dense_product(x, &dense))),
+    };
+    let got = product(&x)?;
+    let (xs, ws, ys) = (host_f32(&x)?, host_f32(&weight)?, host_f32(&got)?);
+    let (k, n) = (input as usize, out as usize);
+    let want: Vec<f64> = (0..rows as usize * n)
+        .map(|e| {
+            let (r, c) = (e / n, e % n);
+            (0..k).map(|i| xs[r * k + i] as f64 * ws[c * k + i] as f64).sum()
+        })
+        .collect();
+    let mut rows_differing = 0;
+    for r in 0..rows {
+        let alone = host_f32(&product(&slice_axis(&x, 0, r, r + 1)?)?)?;
+        let in_block = &ys[r as usize * n..(r as usize + 1) * n];
+        if alone.iter().zip(in_block).any(|(a, b)| a.to_bits() != b.to_bits()) {
+            rows_differing += 1;
+        }
+    }
+    Ok(RowsReport { relative_error: relative_error(&ys, &want), rows_differing })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_takes_step_sized_blocks_of_whole_groups_only() {
+        let q4 = QuantSpec { bits: 4, group_size: 32 };
+        assert!(holds_affine(1, 576, q4, Dtype::Bfloat16));
+        assert!(holds_affine(16, 576, q4, Dtype::Bfloat16));
+        assert!(!holds_affine(17, 576, q4, Dtype::Bfloat16), "a prefill chunk keeps MLX's kernels");
+        assert!(!holds_affine(0, 576, q4, Dtype::Bfloat16));
+        assert!(!holds_affine(2, 570, q4, Dtype::Bfloat16), "a partial group");
+        assert!(!holds_affine(2, 576, QuantSpec { bits: 3, group_size: 32 }, Dtype::Bfloat16));
+        assert!(!holds_affine(2, 576, q4, Dtype::Int32));
+    }
+
+    #[test]
+    fn the_dense_kernel_takes_whole_loads_of_float_weights_only() {
+        assert!(holds_dense(16, 576, Dtype::Bfloat16, Dtype::Bfloat16));
+        assert!(holds_dense(1, 64, Dtype::Float32, Dtype::Bfloat16));
+        assert!(!holds_dense(17, 576, Dtype::Bfloat16, Dtype::Bfloat16));
+        assert!(!holds_dense(2, 572, Dtype::Bfloat16, Dtype::Bfloat16), "not a whole 16-byte load");
+        assert!(!holds_dense(2, 576, Dtype::Uint32, Dtype::Bfloat16), "packed codes");
+    }
+
+    #[test]
+    fn the_kernel_serves_only_cuda() {
+        if !crate::engine::runtime::Backend::is_cuda() {
+            assert!(!serves_affine(2, 576, QuantSpec { bits: 4, group_size: 32 }, Dtype::Bfloat16));
+        }
+    }
+}
