@@ -8,7 +8,12 @@ for d in .gpu/w2 .gpu/m2 .gpu/bin; do [ -d $d ] && cp -n $d/* /tmp/x/ 2>/dev/nul
 mkdir -p .gpu/w2 && cp -n /tmp/x/wheel.b /tmp/x/wheel.sha256 .gpu/w2/ 2>/dev/null
 mkdir -p .gpu/bin && cp -n /tmp/x/cohort.xz .gpu/bin/ 2>/dev/null
 . scripts/gpu/wheel.sh
-cat /tmp/x/smol.a /tmp/x/smol.b > /tmp/smol.tar
-echo "$(cat /tmp/x/smol.sha256)  /tmp/smol.tar" | sha256sum -c --quiet || exit 3
-tar -xf /tmp/smol.tar -C /tmp
-[ -f /tmp/x/mtp.safetensors ] && cp /tmp/x/mtp.safetensors /tmp/smol/
+# Steps on random weights (exact.sh synth) need no model: without its parts, none is unpacked.
+if [ -f /tmp/x/smol.a ]; then
+  cat /tmp/x/smol.a /tmp/x/smol.b > /tmp/smol.tar
+  echo "$(cat /tmp/x/smol.sha256)  /tmp/smol.tar" | sha256sum -c --quiet || exit 3
+  tar -xf /tmp/smol.tar -C /tmp
+  [ -f /tmp/x/mtp.safetensors ] && cp /tmp/x/mtp.safetensors /tmp/smol/
+else
+  echo "no model parts in /tmp/x: the default model is not unpacked"
+fi

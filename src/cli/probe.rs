@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use clap::Args;
 
 use super::model_args::ModelArgs;
-use crate::engine::construction::construction_check;
+use crate::engine::construction::check_batched;
 use crate::engine::probe;
 use crate::engine::scheduler::Numerics;
 use crate::model::forward::LanguageModel;
@@ -65,13 +65,18 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     if !model.has_mtp() {
         bail!("{name} has no MTP weights: nothing to probe");
     }
-    let decision = probe::gate(model.as_ref(), allow_inexact())?;
+    let mut decision = probe::gate(model.as_ref(), allow_inexact())?;
     let construction = if decision.mtp_allowed {
         let batched =
             if decision.route == LinearRoute::Invariant { LinearRoute::Invariant } else { LinearRoute::Batched };
         let widths: Vec<usize> = (2..=crate::engine::cohort::FIXED_WIDTH).collect();
         let route = Numerics::Throughput.route_id_at("probe", crate::engine::cohort::FIXED_WIDTH);
-        Some(construction_check(model.as_ref(), Numerics::Throughput, batched, &route, &widths)?)
+        let choice = check_batched(model.as_ref(), Numerics::Throughput, batched, &route, &widths)?;
+        if let Some(note) = choice.note {
+            decision.summary = format!("{}; {note}", decision.summary);
+            decision.route = choice.route;
+        }
+        Some(choice.check)
     } else {
         None
     };

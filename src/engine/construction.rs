@@ -83,3 +83,51 @@ fn compare(model: &dyn LanguageModel, widths: &[usize]) -> Result<(f32, f32)> {
     }
     Ok((max_abs, scale))
 }
+
+/// What [`check_batched`] kept.
+pub struct BatchedChoice {
+    pub check: ConstructionCheck,
+    /// The route batched cycles take (the one the check passed on, or the one it refused).
+    pub route: linear::LinearRoute,
+    /// Said when the check moved the cohort to the invariant route.
+    pub note: Option<String>,
+}
+
+/// The construction check on `batched` (the route the exactness gate kept), and where MLX's own
+/// products are over the bound at some width while cohort's row-invariant kernels serve (CUDA),
+/// the invariant route probed and checked in its place: a cohort that would otherwise run as
+/// b1-exact serial runs batched and exact. (The gate's probe sees one row; on an H200 MLX's
+/// products passed it and still gave B8 rows 2.15 away from B1, issue 41.)
+pub fn check_batched(
+    model: &dyn LanguageModel,
+    numerics: Numerics,
+    batched: linear::LinearRoute,
+    route: &str,
+    widths: &[usize],
+) -> Result<BatchedChoice> {
+    let check = construction_check(model, numerics, batched, route, widths)?;
+    let retry = !check.passed
+        && batched == linear::LinearRoute::Batched
+        && numerics == Numerics::Throughput
+        && crate::engine::runtime::Backend::is_cuda();
+    if !retry {
+        return Ok(BatchedChoice { check, route: batched, note: None });
+    }
+    let before = linear::route();
+    linear::set_route(linear::LinearRoute::Invariant);
+    let probed = super::probe::probe(model)?;
+    linear::set_route(before);
+    if probed.verdict != super::probe::Verdict::Equal {
+        return Ok(BatchedChoice { check, route: batched, note: None });
+    }
+    let invariant = construction_check(model, numerics, linear::LinearRoute::Invariant, route, widths)?;
+    if !invariant.passed {
+        return Ok(BatchedChoice { check, route: batched, note: None });
+    }
+    let note = format!(
+        "batched cohort over its bound (max |B - B1| {:.3e} > {:.3e}); invariant route Equal and exact at widths {:?}: kept",
+        check.max_abs_diff, check.bound, widths
+    );
+    linear::set_route(linear::LinearRoute::Invariant);
+    Ok(BatchedChoice { check: invariant, route: linear::LinearRoute::Invariant, note: Some(note) })
+}

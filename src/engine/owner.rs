@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::cohort::{CohortConfig, FIXED_WIDTH, inject_fault_at_cycle, run_cohort};
-use super::construction::construction_check;
+use super::construction::check_batched;
 use super::lane::{Lane, LaneConfig, Pending};
 use super::prepare::prepare;
 use super::probe;
@@ -114,7 +114,13 @@ pub fn run_owner(
         if mode == GenerationMode::Mtp && setup.numerics != Numerics::B1Exact && batched {
             let widest = widths.iter().copied().max().unwrap_or(1);
             let route = setup.numerics.route_id_at(&loaded.family, widest);
-            let check = construction_check(model, setup.numerics, batched_route, &route, &widths)?;
+            let choice = check_batched(model, setup.numerics, batched_route, &route, &widths)?;
+            let check = choice.check;
+            batched_route = choice.route;
+            if let Some(note) = choice.note {
+                tracing::info!("{note}");
+                probe_summary = probe_summary.map(|p| format!("{p}; {note}"));
+            }
             tracing::info!(?check, "cohort construction check");
             if !check.passed {
                 tracing::warn!("cohort route {} is over its bound; cohorts run as b1-exact serial", check.route);

@@ -20,6 +20,7 @@ use mlx_rs::error::Exception;
 
 use super::config::QuantSpec;
 use super::gated_delta::GdnPlan;
+use super::linear::LinearRoute;
 use super::moe_graph::Plan as MoePlan;
 use crate::engine::runtime::Backend;
 
@@ -29,12 +30,12 @@ use crate::engine::runtime::Backend;
 pub const MAX_ROWS: i32 = 64;
 
 /// Whether a block of `rows` rows (batch x positions) takes its compiled graph: its switch is
-/// on, it is a step-sized block, and rows are batched on MLX's own products (the row-by-row
-/// route keeps each projection per row; the invariant route takes cohort's row-invariant
-/// kernels, which the traced graphs do not). Checked before a block gathers its weights, so the
-/// plain route pays nothing for the compiled one.
+/// on, it is a step-sized block, and rows are batched (the row-by-row route keeps each
+/// projection per row). On the invariant route the graph is traced with the row-invariant
+/// kernels in it, and kept apart from the batched route's. Checked before a block gathers its
+/// weights, so the plain route pays nothing for the compiled one.
 pub fn serves(switch_on: bool, rows: i32) -> bool {
-    switch_on && rows <= MAX_ROWS && super::linear::route() == super::linear::LinearRoute::Batched
+    switch_on && rows <= MAX_ROWS && super::linear::route() != super::linear::LinearRoute::RowByRow
 }
 
 /// How one projection's weight is stored, which decides its op and how many inputs it takes.
@@ -113,13 +114,14 @@ type CompiledFn = Box<dyn FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exc
 thread_local! {
     /// mlx-rs's compiled functions are not `Send`: each thread that runs a model (the model
     /// owner; test threads) keeps its own, traced on its first call per input shape.
-    static COMPILED: RefCell<HashMap<GraphKey, CompiledFn>> = RefCell::new(HashMap::new());
+    /// Keyed by the route too: a trace holds the products the route chose when it was traced.
+    static COMPILED: RefCell<HashMap<(GraphKey, LinearRoute), CompiledFn>> = RefCell::new(HashMap::new());
 }
 
 /// Run the compiled graph for `key` on `inputs`.
 pub fn run(key: GraphKey, inputs: &[Array]) -> Result<Vec<Array>> {
     COMPILED.with_borrow_mut(|cache| {
-        let f = cache.entry(key).or_insert_with(|| {
+        let f = cache.entry((key, super::linear::route())).or_insert_with(|| {
             let traced = move |inputs: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
                 key.trace(inputs).map_err(|e| Exception::custom(format!("{e:#}")))
             };
@@ -131,7 +133,7 @@ pub fn run(key: GraphKey, inputs: &[Array]) -> Result<Vec<Array>> {
 
 /// The plans this thread has compiled a graph for (diagnostics, tests).
 pub fn compiled_here() -> Vec<GraphKey> {
-    COMPILED.with_borrow(|c| c.keys().copied().collect())
+    COMPILED.with_borrow(|c| c.keys().map(|(k, _)| *k).collect())
 }
 
 /// A process-wide on/off for one route: forced by tests and benchmarks, else from its

@@ -9,7 +9,7 @@ use super::product::Layout;
 use super::weights::Weights;
 
 /// How linear layers treat a block of several rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum LinearRoute {
     /// One matrix product for all rows (fast; the product's reduction order may depend on M).
     Batched,

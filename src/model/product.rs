@@ -161,7 +161,17 @@ fn packed_width(arrays: &[Array], storage: Storage) -> Option<(QuantSpec, i32)> 
 /// projection's own), for a reader that takes a row stride.
 pub fn served_padded(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
     match storage {
-        Storage::Padded(q, _) => quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits),
+        Storage::Padded(q, _) => {
+            let shape = x.shape();
+            let rows: i32 = shape[..shape.len() - 1].iter().product();
+            if super::linear::route() == super::linear::LinearRoute::Invariant
+                && super::row_invariant::serves_affine(rows, shape[shape.len() - 1], q, x.dtype())
+            {
+                let padded = arrays[0].shape()[0];
+                return super::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], q, padded);
+            }
+            quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits)
+        }
         _ => served(x, arrays, storage),
     }
 }
