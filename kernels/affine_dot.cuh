@@ -200,3 +200,21 @@ __device__ inline float warp_sum(float v) {
   }
   return v;
 }
+
+// The row-invariant product kernels' ending (affine_rows.cu, dense_rows.cu): each of the block's
+// first m rows' CPW channel sums meets in one butterfly and lane 0 writes the channels below n.
+template <int ROWS, int CPW, typename T>
+__device__ inline void store_warp_sums(float (&acc)[ROWS][CPW], int m, int lane, int first, int n, T* y) {
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    if (r < m) {
+#pragma unroll
+      for (int c = 0; c < CPW; ++c) {
+        const float sum = warp_sum(acc[r][c]);
+        if (lane == 0 && first + c < n) {
+          y[static_cast<size_t>(r) * n + first + c] = sum;
+        }
+      }
+    }
+  }
+}

@@ -39,14 +39,7 @@ const int m = x_shape[0] < MAX_ROWS ? x_shape[0] : MAX_ROWS;
 // written.
 auto channel = [&](int c) -> int { return first + c < N ? first + c : N - 1; };
 
-float acc[MAX_ROWS][CPW];
-#pragma unroll
-for (int r = 0; r < MAX_ROWS; ++r) {
-#pragma unroll
-  for (int c = 0; c < CPW; ++c) {
-    acc[r][c] = 0.0f;
-  }
-}
+float acc[MAX_ROWS][CPW] = {};
 #pragma unroll
 for (int p = 0; p < PASSES; ++p) {
   const int word = (p * LANES + lane) * LW;
@@ -71,15 +64,4 @@ for (int p = 0; p < PASSES; ++p) {
     }
   }
 }
-#pragma unroll
-for (int r = 0; r < MAX_ROWS; ++r) {
-  if (r < m) {
-#pragma unroll
-    for (int c = 0; c < CPW; ++c) {
-      const float sum = warp_sum(acc[r][c]);
-      if (lane == 0 && first + c < N) {
-        y[static_cast<size_t>(r) * N + first + c] = sum;
-      }
-    }
-  }
-}
+store_warp_sums<MAX_ROWS, CPW>(acc, m, lane, first, N, y);
