@@ -260,8 +260,20 @@ fn cohort_pid(home: &Path) -> Option<u32> {
 
 #[test]
 fn sigterm_gives_the_terminal_back_and_writes_the_final_record() {
+    stop_signal_quits_cleanly("TERM");
+}
+
+/// A closed terminal (SIGHUP) is a stop like SIGTERM: the screen given back, the cut answer's
+/// final record written.
+#[test]
+fn sighup_gives_the_terminal_back_and_writes_the_final_record() {
+    stop_signal_quits_cleanly("HUP");
+}
+
+fn stop_signal_quits_cleanly(signal: &str) {
+    let tag = format!("sig{}", signal.to_lowercase());
     let Some((home, tmux)) = launch(Launch {
-        tag: "sigterm",
+        tag: &tag,
         size: (120, 30),
         max_tokens: 3000,
         env: "",
@@ -274,9 +286,9 @@ fn sigterm_gives_the_terminal_back_and_writes_the_final_record() {
     tmux.keys(&["Enter"]);
     tmux.wait_for("the answer to stream", Duration::from_secs(120), |s| footer_tokens(s, 0).is_some_and(|n| n >= 5));
     let pid = cohort_pid(home.path()).expect("the cohort process");
-    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    assert!(Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().unwrap().success());
     let screen = tmux.wait_for("cohort to exit", Duration::from_secs(30), |s| s.contains("TTY-COOKED"));
-    assert!(screen.contains("COHORT-EXITED-0"), "a SIGTERM quits cleanly:\n{screen}");
+    assert!(screen.contains("COHORT-EXITED-0"), "a SIG{signal} quits cleanly:\n{screen}");
     let sessions = home.path().join("data").join("transcripts");
     let session = std::fs::read_dir(&sessions).unwrap().next().unwrap().unwrap().path();
     let pane1 = std::fs::read_to_string(session.join("pane-1.jsonl")).unwrap();
