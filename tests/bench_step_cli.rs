@@ -1,6 +1,7 @@
 //! `cohort bench-step` refuses, before loading anything, an arm that forces one of cohort's CUDA
 //! kernels on a backend without CUDA, and says which flag asked for it (instead of failing deep
-//! inside a step, after minutes of building random weights).
+//! inside a step, after minutes of building random weights); and it says which route the engine
+//! would serve before timing it.
 
 mod common;
 
@@ -31,4 +32,24 @@ fn forcing_a_cuda_kernel_off_cuda_is_refused_by_name() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("forces"), "{stderr}");
     assert!(stderr.contains("no-such-geometry"), "{stderr}");
+}
+
+/// bench-step times the route the engine would serve: it runs the exactness gate and the
+/// construction check first and says what they kept, and labels the aggregate figures it
+/// derives from one cycle as projections (issue 41).
+#[test]
+fn bench_step_names_the_served_route_and_labels_projections() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["bench-step", "--synthetic", "qwen35-moe-small", "--layers", "2", "--vocab", "1024"])
+        .args(["--prefill", "32", "--iters", "2"])
+        .env("COHORT_HOME", tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let served =
+        stdout.lines().find(|l| l.starts_with("route the engine serves: ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(served.contains("MTP exactness probe: Equal") && served.contains("B8 cohort batched"), "{served}");
+    assert!(stdout.contains("projection (not measured): B8 aggregate"), "{stdout}");
+    assert!(!stdout.contains("  projected B8"), "an unlabelled projection: {stdout}");
 }
