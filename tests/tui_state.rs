@@ -513,3 +513,70 @@ fn esc_puts_a_queued_message_back_in_the_box() {
     assert_eq!((app.panes[0].queued.as_deref(), app.panes[0].input.text()), (None, "next"));
     assert!(submits(&finish(&mut app, 0, FinishReason::Cancelled, "")).is_empty());
 }
+
+fn mouse(kind: crossterm::event::MouseEventKind, column: u16, row: u16) -> crossterm::event::MouseEvent {
+    crossterm::event::MouseEvent { kind, column, row, modifiers: KeyModifiers::NONE }
+}
+
+/// Draw once (the panes learn their page size and how far they can scroll), as the loop does
+/// before any click can land.
+fn draw(app: &App, width: u16, height: u16) -> ratatui::layout::Rect {
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, height)).unwrap();
+    terminal.draw(|frame| cohort::tui::views::draw(frame, app)).unwrap().area
+}
+
+/// Issue 40: a click focuses the pane under the pointer; clicks on the bars, the inspector or
+/// between panes change nothing.
+#[test]
+fn a_click_focuses_the_pane_under_the_pointer() {
+    use crossterm::event::{MouseButton, MouseEventKind};
+    let mut app = fixture::app(4, "dark");
+    app.inspector = Some(InspectorPanel::All);
+    let area = draw(&app, 160, 40);
+    let screen = app.screen(area);
+    let (_, third) = screen.panes[2];
+    app.handle_mouse(mouse(MouseEventKind::Down(MouseButton::Left), third.x + 3, third.y + 2), area);
+    assert_eq!(app.focus, 2, "a click on pane 3 focuses it");
+    // The bars and the inspector: nothing happens.
+    for (column, row) in [(5, 0), (5, area.height - 1), (screen.inspector.unwrap().x + 2, 5)] {
+        let fx = app.handle_mouse(mouse(MouseEventKind::Down(MouseButton::Left), column, row), area);
+        assert!(fx.is_empty());
+        assert_eq!(app.focus, 2, "a click at ({column}, {row}) moved the focus");
+    }
+    // A help overlay takes the clicks.
+    app.handle_key(key(KeyCode::Char('?')));
+    let (_, first) = screen.panes[0];
+    app.handle_mouse(mouse(MouseEventKind::Down(MouseButton::Left), first.x + 1, first.y + 1), area);
+    assert_eq!(app.focus, 2);
+}
+
+/// Issue 40: the wheel scrolls the pane under the pointer, focused or not, with the page keys'
+/// semantics: scrolled up it holds still, back at the bottom it follows the newest text again.
+#[test]
+fn the_wheel_scrolls_the_pane_under_the_pointer() {
+    use crossterm::event::MouseEventKind;
+    let mut app = fixture::app(2, "dark");
+    let long: String = (1..=60).map(|i| format!("line {i}\n")).collect();
+    fixture::play(&mut app, 1, "many lines", &long, None, Instant::now());
+    app.focus = 0;
+    let area = draw(&app, 80, 24);
+    let (_, second) = app.screen(area).panes[1];
+    let (column, row) = (second.x + 4, second.y + 4);
+    app.handle_mouse(mouse(MouseEventKind::ScrollUp, column, row), area);
+    assert_eq!(app.focus, 0, "the wheel does not move the focus");
+    assert_eq!(app.panes[0].scroll_top, None);
+    let top = app.panes[1].scroll_top.expect("wheel up on pane 2 scrolls pane 2");
+    app.handle_mouse(mouse(MouseEventKind::ScrollUp, column, row), area);
+    let higher = app.panes[1].scroll_top.unwrap();
+    assert!(higher < top, "a second notch goes further up ({higher} < {top})");
+    // Text streaming in does not move a scrolled view.
+    let id = request_id(&app, 1);
+    deliver(&mut app, 1, RowEvent::Delta { id, text: "line 61\n".into(), ids: vec![1] });
+    draw(&app, 80, 24);
+    assert_eq!(app.panes[1].scroll_top, Some(higher));
+    for _ in 0..40 {
+        app.handle_mouse(mouse(MouseEventKind::ScrollDown, column, row), area);
+        draw(&app, 80, 24);
+    }
+    assert_eq!(app.panes[1].scroll_top, None, "wheeled back to the bottom, the view follows again");
+}

@@ -115,6 +115,17 @@ fn the_help_overlay_lists_the_bindings() {
     insta::assert_snapshot!(draw(&app, 100, 48).backend());
 }
 
+/// Issue 40: the help overlay ends with the mouse (click focuses, the wheel scrolls).
+#[test]
+fn the_help_overlay_lists_the_mouse() {
+    let mut app = fixture::mixed(4, "dark");
+    app.overlay = Some(Overlay::Help { scroll: 1000 });
+    let text = draw(&app, 100, 48).backend().to_string();
+    assert!(text.contains("the mouse"), "{text}");
+    assert!(text.contains("focus the pane clicked"), "{text}");
+    assert!(text.contains("scroll the pane under the pointer"), "{text}");
+}
+
 #[test]
 fn the_profile_picker() {
     let mut app = fixture::mixed(4, "dark");

@@ -22,6 +22,12 @@ pub enum Action {
     Command(Command),
     /// A key no binding claims: text editing, or input to an open overlay.
     Key(KeyEvent),
+    /// Scroll pane `pane` (an index) by `lines`: up when negative (the mouse wheel over a pane,
+    /// focused or not).
+    Scroll {
+        pane: usize,
+        lines: isize,
+    },
     /// Bracketed paste into the focused input.
     Paste(String),
     Resize,

@@ -5,11 +5,12 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent};
+use ratatui::layout::Rect;
 
 use super::action::{Action, Effect, EngineSummary, ProfileSwitch};
 use super::input::InputLine;
-use super::layout::neighbour;
+use super::layout::{Screen, neighbour, screen};
 use super::pane::{InFlight, Pane, Turn};
 use super::style::Styles;
 use super::transcript::{Record, RestoredPane};
@@ -165,6 +166,12 @@ impl App {
         self.focus = 0;
     }
 
+    /// Where the bars, the panes and the inspector go on a screen of `area` (what the views
+    /// draw and what a mouse click is matched against).
+    pub fn screen(&self, area: Rect) -> Screen {
+        screen(area, self.panes.len(), self.focus, self.zoomed, self.inspector.is_some())
+    }
+
     pub fn focused(&self) -> &Pane {
         &self.panes[self.focus]
     }
@@ -183,12 +190,22 @@ impl App {
         self.update(action)
     }
 
+    /// Map a mouse event on a screen of `area` to an action and apply it (what the event loop
+    /// does with a click or a wheel notch).
+    pub fn handle_mouse(&mut self, event: MouseEvent, area: Rect) -> Vec<Effect> {
+        match super::keys::mouse(self, event, area) {
+            Some(action) => self.update(action),
+            None => Vec::new(),
+        }
+    }
+
     /// The one place state changes.
     pub fn update(&mut self, action: Action) -> Vec<Effect> {
         let mut fx = Vec::new();
         match action {
             Action::Command(c) => self.command(c, &mut fx),
             Action::Key(k) => self.key(k, &mut fx),
+            Action::Scroll { pane, lines } => self.scroll(pane, lines),
             Action::Paste(text) => self.paste(&text),
             Action::Resize => {}
             Action::Tick => self.on_tick(),
@@ -282,15 +299,12 @@ impl App {
             // Scrolled up, the view holds still while text streams in below; back at the
             // bottom (or ctrl+end), it follows the newest text again.
             Command::ScrollUp => {
-                let pane = self.focused_mut();
-                let (page, max) = (pane.page.get().max(1), pane.max_scroll.get());
-                let top = pane.scroll_top.unwrap_or(max).min(max);
-                pane.scroll_top = (max > 0).then(|| top.saturating_sub(page));
+                let page = self.focused().page.get().max(1) as isize;
+                self.scroll(self.focus, -page);
             }
             Command::ScrollDown => {
-                let pane = self.focused_mut();
-                let (page, max) = (pane.page.get().max(1), pane.max_scroll.get());
-                pane.scroll_top = pane.scroll_top.map(|top| top + page).filter(|top| *top < max);
+                let page = self.focused().page.get().max(1) as isize;
+                self.scroll(self.focus, page);
             }
             Command::ScrollBottom => self.focused_mut().scroll_top = None,
             Command::HistoryPrev => self.recall(-1),
@@ -303,6 +317,20 @@ impl App {
                 self.overlay = Some(Overlay::SaveProfile { name: InputLine::new(&self.settings.profile) })
             }
         }
+    }
+
+    /// Scroll pane `index` by `lines` (up when negative). Scrolled up, the view holds still
+    /// while text streams in below; back at the bottom, it follows the newest text again.
+    fn scroll(&mut self, index: usize, lines: isize) {
+        let Some(pane) = self.panes.get_mut(index) else { return };
+        let max = pane.max_scroll.get();
+        let step = lines.unsigned_abs();
+        pane.scroll_top = if lines < 0 {
+            let top = pane.scroll_top.unwrap_or(max).min(max);
+            (max > 0).then(|| top.saturating_sub(step))
+        } else {
+            pane.scroll_top.map(|top| top + step).filter(|top| *top < max)
+        };
     }
 
     fn add_pane(&mut self) {

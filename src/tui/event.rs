@@ -84,14 +84,16 @@ async fn drive(
     let mut ticker = tokio::time::interval(Duration::from_millis(1000 / TICKS_PER_S));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut dirty = true;
+    // The last frame drawn: mouse events are matched against what is on screen.
+    let mut area = ratatui::layout::Rect::default();
     loop {
         if dirty {
-            tui.draw(|frame| views::draw(frame, app))?;
+            area = tui.draw(|frame| views::draw(frame, app))?.area;
             dirty = false;
         }
         let actions = tokio::select! {
             event = input.recv() => match event {
-                Some(event) => input_actions(app, event),
+                Some(event) => input_actions(app, event, area),
                 None => vec![Action::Command(crate::config::keymap::Command::Quit)],
             },
             Some(msg) = engine_rx.recv() => engine_actions(msg, bridge),
@@ -127,9 +129,10 @@ async fn drive(
     }
 }
 
-fn input_actions(app: &App, event: Event) -> Vec<Action> {
+fn input_actions(app: &App, event: Event, area: ratatui::layout::Rect) -> Vec<Action> {
     match event {
         Event::Key(key) if key.kind != KeyEventKind::Release => vec![keys::resolve(app, key)],
+        Event::Mouse(mouse) => keys::mouse(app, mouse, area).into_iter().collect(),
         Event::Paste(text) => vec![Action::Paste(text)],
         Event::Resize(..) => vec![Action::Resize],
         _ => Vec::new(),

@@ -1,7 +1,10 @@
-//! From a key press to an action. Overlays take every key; otherwise a binding from the keymap
-//! wins, and whatever is left is typing for the focused pane's input.
+//! From a key press (or a mouse event) to an action. Overlays take every key; otherwise a
+//! binding from the keymap wins, and whatever is left is typing for the focused pane's input.
+//! A left click focuses the pane under the pointer and the wheel scrolls it; the pane is found
+//! in the same layout the views draw.
 
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::Rect;
 
 use super::action::Action;
 use super::app::App;
@@ -19,5 +22,29 @@ pub fn resolve(app: &App, key: KeyEvent) -> Action {
     match app.keymap.lookup(&key) {
         Some(command) => Action::Command(command),
         None => Action::Key(key),
+    }
+}
+
+/// Lines one notch of the mouse wheel scrolls.
+pub const WHEEL_LINES: isize = 3;
+
+/// A mouse event on a screen of `area` (the last frame drawn): a left click on a pane focuses
+/// it, the wheel over a pane scrolls that pane. Anything else (the bars, the inspector, an empty
+/// grid cell, any event while an overlay is open) does nothing.
+pub fn mouse(app: &App, event: MouseEvent, area: Rect) -> Option<Action> {
+    if app.overlay.is_some() {
+        return None;
+    }
+    // Motion and drags (reported too while the mouse is captured) skip the layout.
+    let action = |pane| match event.kind {
+        MouseEventKind::Down(MouseButton::Left) => Action::Command(Command::FocusPane(pane as u8)),
+        MouseEventKind::ScrollUp => Action::Scroll { pane, lines: -WHEEL_LINES },
+        _ => Action::Scroll { pane, lines: WHEEL_LINES },
+    };
+    match event.kind {
+        MouseEventKind::Down(MouseButton::Left) | MouseEventKind::ScrollUp | MouseEventKind::ScrollDown => {
+            app.screen(area).pane_at(event.column, event.row).map(action)
+        }
+        _ => None,
     }
 }

@@ -1,5 +1,7 @@
-//! The pane grid: 1, 2, 4, 6 or 8 cells (columns x rows), the smallest that holds the panes.
-//! Shared by the views (where each pane goes) and the app (which pane is "to the left").
+//! The screen's geometry: the bars, the pane grid (1, 2, 4, 6 or 8 cells, columns x rows, the
+//! smallest that holds the panes) and the inspector. Shared by the views (where each part is
+//! drawn) and the app (which pane is "to the left", which pane a mouse click lands on), so what
+//! is clicked is always what was drawn.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 
@@ -35,6 +37,52 @@ pub fn pane_rects(area: Rect, n: usize) -> Vec<Rect> {
     }
     rects.truncate(n);
     rects
+}
+
+/// Where each part of the screen goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Screen {
+    pub top: Rect,
+    pub bottom: Rect,
+    /// The area the panes share (the grid, or the zoomed pane).
+    pub panes_area: Rect,
+    /// The panes drawn and where, as (pane index, area): every pane, or the focused one zoomed.
+    pub panes: Vec<(usize, Rect)>,
+    pub inspector: Option<Rect>,
+}
+
+impl Screen {
+    /// The pane drawn at a cell (None over the bars, the inspector or an empty grid cell).
+    pub fn pane_at(&self, column: u16, row: u16) -> Option<usize> {
+        let at = ratatui::layout::Position { x: column, y: row };
+        self.panes.iter().find(|(_, rect)| rect.contains(at)).map(|(i, _)| *i)
+    }
+}
+
+/// The screen's layout for `n` panes: a status bar on top and one below, the panes between,
+/// and the inspector (when shown) to their right on wide screens or below them on narrow ones.
+pub fn screen(area: Rect, n: usize, focus: usize, zoomed: bool, inspector: bool) -> Screen {
+    let [top, main, bottom] =
+        Layout::vertical([Constraint::Length(1), Constraint::Fill(1), Constraint::Length(1)]).areas(area);
+    let (panes_area, inspector) = split_inspector(main, inspector);
+    let panes =
+        if zoomed { vec![(focus, panes_area)] } else { pane_rects(panes_area, n).into_iter().enumerate().collect() };
+    Screen { top, bottom, panes_area, panes, inspector }
+}
+
+fn split_inspector(main: Rect, inspector: bool) -> (Rect, Option<Rect>) {
+    if !inspector {
+        return (main, None);
+    }
+    if main.width >= 120 {
+        let side = (main.width * 2 / 5).clamp(48, 80);
+        let [panes, inspector] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(side)]).areas(main);
+        (panes, Some(inspector))
+    } else {
+        let band = (main.height / 2).max(6).min(main.height.saturating_sub(3));
+        let [panes, inspector] = Layout::vertical([Constraint::Fill(1), Constraint::Length(band)]).areas(main);
+        (panes, Some(inspector))
+    }
 }
 
 #[cfg(test)]

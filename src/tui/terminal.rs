@@ -1,7 +1,8 @@
-//! Taking the terminal over and giving it back: raw mode, the alternate screen and bracketed
-//! paste. A panic hook gives the terminal back before the panic message is printed, so a crash
-//! never leaves the shell in raw mode. Mouse capture stays off so the terminal's own text
-//! selection keeps working.
+//! Taking the terminal over and giving it back: raw mode, the alternate screen, bracketed paste
+//! and mouse capture (a click focuses a pane, the wheel scrolls it; most terminals still select
+//! text with shift held while dragging). A panic hook gives the terminal back before the panic
+//! message is printed, so a crash never leaves the shell in raw mode or reporting mouse events;
+//! quitting, SIGTERM and SIGHUP go through the same `leave`.
 
 use std::io::{Stdout, Write, stdout};
 use std::sync::OnceLock;
@@ -10,8 +11,8 @@ use std::thread::ThreadId;
 
 use anyhow::Result;
 use crossterm::event::{
-    DisableBracketedPaste, EnableBracketedPaste, KeyboardEnhancementFlags, PopKeyboardEnhancementFlags,
-    PushKeyboardEnhancementFlags,
+    DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture, KeyboardEnhancementFlags,
+    PopKeyboardEnhancementFlags, PushKeyboardEnhancementFlags,
 };
 use crossterm::terminal::{
     EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode, supports_keyboard_enhancement,
@@ -33,7 +34,7 @@ pub fn enter() -> Result<Tui> {
     install_panic_hook();
     enable_raw_mode()?;
     let mut out = stdout();
-    if let Err(e) = execute!(out, EnterAlternateScreen, EnableBracketedPaste) {
+    if let Err(e) = execute!(out, EnterAlternateScreen, EnableBracketedPaste, EnableMouseCapture) {
         leave();
         return Err(e.into());
     }
@@ -53,7 +54,7 @@ pub fn leave() {
         let _ = execute!(out, PopKeyboardEnhancementFlags);
     }
     let _ = disable_raw_mode();
-    let _ = execute!(out, DisableBracketedPaste, LeaveAlternateScreen, cursor::Show);
+    let _ = execute!(out, DisableMouseCapture, DisableBracketedPaste, LeaveAlternateScreen, cursor::Show);
     let _ = out.flush();
 }
 

@@ -1,5 +1,5 @@
 //! The help overlay: every command with the keys the active keymap gives it, then the fixed
-//! editing keys of the input box.
+//! editing keys of the input box and the mouse.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -19,6 +19,12 @@ const EDITING: &[(&str, &str)] = &[
     ("?", "help, when the input is empty"),
 ];
 
+/// The mouse (not rebindable either).
+const MOUSE: &[(&str, &str)] = &[
+    ("click", "focus the pane clicked"),
+    ("wheel", "scroll the pane under the pointer (shift+drag selects text in most terminals)"),
+];
+
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, scroll: usize) {
     let s = &app.styles;
     let title = Line::from(vec![
@@ -33,7 +39,8 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, scroll: usize) {
         .map(|(command, _)| (app.keymap.describe_keys(*command), command.describe()))
         .collect();
     let editing: Vec<(String, String)> = EDITING.iter().map(|(k, w)| ((*k).to_owned(), (*w).to_owned())).collect();
-    let widest = bound.iter().chain(&editing).map(|(k, _)| k.chars().count()).max().unwrap_or(0);
+    let mouse: Vec<(String, String)> = MOUSE.iter().map(|(k, w)| ((*k).to_owned(), (*w).to_owned())).collect();
+    let widest = bound.iter().chain(&editing).chain(&mouse).map(|(k, _)| k.chars().count()).max().unwrap_or(0);
     let width = inner.width as usize;
     let key_width = widest.min(width / 2);
     // Descriptions wrap under themselves, so a narrow terminal still shows all of each.
@@ -50,6 +57,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, scroll: usize) {
     lines.push(Line::default());
     lines.push(Line::from(Span::styled(" editing the input", s.title)));
     rows(&editing, &mut lines);
+    lines.push(Line::default());
+    lines.push(Line::from(Span::styled(" the mouse", s.title)));
+    rows(&mouse, &mut lines);
     lines.push(Line::default());
     let mut w = Wrapper::new(width, vec![Span::raw(" ")], vec![Span::raw(" ")]);
     w.push(
