@@ -580,3 +580,25 @@ fn the_wheel_scrolls_the_pane_under_the_pointer() {
     }
     assert_eq!(app.panes[1].scroll_top, None, "wheeled back to the bottom, the view follows again");
 }
+
+/// Issue 40: a warning shown at start-up (a resumed session's profile that is gone) is not
+/// replaced by the model's "loaded" line.
+#[test]
+fn a_start_up_warning_outlasts_the_loaded_notice() {
+    let mut app = App::new(fixture::settings(1), Theme::builtin("dark"), Keymap::default(), fixture::SESSION);
+    app.notify_long("the session's profile gone could not be loaded".into(), true);
+    for _ in 0..(6 * cohort::tui::app::TICKS_PER_S) {
+        app.update(Action::Tick);
+    }
+    app.update(Action::EngineReady(Box::new(cohort::tui::action::EngineSummary {
+        model: "m".into(),
+        mode: "mtp".into(),
+        numerics: "throughput".into(),
+        weights: "kernel".into(),
+        probe: None,
+        max_context: 4096,
+        load_s: 6.0,
+    })));
+    let notice = app.notice.as_ref().expect("still shown");
+    assert!(notice.error && notice.text.contains("profile gone"), "{notice:?}");
+}

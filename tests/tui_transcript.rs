@@ -6,7 +6,9 @@ use std::io::Write;
 use cohort::engine::request::{FinishReason, Stats};
 use cohort::engine::telemetry::RowState;
 use cohort::tui::fixture;
-use cohort::tui::transcript::{Record, TranscriptWriter, latest_session, load_session, new_session_name};
+use cohort::tui::transcript::{
+    Record, TranscriptWriter, latest_session, load_session, new_session_name, session_profile,
+};
 
 fn user(request: &str, text: &str) -> Record {
     Record::User { request: request.into(), text: text.into() }
@@ -130,4 +132,72 @@ fn a_resumed_session_never_reuses_request_ids() {
         .expect("a submit");
     let n: u64 = id.rsplit('-').next().unwrap().parse().unwrap();
     assert!(n > 7, "the new turn's id {id} reuses or precedes {used}");
+}
+
+fn temp_paths(root: &std::path::Path) -> cohort::config::paths::Paths {
+    cohort::config::paths::Paths { config_dir: root.join("config"), data_dir: root.join("data") }
+}
+
+/// Issue 40: a session records the profile it ran with, and `--resume` without `--profile`
+/// reopens with it; an explicit `--profile` wins; the newest header counts (a session resumed
+/// with another profile keeps that one).
+#[test]
+fn a_resumed_session_reopens_with_its_profile() {
+    use cohort::tui::startup_profile;
+    let dir = tempfile::tempdir().unwrap();
+    let paths = temp_paths(dir.path());
+    let transcripts = dir.path().join("transcripts");
+    let session = new_session_name(&transcripts);
+    let (loaded, spec, notice) = startup_profile(Some("balanced"), None, &paths).unwrap();
+    assert_eq!((loaded.name.as_str(), spec.as_str(), notice), ("balanced", "balanced", None));
+    let mut writer = TranscriptWriter::new(&transcripts, &session, &spec, None);
+    writer.append(1, &user("a", "first")).unwrap();
+    drop(writer);
+    let recorded = session_profile(&transcripts.join(&session));
+    assert_eq!(recorded.as_deref(), Some("balanced"));
+
+    let (loaded, spec, notice) = startup_profile(None, recorded.as_deref(), &paths).unwrap();
+    assert_eq!((loaded.name.as_str(), spec.as_str(), notice), ("balanced", "balanced", None), "resume keeps it");
+    let (loaded, _, _) = startup_profile(Some("latency"), recorded.as_deref(), &paths).unwrap();
+    assert_eq!(loaded.name, "latency", "an explicit --profile wins");
+
+    // Resumed with --profile latency, a new pane's header records it: the next resume uses it.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let mut resumed = TranscriptWriter::new(&transcripts, &session, "latency", None);
+    resumed.append(1, &user("b", "second")).unwrap();
+    resumed.append(2, &user("c", "third")).unwrap();
+    drop(resumed);
+    assert_eq!(session_profile(&transcripts.join(&session)).as_deref(), Some("latency"));
+}
+
+/// A profile file given by path is recorded by its absolute path, so a resume from another
+/// folder finds it; a recorded profile that is gone (or broken) falls back to the default with a
+/// notice naming it, never an error.
+#[test]
+fn a_resumed_profile_file_is_found_by_path_and_a_missing_one_falls_back() {
+    use cohort::tui::startup_profile;
+    let dir = tempfile::tempdir().unwrap();
+    let paths = temp_paths(dir.path());
+    let file = dir.path().join("mine").join("two.toml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "panes = 2\n").unwrap();
+    let (loaded, spec, _) = startup_profile(Some(file.to_str().unwrap()), None, &paths).unwrap();
+    assert_eq!(loaded.profile.panes, Some(2));
+    assert!(std::path::Path::new(&spec).is_absolute(), "recorded as an absolute path: {spec}");
+    let (loaded, _, notice) = startup_profile(None, Some(&spec), &paths).unwrap();
+    assert_eq!((loaded.profile.panes, notice), (Some(2), None));
+
+    std::fs::remove_file(&file).unwrap();
+    let (loaded, spec, notice) = startup_profile(None, Some(file.to_str().unwrap()), &paths).unwrap();
+    assert_eq!(loaded.name, cohort::config::profile::FALLBACK_PROFILE);
+    assert_eq!(spec, cohort::config::profile::FALLBACK_PROFILE);
+    let notice = notice.expect("a notice");
+    assert!(notice.contains("two.toml") && notice.contains(cohort::config::profile::FALLBACK_PROFILE), "{notice}");
+    let (loaded, _, notice) = startup_profile(None, Some("deleted-long-ago"), &paths).unwrap();
+    assert_eq!(loaded.name, cohort::config::profile::FALLBACK_PROFILE);
+    assert!(notice.unwrap().contains("deleted-long-ago"));
+    // An explicit profile that does not exist is still an error.
+    assert!(startup_profile(Some("deleted-long-ago"), None, &paths).is_err());
+    // A session with no header (or none readable) records nothing.
+    assert_eq!(session_profile(&dir.path().join("nowhere")), None);
 }

@@ -212,7 +212,10 @@ impl App {
             Action::Row { pane, event, at } => self.row_event(pane, event, at, &mut fx),
             Action::Telemetry(t) => self.on_telemetry(*t),
             Action::EngineReady(summary) => {
-                self.notify(format!("{} loaded in {:.1} s", summary.model, summary.load_s), false);
+                // A warning still showing (a resumed session's profile that is gone) stays.
+                if !self.notice.as_ref().is_some_and(|n| n.error) {
+                    self.notify(format!("{} loaded in {:.1} s", summary.model, summary.load_s), false);
+                }
                 self.engine = EngineStatus::Ready(summary);
             }
             Action::EngineFailed(message) => {
@@ -235,6 +238,14 @@ impl App {
 
     pub fn notify(&mut self, text: String, error: bool) {
         self.notice = Some(Notice { text, error, until_tick: self.tick + NOTICE_TICKS });
+    }
+
+    /// A notice that stays four times as long (one shown at start-up, while the model loads).
+    pub fn notify_long(&mut self, text: String, error: bool) {
+        self.notify(text, error);
+        if let Some(n) = self.notice.as_mut() {
+            n.until_tick = self.tick + 4 * NOTICE_TICKS;
+        }
     }
 
     fn on_tick(&mut self) {

@@ -31,17 +31,33 @@ pub use args::TuiArgs;
 
 use crate::config::keymap::Keymap;
 use crate::config::paths::Paths;
-use crate::config::profile::{Settings, list_profiles, load_startup_profile};
+use crate::config::profile::{LoadedProfile, Settings, list_profiles, load_profile, load_startup_profile};
 use crate::config::theme::load_theme;
 use app::App;
 use transcript::{
-    TranscriptWriter, latest_session, load_session, release_session_if_empty, reserve_session, transcripts_dir,
+    TranscriptWriter, latest_session, load_session, release_session_if_empty, reserve_session, session_profile,
+    transcripts_dir,
 };
 
 /// Start the TUI: resolve the profile, check the model exists, open (or resume) a session, and
 /// run the event loop until the user quits.
 pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
-    let loaded = load_startup_profile(args.profile.as_deref(), paths)?;
+    // The session first: a resumed one reopens with the profile it recorded.
+    let dir = transcripts_dir(&paths.data_dir);
+    let resumed = match args.resume.as_deref() {
+        Some(spec) => {
+            let spec = if spec == args::LATEST {
+                latest_session(&dir).with_context(|| format!("no session to resume in {}", dir.display()))?
+            } else {
+                spec.to_owned()
+            };
+            let (name, folder, panes) = load_session(&dir, &spec)?;
+            Some((name, session_profile(&folder), panes))
+        }
+        None => None,
+    };
+    let recorded = resumed.as_ref().and_then(|(_, profile, _)| profile.as_deref());
+    let (loaded, profile_spec, profile_notice) = startup_profile(args.profile.as_deref(), recorded, paths)?;
     let settings = Settings::resolve(&loaded, &args.overrides())?;
     let theme = load_theme(&settings.theme, paths)?.respecting_no_color();
     let keymap = Keymap::with_overrides(&settings.keys, &settings.origin)?;
@@ -57,17 +73,8 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
              prompts from a file or stdin and `cohort serve` answers over HTTP"
         );
     }
-    let dir = transcripts_dir(&paths.data_dir);
-    let (session, restored) = match args.resume.as_deref() {
-        Some(spec) => {
-            let spec = if spec == args::LATEST {
-                latest_session(&dir).with_context(|| format!("no session to resume in {}", dir.display()))?
-            } else {
-                spec.to_owned()
-            };
-            let (name, _, panes) = load_session(&dir, &spec)?;
-            (name, panes)
-        }
+    let (session, restored) = match resumed {
+        Some((name, _, panes)) => (name, panes),
         None => (reserve_session(&dir)?, Vec::new()),
     };
     tracing::info!(%session, profile = %settings.profile, "starting the TUI");
@@ -75,7 +82,11 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     let mut app = App::new(settings, theme, keymap, &session);
     app.profiles = list_profiles(paths);
     app.restore(restored);
-    let transcripts = TranscriptWriter::new(&dir, &session, &app.settings.profile, app.settings.model.clone());
+    if let Some(notice) = profile_notice {
+        tracing::warn!("{notice}");
+        app.notify_long(notice, true);
+    }
+    let transcripts = TranscriptWriter::new(&dir, &session, &profile_spec, app.settings.model.clone());
     let attach = args.attach.clone().map(|url| event::Attach { url, api_key: args.api_key.clone() });
     let ctx = event::Context { paths: paths.clone(), overrides: args.overrides(), transcripts, attach };
     // All drivers: an attached TUI talks HTTP from this runtime.
@@ -90,4 +101,39 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
         eprintln!("cohort: session {session} (transcripts in {})", dir.join(&session).display());
     }
     Ok(())
+}
+
+/// The profile to start with, the way its session records it (for `--resume`), and a notice
+/// when a recorded profile could not be used. An explicit `--profile` wins (and a bad one is an
+/// error); else the resumed session's `recorded` profile; a recorded one that is gone or no
+/// longer parses falls back to the default profile, with a notice saying so.
+pub fn startup_profile(
+    explicit: Option<&str>,
+    recorded: Option<&str>,
+    paths: &Paths,
+) -> Result<(LoadedProfile, String, Option<String>)> {
+    if explicit.is_none()
+        && let Some(spec) = recorded
+    {
+        match load_profile(spec, paths) {
+            Ok(loaded) => return Ok((loaded, spec.to_owned(), None)),
+            Err(e) => {
+                let loaded = load_startup_profile(None, paths)?;
+                let notice =
+                    format!("the session's profile {spec} could not be loaded ({e:#}); using {} instead", loaded.name);
+                let name = loaded.name.clone();
+                return Ok((loaded, name, Some(notice)));
+            }
+        }
+    }
+    let loaded = load_startup_profile(explicit, paths)?;
+    let spec = match explicit {
+        // A file is recorded by its absolute path, so a resume from another folder finds it.
+        Some(s) if s.contains('/') || s.ends_with(".toml") => {
+            std::fs::canonicalize(s).map(|p| p.display().to_string()).unwrap_or_else(|_| s.to_owned())
+        }
+        Some(s) => s.to_owned(),
+        None => loaded.name.clone(),
+    };
+    Ok((loaded, spec, None))
 }

@@ -23,6 +23,8 @@ pub enum Record {
     Session {
         session: String,
         pane: u32,
+        /// The profile in use, as `--profile` takes it: a name, or the absolute path of a
+        /// profile file outside the profiles folder. `--resume` reopens with it.
         profile: String,
         model: Option<String>,
     },
@@ -244,6 +246,26 @@ pub fn load_session(transcripts: &Path, spec: &str) -> Result<(String, PathBuf, 
     }
     panes.sort_by_key(|p| p.id);
     Ok((name, dir, panes))
+}
+
+/// The profile a session ran with: the newest header among its files (a session resumed with
+/// another `--profile` and given a new pane since records that one). None when no header reads.
+pub fn session_profile(session_dir: &Path) -> Option<String> {
+    let Ok(entries) = std::fs::read_dir(session_dir) else { return None };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|path| {
+            let file = File::open(&path).ok()?;
+            let mut first = Vec::new();
+            std::io::BufReader::new(file).read_until(b'\n', &mut first).ok()?;
+            match serde_json::from_slice::<Stamped>(first.trim_ascii_end()).ok()? {
+                Stamped { t, record: Record::Session { pane, profile, .. } } => Some(((t, pane), profile)),
+                _ => None,
+            }
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, profile)| profile)
 }
 
 /// Replay one file into turns. Lines that do not parse (a torn last line) are skipped.
