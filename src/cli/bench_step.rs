@@ -257,7 +257,7 @@ pub(super) fn ms(t: Instant) -> f64 {
 /// process on the route a B8 MTP cohort is served on, so the cycles timed below are that route's;
 /// what they decided, in words.
 fn served_route(model: &dyn LanguageModel) -> Result<String> {
-    use crate::model::linear::{self, LinearRoute};
+    use crate::model::linear;
     if !model.has_mtp() {
         return Ok(format!("{:?} (no MTP weights: AR only)", linear::route()));
     }
@@ -265,7 +265,7 @@ fn served_route(model: &dyn LanguageModel) -> Result<String> {
     if !decision.mtp_allowed {
         return Ok(format!("MTP declined ({}); the B8 cycles below are not served", decision.summary));
     }
-    let batched = if decision.route == LinearRoute::Invariant { LinearRoute::Invariant } else { LinearRoute::Batched };
+    let batched = decision.batched_route();
     let numerics = crate::engine::scheduler::Numerics::Throughput;
     let route = numerics.route_id_at("bench", FIXED_WIDTH);
     let choice = crate::engine::construction::check_batched(model, numerics, batched, &route, &[FIXED_WIDTH])?;

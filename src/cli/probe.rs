@@ -67,8 +67,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     }
     let mut decision = probe::gate(model.as_ref(), allow_inexact())?;
     let construction = if decision.mtp_allowed {
-        let batched =
-            if decision.route == LinearRoute::Invariant { LinearRoute::Invariant } else { LinearRoute::Batched };
+        let batched = decision.batched_route();
         let widths: Vec<usize> = (2..=crate::engine::cohort::FIXED_WIDTH).collect();
         let route = Numerics::Throughput.route_id_at("probe", crate::engine::cohort::FIXED_WIDTH);
         let choice = check_batched(model.as_ref(), Numerics::Throughput, batched, &route, &widths)?;
@@ -86,10 +85,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             if decision.route != LinearRoute::Batched {
                 routes.push(decision.route);
             }
-            let width = crate::engine::cohort::FIXED_WIDTH;
-            let costs = crate::engine::route_cost::time_routes(model.as_ref(), &routes, width, reps)?;
-            crate::model::linear::set_route(decision.route);
-            costs
+            crate::engine::route_cost::time_routes(model.as_ref(), &routes, crate::engine::cohort::FIXED_WIDTH, reps)?
         }
         None => Vec::new(),
     };

@@ -113,10 +113,7 @@ pub fn check_batched(
     if !retry {
         return Ok(BatchedChoice { check, route: batched, note: None });
     }
-    let before = linear::route();
-    linear::set_route(linear::LinearRoute::Invariant);
-    let probed = super::probe::probe(model)?;
-    linear::set_route(before);
+    let probed = linear::with_route(linear::LinearRoute::Invariant, || super::probe::probe(model))?;
     if probed.verdict != super::probe::Verdict::Equal {
         return Ok(BatchedChoice { check, route: batched, note: None });
     }

@@ -100,9 +100,7 @@ pub fn run_owner(
             if !decision.mtp_allowed {
                 mode = GenerationMode::Ar;
             }
-            if decision.route == LinearRoute::Invariant {
-                batched_route = LinearRoute::Invariant;
-            }
+            batched_route = decision.batched_route();
             probe_summary = Some(decision.summary);
         }
         let mut construction = None;

@@ -145,6 +145,15 @@ pub struct GateDecision {
     pub summary: String,
 }
 
+impl GateDecision {
+    /// The route a batched cohort's products take: the invariant route where the gate kept it,
+    /// else MLX's batched products (the row-by-row route serves B1 verifies only; a throughput
+    /// cohort stays batched and the construction check bounds it).
+    pub fn batched_route(&self) -> LinearRoute {
+        if self.route == LinearRoute::Invariant { LinearRoute::Invariant } else { LinearRoute::Batched }
+    }
+}
+
 /// Probe the fast route. On any difference: with `allow_inexact` (COHORT_MTP_ALLOW_INEXACT=1)
 /// keep MTP on the fast route and say by how much it differs; otherwise, where cohort's
 /// row-invariant kernels serve (CUDA), probe the invariant route and keep it if it is

@@ -85,18 +85,14 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
         && matches!(q.dtype(), Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16)
 }
 
-/// Whether the cohort's attention takes the kernel for this block: turned on, on CUDA, and a
-/// layout it holds.
+/// Whether the cohort's attention takes the kernel for this block: turned on, or the invariant
+/// linear route is (whatever the switch says: a row's queries then meet the same code alone or in
+/// a cohort and at one query or two, since warps take keys by index, a query skips the keys it
+/// does not see, and the warps' parts meet in one order, which the exactness gate needs of a
+/// verify); on CUDA; and a layout it holds.
 pub fn serves(q: &Array, keys: &Array, values: &Array) -> bool {
-    SWITCH.forced_on() && crate::engine::runtime::Backend::is_cuda() && fits(q, keys, values)
-}
-
-/// Whether the invariant linear route's attention takes the kernel for this block: on CUDA and a
-/// layout it holds, whatever the switch says. A row's queries then meet the same code alone or in
-/// a cohort and at one query or two (warps take keys by index, a query skips the keys it does not
-/// see, and the warps' parts meet in one order), which the exactness gate needs of a verify.
-pub fn serves_invariant(q: &Array, keys: &Array, values: &Array) -> bool {
-    crate::engine::runtime::Backend::is_cuda() && fits(q, keys, values)
+    let wanted = SWITCH.forced_on() || super::linear::route() == super::linear::LinearRoute::Invariant;
+    wanted && crate::engine::runtime::Backend::is_cuda() && fits(q, keys, values)
 }
 
 /// Row b's queries `q` [B, NH, T, D] over its keys and values [B, NKV, CAP, D] at positions

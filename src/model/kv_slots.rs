@@ -260,9 +260,7 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
         let buf = buffer.borrow();
         (buf.keys.clone(), buf.values.clone())
     };
-    let invariant = linear::route() == LinearRoute::Invariant
-        && super::attention_kernel::serves_invariant(&qr, &all_keys, &all_values);
-    let out = if invariant || super::attention_kernel::serves(&qr, &all_keys, &all_values) {
+    let out = if super::attention_kernel::serves(&qr, &all_keys, &all_values) {
         super::attention_kernel::attend(&qr, &all_keys, &all_values, &offsets, scale)?
     } else {
         let len = if padded_block(t) { all_keys.shape()[2] } else { longest };
@@ -412,7 +410,7 @@ fn invariant_buffer(q: &Array, whole: impl FnOnce() -> Result<(Array, Array)>) -
         return Ok(None);
     }
     let (keys, values) = whole()?;
-    Ok(super::attention_kernel::serves_invariant(q, &keys, &values).then_some((keys, values)))
+    Ok(super::attention_kernel::serves(q, &keys, &values).then_some((keys, values)))
 }
 
 /// The shared buffer when `caches` are exactly its slots in order and a batched route (MLX's

@@ -126,11 +126,10 @@ pub fn lay_out_as(
 pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
-    if super::linear::route() == super::linear::LinearRoute::Invariant
-        && let Some((spec, out)) = packed_width(arrays, storage)
-        && super::row_invariant::serves_affine(rows, shape[shape.len() - 1], spec, x.dtype())
+    if let Some((spec, out)) = packed_width(arrays, storage)
+        && let Some(y) = invariant_packed(x, arrays, spec, out)
     {
-        return super::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], spec, out);
+        return y;
     }
     match storage {
         Storage::Quantized(q) => quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits),
@@ -147,6 +146,16 @@ pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
     }
 }
 
+/// On the invariant route, the first `out` outputs of a step-sized block's product with the
+/// packed weight `arrays[..3]` through the row-invariant kernel; `None` where it does not serve.
+fn invariant_packed(x: &Array, arrays: &[Array], spec: QuantSpec, out: i32) -> Option<Result<Array>> {
+    let shape = x.shape();
+    let rows: i32 = shape[..shape.len() - 1].iter().product();
+    let serves = super::linear::route() == super::linear::LinearRoute::Invariant
+        && super::row_invariant::serves_affine(rows, shape[shape.len() - 1], spec, x.dtype());
+    serves.then(|| super::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], spec, out))
+}
+
 /// A packed weight's quantization and the projection's own output width (a padded weight's
 /// first rows), or `None` for a float weight.
 fn packed_width(arrays: &[Array], storage: Storage) -> Option<(QuantSpec, i32)> {
@@ -161,17 +170,8 @@ fn packed_width(arrays: &[Array], storage: Storage) -> Option<(QuantSpec, i32)> 
 /// projection's own), for a reader that takes a row stride.
 pub fn served_padded(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
     match storage {
-        Storage::Padded(q, _) => {
-            let shape = x.shape();
-            let rows: i32 = shape[..shape.len() - 1].iter().product();
-            if super::linear::route() == super::linear::LinearRoute::Invariant
-                && super::row_invariant::serves_affine(rows, shape[shape.len() - 1], q, x.dtype())
-            {
-                let padded = arrays[0].shape()[0];
-                return super::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], q, padded);
-            }
-            quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits)
-        }
+        Storage::Padded(q, _) => invariant_packed(x, arrays, q, arrays[0].shape()[0])
+            .unwrap_or_else(|| quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits)),
         _ => served(x, arrays, storage),
     }
 }

@@ -98,12 +98,12 @@ pub fn dense_product(x: &Array, w: &Array) -> Result<Array> {
             w.dtype()
         );
     }
-    let out = w.shape()[0];
-    launch(dense_kernel()?, x, &[w], rows, input, out, &[("K", input), ("N", out), ("CPW", channels_per_warp(out))])
+    launch(dense_kernel()?, x, &[w], rows, input, w.shape()[0], &[])
 }
 
 /// The launch both kernels share: a block of WARPS warps for each WARPS * CPW channels, x
-/// flattened to [rows, input], the result given x's leading shape back.
+/// flattened to [rows, input], the result given x's leading shape back. The kernels' K, N and
+/// CPW are set here; `more` adds a kernel's own constants.
 fn launch(
     kernel: &CudaKernel,
     x: &Array,
@@ -111,16 +111,18 @@ fn launch(
     rows: i32,
     input: i32,
     out: i32,
-    ints: &[(&str, i32)],
+    more: &[(&str, i32)],
 ) -> Result<Array> {
     let cpw = channels_per_warp(out);
+    let ints: Vec<(&str, i32)> =
+        [("K", input), ("N", out), ("CPW", cpw)].into_iter().chain(more.iter().copied()).collect();
     let blocks = (out + WARPS * cpw - 1) / (WARPS * cpw);
     let launch = Launch {
         outputs: vec![(vec![rows, out], x.dtype())],
         // MLX counts the grid in threads.
         grid: [32, blocks * WARPS, 1],
         threads: [32, WARPS, 1],
-        ints,
+        ints: &ints,
         bools: &[],
     };
     let flat = x.reshape(&[rows, input])?;
@@ -165,8 +167,7 @@ pub fn affine_product(
             scales.shape()
         );
     }
-    let ints = [("K", input), ("N", out), ("BITS", bits), ("G", g), ("CPW", channels_per_warp(out))];
-    launch(kernel()?, x, &[w, scales, biases], rows, input, out, &ints)
+    launch(kernel()?, x, &[w, scales, biases], rows, input, out, &[("BITS", bits), ("G", g)])
 }
 
 /// What [`check`] found.
