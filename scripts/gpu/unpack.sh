@@ -1,4 +1,4 @@
-# Sourced by the rN.sh scripts on the H200: join the bundle parts copied to /tmp/x, check them,
+# Sourced by the rN.sh scripts (now in archive/) on the H200: join the bundle parts copied to /tmp/x, check them,
 # unpack (the MLX CUDA wheel and any Python wheels, the default model as smol/, the stripped
 # binary as cohort or cohort.xz, optionally data.tar.xz), install the wheels into /tmp/site and the
 # binary as $B.
