@@ -189,6 +189,45 @@ fn an_unwritable_output_is_refused_before_the_model_loads() {
     }
 }
 
+/// `cohort generate ... >&-`: Rust's runtime puts /dev/null where a closed stdout was, so every
+/// result went into nothing and the run exited 0. A closed stdout is refused before the model
+/// loads; `-o FILE` still runs with it closed, and a stdout sent to /dev/null on purpose is obeyed.
+#[test]
+fn a_closed_stdout_is_refused_before_the_model_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
+    std::fs::write(&input, "{\"id\":\"a\",\"prompt\":\"The boat\",\"max_tokens\":2,\"temperature\":0}\n").unwrap();
+    // The shell closes fd 1 (or points it at /dev/null) and then becomes cohort.
+    let run = |redirect: &str, extra: &[&std::ffi::OsStr]| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec \"$@\" {redirect}"))
+            .arg("sh")
+            .arg(env!("CARGO_BIN_EXE_cohort"))
+            .env("COHORT_HOME", std::env::temp_dir().join("cohort-cli-tests"))
+            .args(["generate", "-m"])
+            .arg(fixture("qwen35_moe_4bit"))
+            .arg("-i")
+            .arg(&input)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let closed = run(">&-", &[]);
+    let stderr = String::from_utf8_lossy(&closed.stderr);
+    assert_eq!(closed.status.code(), Some(1), "a closed stdout ran: {stderr}");
+    assert!(stderr.contains("stdout is closed") && stderr.contains("-o"), "{stderr}");
+    assert!(!stderr.contains("exactness probe"), "the model was loaded first: {stderr}");
+
+    let to_file = run(">&-", &["-o".as_ref(), output.as_os_str()]);
+    assert_eq!(to_file.status.code(), Some(0), "{}", String::from_utf8_lossy(&to_file.stderr));
+    let written = common::result_lines(&std::fs::read(&output).unwrap());
+    assert_eq!((written.len(), &written[0]["id"]), (1, &serde_json::json!("a")));
+
+    let discarded = run(">/dev/null", &[]);
+    assert_eq!(discarded.status.code(), Some(0), "{}", String::from_utf8_lossy(&discarded.stderr));
+}
+
 /// SIGINT in the middle of a run: the results of the requests that had ended are in the file,
 /// whole.
 #[test]

@@ -177,6 +177,10 @@ fn open_sink(output: Option<&Path>) -> Result<Box<dyn Write>> {
 }
 
 pub fn run(args: GenerateArgs) -> Result<u8> {
+    if args.output.is_none() && super::stdout::closed_at_start() {
+        // Rust put /dev/null there: every result would be lost and the run exit 0.
+        anyhow::bail!("stdout is closed, and the results go there: give cohort a stdout, or pass -o FILE");
+    }
     let mut sink = open_sink(args.output.as_deref())?;
     let (tx, incoming) = mpsc::channel();
     // The input is opened before the model loads too; lines are read while it loads.

@@ -14,6 +14,7 @@ pub mod model_args;
 pub mod node_costs;
 pub mod probe;
 pub mod serve;
+pub mod stdout;
 pub mod train;
 
 /// Exit codes of headless commands (documented in docs/configuration.md).
