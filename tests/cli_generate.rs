@@ -34,8 +34,9 @@ fn bad_lines_fail_alone_and_the_exit_code_says_so() {
     drop(f);
     let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    // Refused lines keep the id they name; lines that name none (or cannot be read) are line-N.
-    let ids = ["ok", "line-2", "line-3", "empty", "hot", "topk", "unknown", "huge", "budget", "oov", "ok2"];
+    // Refused lines keep the id they name (even a line that is not UTF-8); lines that name none
+    // are line-N.
+    let ids = ["ok", "line-2", "bad-utf8", "empty", "hot", "topk", "unknown", "huge", "budget", "oov", "ok2"];
     let r = results_by_id(&out.stdout, &ids);
     let err = |i: usize| r[i]["error"].as_str().unwrap_or_default().to_owned();
     assert_eq!(r[0]["finish_reason"], "length");
@@ -281,6 +282,38 @@ fn a_repeated_id_is_refused_and_the_first_keeps_it() {
     assert_eq!(refused["id"], "dup");
     let msg = refused["error"].as_str().unwrap();
     assert!(msg.contains("line 2") && msg.contains("unique"), "{msg}");
+}
+
+/// A refused line keeps the id it names even where the line breaks after the id (a number JSON
+/// allows but a double cannot hold, a line cut short, trailing junk, a byte that is not UTF-8);
+/// before, each of these came back as `line-N`. A later line reusing the id of a refused line is
+/// refused too (before, it ran, and the id had a refusal and an answer).
+#[test]
+fn a_refused_line_keeps_its_id_wherever_the_line_breaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let mut f = std::fs::File::create(&input).unwrap();
+    writeln!(f, r#"{{"id":"huge-number","prompt":"x","temperature":1e400}}"#).unwrap();
+    writeln!(f, r#"{{"id":"cut","prompt":"The bo"#).unwrap();
+    writeln!(f, r#"{{"id":"junk","prompt":"x"}} trailing"#).unwrap();
+    f.write_all(b"{\"id\":\"latin1\",\"prompt\":\"caf\xe9\"}\n").unwrap();
+    writeln!(f, r#"{{"prompt":"x","id":"late","max_tokens":-1}}"#).unwrap();
+    writeln!(f, r#"{{"id":"cut","prompt":"The boat","max_tokens":2,"temperature":0}}"#).unwrap();
+    writeln!(f, r#"{{"id":"ok","prompt":"The boat","max_tokens":2,"temperature":0}}"#).unwrap();
+    drop(f);
+    let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let lines = common::result_lines(&out.stdout);
+    let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["cut", "cut", "huge-number", "junk", "late", "latin1", "ok"], "{lines:?}");
+    for l in &lines {
+        let expected = if l["id"] == "ok" { "length" } else { "error" };
+        assert_eq!(l["finish_reason"], expected, "{l}");
+    }
+    let errors: Vec<&str> = lines.iter().filter_map(|l| l["error"].as_str()).collect();
+    assert!(errors.iter().any(|e| e.contains("line 6") && e.contains("unique")), "{errors:?}");
 }
 
 /// A switch naming a CUDA kernel on a machine without CUDA, or a switch value that is neither 0

@@ -66,16 +66,20 @@ enum Incoming {
 }
 
 /// One input line as a request, or the result that refuses it: it keeps the id the line names
-/// (when it is a JSON object with a string "id"), else it is `line-N`. Blank lines are skipped.
+/// (a string "id" written before any damage to the line, see [`line_id`]), else it is `line-N`.
+/// Blank lines are skipped.
 fn parse_line(
     input: &Path,
     n: usize,
     bytes: Vec<u8>,
     defaults: &SamplerConfig,
 ) -> Option<Result<Request, RequestResult>> {
-    let Ok(text) = String::from_utf8(bytes) else {
-        let message = format!("{}: line {n} is not valid UTF-8", input.display());
-        return Some(Err(RequestResult::error(&format!("line-{n}"), message)));
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let message = format!("{}: line {n} is not valid UTF-8", input.display());
+            return Some(Err(RequestResult::error(&line_id(&String::from_utf8_lossy(e.as_bytes()), n), message)));
+        }
     };
     if text.trim().is_empty() {
         return None;
@@ -86,11 +90,33 @@ fn parse_line(
     Some(parsed.map_err(|e| RequestResult::error(&line_id(&text, n), format!("{e:#}"))))
 }
 
+/// The id a refused line names, read up to where the line breaks: a line cut short, holding a
+/// number no double holds (`1e400`) or junk after its object, or one that is not UTF-8 (read here
+/// with the bad bytes replaced; an id they fall in is not taken), still keeps the string id
+/// written before the damage. `line-N` where none can be read.
 fn line_id(text: &str, n: usize) -> String {
-    serde_json::from_str::<serde_json::Value>(text)
-        .ok()
-        .and_then(|v| v.get("id")?.as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("line-{n}"))
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    struct FirstId<'a>(&'a mut Option<String>);
+    impl<'de> Visitor<'de> for FirstId<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a request object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "id" && self.0.is_none() {
+                    *self.0 = Some(map.next_value::<String>()?);
+                } else {
+                    // Skipped values are scanned, not converted: 1e400 passes here.
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut id = None;
+    let _ = serde_json::Deserializer::from_str(text).deserialize_map(FirstId(&mut id));
+    id.filter(|id| !id.contains(char::REPLACEMENT_CHARACTER)).unwrap_or_else(|| format!("line-{n}"))
 }
 
 /// Read `input` line by line as it arrives (stdin for "-"), handing each line over at once.
@@ -117,9 +143,14 @@ fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<()> {
             };
             let Some(mut item) = parse_line(&input, i + 1, bytes, &defaults) else { continue };
             // Results are matched to requests by id, so a second request with an id already
-            // used in this run is refused (the first keeps it).
-            if let Ok(req) = &item
-                && !seen.insert(req.id.clone())
+            // used in this run, by a request or by a refused line, is refused (the first keeps
+            // it).
+            let id = match &item {
+                Ok(req) => &req.id,
+                Err(refused) => &refused.id,
+            };
+            if !seen.insert(id.clone())
+                && let Ok(req) = &item
             {
                 let message = format!(
                     "{}: line {}: the id {:?} was used by an earlier line; ids must be unique in one run",
