@@ -723,3 +723,53 @@ fn import_refuses_an_mtp_head_that_is_not_one() {
     assert!(stderr.contains("head.jsonl") && stderr.contains("MTP head"), "{stderr}");
     assert!(!dir.path().join("model/mtp.safetensors").exists(), "nothing was installed");
 }
+
+/// `import-gguf --mtp` with a head that never ends (a link to /dev/zero, a FIFO): it was read
+/// whole to list its tensors, so memory grew until allocation failed ("cannot read the MTP head
+/// /dev/zero: out of memory", with the address space capped here at 2 GB; without a cap, until
+/// the machine ran out). Only the safetensors header is read now, bounded as for the model's own
+/// files, and the refusal says what the file is not.
+#[test]
+fn an_mtp_head_that_never_ends_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let endless = dir.path().join("mtp.safetensors");
+    std::os::unix::fs::symlink("/dev/zero", &endless).unwrap();
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 2000000 && exec "$@""#)
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_cohort"))
+        .env("COHORT_HOME", dir.path().join("home"))
+        .arg("import-gguf")
+        .arg(tiny_gguf())
+        .arg("--out")
+        .arg(dir.path().join("model"))
+        .arg("--mtp")
+        .arg(&endless)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("mtp.safetensors is not an MTP head"), "{stderr}");
+    assert!(!stderr.contains("out of memory"), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert!(!dir.path().join("model/mtp.safetensors").exists(), "nothing was installed");
+    // A real head still installs, under the same cap.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 2000000 && exec "$@""#)
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_cohort"))
+        .env("COHORT_HOME", dir.path().join("home"))
+        .arg("import-gguf")
+        .arg(tiny_gguf())
+        .arg("--out")
+        .arg(dir.path().join("model"))
+        .arg("--mtp")
+        .arg(fixtures().join("tiny_mtp.safetensors"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir.path().join("model/mtp.safetensors").exists());
+}

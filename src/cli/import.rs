@@ -59,11 +59,12 @@ pub fn run(args: ImportArgs) -> Result<()> {
 }
 
 /// An MTP head is a safetensors file whose tensors are all `mtp.*`, with the `mtp.fc` projection.
+/// Only its header is read, bounded as the model's own files are (a file without end, such as a
+/// link to /dev/zero, was read whole and grew memory until allocation failed).
 fn check_mtp_head(path: &std::path::Path) -> Result<()> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read the MTP head {}", path.display()))?;
-    let tensors = safetensors::SafeTensors::deserialize(&bytes)
-        .map_err(|e| anyhow::anyhow!("{} is not an MTP head (not a safetensors file: {e})", path.display()))?;
-    let names = tensors.names();
+    let tensors = crate::model::weights::validate_safetensors(path)
+        .map_err(|e| anyhow::anyhow!("{} is not an MTP head (not a safetensors file: {e:#})", path.display()))?;
+    let names: Vec<&String> = tensors.keys().collect();
     if let Some(other) = names.iter().find(|n| !n.starts_with("mtp.")) {
         anyhow::bail!(
             "{} is not an MTP head: it holds {other:?} (an MTP head holds mtp.* tensors only)",
