@@ -134,9 +134,17 @@ fn keymap_errors_name_the_command_and_the_key() {
     let bad_key = BTreeMap::from([("send_all".to_owned(), KeyList::One("hyper+q".into()))]);
     let err = error_of(Keymap::with_overrides(&bad_key, "p.toml"));
     assert!(err.contains("send_all") && err.contains("hyper"), "{err}");
-    let clash = BTreeMap::from([("send_all".to_owned(), KeyList::Many(vec!["ctrl+c".into()]))]);
+    let clash = BTreeMap::from([
+        ("send_all".to_owned(), KeyList::Many(vec!["ctrl+c".into()])),
+        ("interrupt".to_owned(), KeyList::One("ctrl+c".into())),
+    ]);
     let err = error_of(Keymap::with_overrides(&clash, "p.toml"));
     assert!(err.contains("ctrl+c") && err.contains("interrupt") && err.contains("send_all"), "{err}");
+    // A key the table gives one command is taken from a command that only had it by default (so
+    // a profile keeps loading when a later version binds its key to a new command).
+    let taken = BTreeMap::from([("send_all".to_owned(), KeyList::Many(vec!["ctrl+c".into()]))]);
+    let keymap = Keymap::with_overrides(&taken, "p.toml").unwrap();
+    assert_eq!(keymap.describe_keys(cohort::config::keymap::Command::Interrupt), "unbound");
     let unbind = BTreeMap::from([("zoom".to_owned(), KeyList::Many(vec![]))]);
     let keymap = Keymap::with_overrides(&unbind, "p.toml").unwrap();
     assert_eq!(keymap.describe_keys(cohort::config::keymap::Command::Zoom), "unbound");

@@ -295,3 +295,40 @@ fn stop_signal_quits_cleanly(signal: &str) {
     assert!(pane1.contains("\"text\":\"a long question\""), "{pane1}");
     assert!(pane1.lines().last().is_some_and(|l| l.contains("cancelled")), "the cut answer's final record: {pane1}");
 }
+
+/// Issue 40: f2 puts the last message back in the box and, sent, it replaces that turn; ctrl+r
+/// asks it again in place of its answer. The transcript reads back as the screen shows it.
+#[test]
+fn edit_and_regenerate_replace_the_last_turn() {
+    let launched =
+        launch(Launch { tag: "edit", size: (120, 30), max_tokens: 12, env: "", args: "--panes 1", after: "" });
+    let Some((home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(120);
+    tmux.type_text("a frist question");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the first answer", slow, |s| s.contains("1 · done"));
+    tmux.keys(&["F2"]);
+    tmux.wait_for("the edit to start", slow, |s| s.contains("✎ editing"));
+    tmux.keys(&["C-u"]);
+    tmux.type_text("a first question");
+    tmux.keys(&["Enter"]);
+    let edited = tmux
+        .wait_for("the edited question's answer", slow, |s| s.contains("› a first question") && s.contains("1 · done"));
+    assert!(!edited.contains("frist"), "the old question left the screen:\n{edited}");
+    tmux.keys(&["C-r"]);
+    // Twelve tokens may come and go between two looks at the screen: the transcript tells.
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.wait_for("the regenerated answer to end", slow, |s| s.contains("1 · done"));
+    let screen = tmux.screen();
+    assert_eq!(screen.matches("› a first question").count(), 1, "one turn on screen:\n{screen}");
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+    let sessions = home.path().join("data").join("transcripts");
+    let session = std::fs::read_dir(&sessions).unwrap().next().unwrap().unwrap().path();
+    let (_, _, panes) = cohort::tui::transcript::load_session(&sessions, session.to_str().unwrap()).unwrap();
+    let users: Vec<&str> = panes[0].turns.iter().map(|t| t.user.as_str()).collect();
+    assert_eq!(users, ["a first question"], "the transcript reads back as the screen showed it");
+    assert!(panes[0].turns[0].finish.is_some());
+    let text = std::fs::read_to_string(session.join("pane-1.jsonl")).unwrap();
+    assert_eq!(text.matches("\"replaces\"").count(), 2, "the edit and the regeneration are recorded:\n{text}");
+}

@@ -602,3 +602,122 @@ fn a_start_up_warning_outlasts_the_loaded_notice() {
     let notice = app.notice.as_ref().expect("still shown");
     assert!(notice.error && notice.text.contains("profile gone"), "{notice:?}");
 }
+
+/// The request among `fx`, and its conversation as (role, text) pairs.
+fn the_request(fx: &[Effect]) -> (&cohort::engine::request::Request, Vec<(String, String)>) {
+    let Some(Effect::Submit { request, .. }) = fx.iter().find(|e| matches!(e, Effect::Submit { .. })) else {
+        panic!("no submit in {fx:?}")
+    };
+    let Prompt::Chat(messages) = &request.prompt else { panic!("not a chat") };
+    (request, messages.iter().map(|m| (m.role.clone(), m.content.clone())).collect())
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(r, t)| ((*r).to_owned(), (*t).to_owned())).collect()
+}
+
+/// Two finished turns in pane 1: "first" → "answer one", `second` → "answer two".
+fn two_turns(second: &str) -> App {
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "first");
+    app.handle_key(key(KeyCode::Enter));
+    finish(&mut app, 0, FinishReason::Stop, "answer one");
+    type_text(&mut app, second);
+    app.handle_key(key(KeyCode::Enter));
+    finish(&mut app, 0, FinishReason::Stop, "answer two");
+    app
+}
+
+/// Issue 40: f2 puts the last message back in the box; sent, it replaces that message and its
+/// answer (on screen, in what later prompts carry, in the transcript) instead of following them.
+#[test]
+fn an_edited_message_replaces_the_last_turn() {
+    let mut app = two_turns("secnod");
+    let old = app.panes[0].turns[1].request_id.clone();
+    assert!(app.handle_key(key(KeyCode::F(2))).is_empty());
+    assert_eq!(app.panes[0].input.text(), "secnod");
+    assert_eq!(app.panes[0].editing.as_deref(), Some(old.as_str()));
+    app.handle_key(ctrl('u'));
+    type_text(&mut app, "second");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    let (request, messages) = the_request(&fx);
+    assert_eq!(messages, pairs(&[("user", "first"), ("assistant", "answer one"), ("user", "second")]));
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Record { record: Record::User { text, replaces: Some(r), .. }, .. }
+            if text == "second" && *r == old)),
+        "the transcript records what it replaces: {fx:?}"
+    );
+    let users: Vec<&str> = app.panes[0].turns.iter().map(|t| t.user.as_str()).collect();
+    assert_eq!(users, ["first", "second"], "the old question and its answer are gone from the view");
+    assert_eq!(app.panes[0].turns[1].request_id, request.id);
+    assert_eq!(app.panes[0].editing, None);
+    finish(&mut app, 0, FinishReason::Stop, "answer two, again");
+    // The next message follows the edited turn.
+    type_text(&mut app, "third");
+    let (_, messages) = the_request(&app.handle_key(key(KeyCode::Enter)));
+    assert_eq!(messages[3], ("assistant".to_owned(), "answer two, again".to_owned()));
+    assert_eq!(messages.len(), 5);
+}
+
+/// f2 refuses (and says why) on a busy pane, an empty pane, or over unsent text; esc stops
+/// editing and keeps the text, which then goes as a new message.
+#[test]
+fn editing_refuses_what_it_would_lose_and_esc_stops_it() {
+    let mut app = fixture::app(1, "dark");
+    app.handle_key(key(KeyCode::F(2)));
+    assert!(app.notice.as_ref().unwrap().text.contains("nothing to edit"));
+    let mut app = two_turns("second");
+    type_text(&mut app, "unsent");
+    app.handle_key(key(KeyCode::F(2)));
+    assert_eq!(app.panes[0].input.text(), "unsent", "unsent text is never overwritten");
+    assert!(app.notice.as_ref().unwrap().text.contains("unsent"), "{:?}", app.notice);
+    app.handle_key(key(KeyCode::Enter));
+    app.handle_key(key(KeyCode::F(2)));
+    assert_eq!(app.panes[0].editing, None, "not while it answers");
+    assert!(app.notice.as_ref().unwrap().text.contains("answering"), "{:?}", app.notice);
+    finish(&mut app, 0, FinishReason::Stop, "answer three");
+
+    app.handle_key(key(KeyCode::F(2)));
+    assert!(app.panes[0].editing.is_some());
+    assert!(cancels(&app.handle_key(key(KeyCode::Esc))).is_empty());
+    assert_eq!((app.panes[0].editing.as_deref(), app.panes[0].input.text()), (None, "unsent"));
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Record { record: Record::User { replaces: None, .. }, .. })),
+        "after esc the text goes as a new message"
+    );
+    assert_eq!(app.panes[0].turns.len(), 4);
+}
+
+/// ctrl+r asks the last question again: the new answer replaces the old one (with another seed,
+/// so a sampled answer can differ); refused while the pane answers or has nothing to ask.
+#[test]
+fn regenerate_asks_the_last_question_again_in_place_of_its_answer() {
+    let mut app = fixture::app(1, "dark");
+    app.handle_key(ctrl('r'));
+    assert!(app.notice.as_ref().unwrap().text.contains("nothing to regenerate"));
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "first");
+    app.handle_key(key(KeyCode::Enter));
+    finish(&mut app, 0, FinishReason::Stop, "answer one");
+    type_text(&mut app, "second");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    let (old_id, old_seed) = (the_request(&fx).0.id.clone(), the_request(&fx).0.seed);
+    app.handle_key(ctrl('r'));
+    assert!(app.notice.as_ref().unwrap().text.contains("answering"), "not while it answers");
+    finish(&mut app, 0, FinishReason::Stop, "answer two");
+    type_text(&mut app, "kept in the box");
+
+    let fx = app.handle_key(ctrl('r'));
+    let (request, messages) = the_request(&fx);
+    assert_eq!(messages, pairs(&[("user", "first"), ("assistant", "answer one"), ("user", "second")]));
+    assert_ne!(request.seed, old_seed, "another seed: a sampled answer can come out differently");
+    assert!(fx.iter().any(|e| matches!(e, Effect::Record { record: Record::User { replaces: Some(r), .. }, .. }
+        if *r == old_id)));
+    let pane = &app.panes[0];
+    assert_eq!(pane.turns.len(), 2);
+    assert_eq!((pane.turns[1].user.as_str(), pane.turns[1].answer.as_str()), ("second", ""));
+    assert_eq!(pane.input.text(), "kept in the box", "the box is not touched");
+    assert_eq!(app.keymap.describe_keys(Command::Regenerate), "ctrl+r");
+    assert_eq!(app.keymap.describe_keys(Command::EditLast), "f2");
+}

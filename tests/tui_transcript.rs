@@ -11,7 +11,10 @@ use cohort::tui::transcript::{
 };
 
 fn user(request: &str, text: &str) -> Record {
-    Record::User { request: request.into(), text: text.into() }
+    Record::User { request: request.into(), text: text.into(), replaces: None }
+}
+fn replacing(request: &str, text: &str, old: &str) -> Record {
+    Record::User { request: request.into(), text: text.into(), replaces: Some(old.into()) }
 }
 fn delta(request: &str, text: &str) -> Record {
     Record::Delta { request: request.into(), text: text.into() }
@@ -200,4 +203,46 @@ fn a_resumed_profile_file_is_found_by_path_and_a_missing_one_falls_back() {
     assert!(startup_profile(Some("deleted-long-ago"), None, &paths).is_err());
     // A session with no header (or none readable) records nothing.
     assert_eq!(session_profile(&dir.path().join("nowhere")), None);
+}
+
+/// Issue 40: an edited or regenerated turn is recorded as a `user` record naming the request it
+/// replaces; read back, the replaced turn (and anything after it) is gone, so `--resume` shows
+/// what the user saw. Transcripts written before the field read as they always did.
+#[test]
+fn an_edited_turn_reads_back_in_place_of_the_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = new_session_name(dir.path());
+    let mut writer = TranscriptWriter::new(dir.path(), &session, "throughput", None);
+    let records = [
+        user("a", "first"),
+        done("a", FinishReason::Stop, "answer one"),
+        user("b", "secnod"),
+        done("b", FinishReason::Stop, "answer two"),
+        // Edited: "secnod" and its answer are replaced.
+        replacing("c", "second", "b"),
+        done("c", FinishReason::Stop, "answer two, edited"),
+        // Regenerated: the same question, a new answer.
+        replacing("d", "second", "c"),
+        delta("d", "answer two, "),
+        done("d", FinishReason::Stop, "answer two, regenerated"),
+    ];
+    for r in &records {
+        writer.append(1, r).unwrap();
+    }
+    let text = std::fs::read_to_string(writer.pane_path(1)).unwrap();
+    assert!(text.contains("\"replaces\":\"b\""), "{text}");
+    assert_eq!(text.matches("replaces").count(), 2, "written only where a turn is replaced: {text}");
+    drop(writer);
+    let (_, _, panes) = load_session(dir.path(), &session).unwrap();
+    let turns: Vec<(&str, &str)> = panes[0].turns.iter().map(|t| (t.user.as_str(), t.answer.as_str())).collect();
+    assert_eq!(turns, [("first", "answer one"), ("second", "answer two, regenerated")]);
+
+    // A line from before the field (no `replaces`) still reads.
+    let old = dir.path().join("old");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(old.join("pane-1.jsonl"), "{\"t\":1,\"kind\":\"user\",\"request\":\"x\",\"text\":\"hi\"}\n")
+        .unwrap();
+    TranscriptWriter::new(dir.path(), "old", "p", None).append(1, &done("x", FinishReason::Stop, "hello")).unwrap();
+    let (_, _, panes) = load_session(dir.path(), old.to_str().unwrap()).unwrap();
+    assert_eq!((panes[0].turns[0].user.as_str(), panes[0].turns[0].answer.as_str()), ("hi", "hello"));
 }

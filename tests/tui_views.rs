@@ -425,3 +425,17 @@ fn markdown_answers_render_tables_emphasis_links_and_highlighted_code() {
     }
     assert_eq!(style_at(&wide, "(https://example.com/guide)").fg, styles.muted.fg);
 }
+
+/// Issue 40: a pane editing its last message says so on the rule above the input (what enter
+/// and esc do), with the message back in the box.
+#[test]
+fn a_pane_editing_its_last_message() {
+    let mut app = fixture::mixed(1, "dark");
+    app.handle_key(crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::F(2),
+        crossterm::event::KeyModifiers::NONE,
+    ));
+    assert!(app.panes[0].editing.is_some());
+    app.notice = None;
+    insta::assert_snapshot!(draw(&app, 70, 16).backend());
+}

@@ -15,6 +15,10 @@ pub enum Command {
     Send,
     SendAll,
     Newline,
+    /// Put the pane's last message back in the box; sent, it replaces that turn.
+    EditLast,
+    /// Ask the pane's last question again, in place of its answer.
+    Regenerate,
     Cancel,
     Interrupt,
     Quit,
@@ -50,6 +54,8 @@ impl Command {
             Command::Send,
             Command::SendAll,
             Command::Newline,
+            Command::EditLast,
+            Command::Regenerate,
             Command::Cancel,
             Command::Interrupt,
             Command::Quit,
@@ -87,6 +93,8 @@ impl Command {
             Command::Send => "send",
             Command::SendAll => "send_all",
             Command::Newline => "newline",
+            Command::EditLast => "edit_last",
+            Command::Regenerate => "regenerate",
             Command::Cancel => "cancel",
             Command::Interrupt => "interrupt",
             Command::Quit => "quit",
@@ -126,6 +134,8 @@ impl Command {
             Command::Send => "send the focused pane's input (while it answers: queued until the answer ends)",
             Command::SendAll => "send every pane's input at once (or the focused input to all)",
             Command::Newline => "new line in the input",
+            Command::EditLast => "edit the focused pane's last message: sent, it replaces that message and its answer",
+            Command::Regenerate => "ask the last question again: a new answer replaces the last one",
             Command::Cancel => "cancel the focused pane's generation (keeps the partial answer); in zoom: back",
             Command::Interrupt => {
                 "cancel the focused generation; else quit (twice within 2 s if anything is on screen)"
@@ -165,6 +175,8 @@ impl Command {
             // shift+enter reaches the app only where the terminal reports it (the kitty keyboard
             // protocol); alt+enter and ctrl+j work everywhere.
             Command::Newline => vec!["alt+enter", "shift+enter", "ctrl+j"],
+            Command::EditLast => vec!["f2"],
+            Command::Regenerate => vec!["ctrl+r"],
             Command::Cancel => vec!["esc"],
             Command::Interrupt => vec!["ctrl+c"],
             Command::Quit => vec!["ctrl+q"],
@@ -401,6 +413,21 @@ impl Keymap {
             }
             map.set(command, chords);
         }
+        // A key the table gives one command leaves a command the table does not name, which had
+        // it by default: a profile written before that default existed keeps working (zoom = f2
+        // from before edit_last took f2), and help shows what is left.
+        let named: Vec<Command> = overrides.keys().filter_map(|n| Command::from_name(n)).collect();
+        let taken: Vec<KeyChord> = map
+            .bindings
+            .iter()
+            .filter(|(c, _)| named.contains(c))
+            .flat_map(|(_, chords)| chords.iter().copied())
+            .collect();
+        for (command, chords) in &mut map.bindings {
+            if !named.contains(command) {
+                chords.retain(|chord| !taken.contains(chord));
+            }
+        }
         map.check_conflicts(origin)?;
         Ok(map)
     }
@@ -474,6 +501,22 @@ mod tests {
         let ctrl_c = KeyChord::parse("ctrl+c").unwrap();
         assert!(ctrl_c.matches(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)));
         assert!(!ctrl_c.matches(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::NONE)));
+    }
+
+    #[test]
+    fn a_key_given_in_a_profile_leaves_the_command_that_had_it_by_default() {
+        let keys = BTreeMap::from([("zoom".to_owned(), KeyList::Many(vec!["f2".into(), "ctrl+z".into()]))]);
+        let map = Keymap::with_overrides(&keys, "p.toml").unwrap();
+        let f2 = KeyEvent::new(KeyCode::F(2), KeyModifiers::NONE);
+        assert_eq!(map.lookup(&f2), Some(Command::Zoom));
+        assert_eq!(map.describe_keys(Command::EditLast), "unbound");
+        // Two commands the table names with one key are still an error.
+        let keys = BTreeMap::from([
+            ("zoom".to_owned(), KeyList::One("f2".into())),
+            ("help".to_owned(), KeyList::One("f2".into())),
+        ]);
+        let err = Keymap::with_overrides(&keys, "p.toml").unwrap_err().to_string();
+        assert!(err.contains("`f2` is bound to both"), "{err}");
     }
 
     #[test]

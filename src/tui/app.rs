@@ -264,12 +264,20 @@ impl App {
             Command::Send => self.send_focused(fx),
             Command::SendAll => self.send_all(fx),
             Command::Newline => self.focused_mut().input.insert("\n"),
+            Command::EditLast => self.edit_last(),
+            Command::Regenerate => self.regenerate(fx),
             // In zoom, esc is "back": it leaves zoom and cancels nothing.
             Command::Cancel => {
                 if self.zoomed {
                     self.zoomed = false;
                 } else if self.focused().is_busy() {
                     self.cancel_focused(fx);
+                } else if self.focused_mut().editing.take().is_some() {
+                    let send = self.keymap.describe_keys(Command::Send);
+                    self.notify(
+                        format!("stopped editing: the text stays in the box ({send} sends it as a new message)"),
+                        false,
+                    );
                 }
             }
             Command::Interrupt => self.interrupt(fx),
@@ -377,8 +385,10 @@ impl App {
                 false,
             );
         }
-        let text = self.focused_mut().input.take();
-        self.submit(self.focus, text, fx);
+        let pane = self.focused_mut();
+        let text = pane.input.take();
+        let replaces = pane.editing.take();
+        self.submit(self.focus, text, replaces, fx);
     }
 
     /// Every idle pane with input sends it; if only the focused pane has input, it goes to every
@@ -402,7 +412,10 @@ impl App {
                 }
                 None => self.panes[i].input.take(),
             };
-            self.submit(i, text, fx);
+            // An edit replaces its turn when the text sent is that pane's own.
+            let own = shared.is_none() || i == self.focus;
+            let replaces = self.panes[i].editing.take().filter(|_| own);
+            self.submit(i, text, replaces, fx);
         }
         // Say exactly what happened: which panes got what, and which were left out.
         let list = |ids: &[usize]| ids.iter().map(|i| (i + 1).to_string()).collect::<Vec<_>>().join(", ");
@@ -419,13 +432,26 @@ impl App {
         self.notify(text, false);
     }
 
-    fn submit(&mut self, index: usize, text: String, fx: &mut Vec<Effect>) {
+    /// Send `text` from pane `index` as its next turn, or in place of the turn of the request
+    /// `replaces` (an edit, a regeneration): that turn and any after it leave the conversation.
+    fn submit(&mut self, index: usize, text: String, replaces: Option<String>, fx: &mut Vec<Effect>) {
         self.next_request += 1;
         let settings = &self.settings;
         let pane = &mut self.panes[index];
+        pane.editing = None;
+        let replaces = replaces.filter(|old| match pane.turns.iter().position(|t| t.request_id == *old) {
+            Some(at) => {
+                pane.turns.truncate(at);
+                true
+            }
+            None => false,
+        });
         let id = format!("{}-p{}-{}", self.session, pane.id, self.next_request);
-        // Each pane and turn gets its own seed, so re-running a session reproduces it.
-        let seed = settings.seed.wrapping_add(u64::from(pane.id) * 1_000_003 + pane.turns.len() as u64);
+        // Each pane and turn gets its own seed, so re-running a session reproduces it; a turn
+        // asked again mixes in the request's number, so a sampled answer can come out otherwise.
+        let again = if replaces.is_some() { self.next_request.wrapping_mul(0x9E37_79B9_7F4A_7C15) } else { 0 };
+        let seed =
+            settings.seed.wrapping_add(u64::from(pane.id) * 1_000_003 + pane.turns.len() as u64).wrapping_add(again);
         let request = Request {
             id: id.clone(),
             prompt: Prompt::Chat(pane.messages_with(settings.system.as_deref(), &text)),
@@ -449,7 +475,7 @@ impl App {
         pane.row = None;
         pane.scroll_top = None;
         pane.history_pos = None;
-        fx.push(Effect::Record { pane: pane.id, record: Record::User { request: id, text } });
+        fx.push(Effect::Record { pane: pane.id, record: Record::User { request: id, text, replaces } });
         fx.push(Effect::Submit { pane: pane.id, request });
     }
 
@@ -522,10 +548,52 @@ impl App {
         }
         let pane = self.focused_mut();
         pane.turns.clear();
+        pane.editing = None;
         pane.state = RowState::Idle;
         pane.row = None;
         pane.scroll_top = None;
         fx.push(Effect::Record { pane: pane.id, record: Record::Clear });
+    }
+
+    /// Put the focused pane's last message back in the box, to send in its place. Refused (with
+    /// the reason in the bottom bar) while the pane answers, with nothing to edit, or over unsent
+    /// text, which is never overwritten.
+    fn edit_last(&mut self) {
+        let cancel = self.keymap.describe_keys(Command::Cancel);
+        let send = self.keymap.describe_keys(Command::Send);
+        let pane = self.focused();
+        if pane.is_busy() {
+            return self.notify(format!("this pane is answering: {cancel} cancels the answer, then edit"), true);
+        }
+        let Some(turn) = pane.turns.last() else {
+            return self.notify("nothing to edit: this pane has no message yet".into(), true);
+        };
+        if !pane.input.is_blank() && pane.input.text() != turn.user {
+            return self.notify("the box holds unsent text: send or clear it (ctrl+u) first".into(), true);
+        }
+        let (id, text) = (turn.request_id.clone(), turn.user.clone());
+        let pane = self.focused_mut();
+        pane.input.set(&text);
+        pane.editing = Some(id);
+        pane.history_pos = None;
+        self.notify(
+            format!("editing the last message: {send} replaces it and its answer, {cancel} stops editing"),
+            false,
+        );
+    }
+
+    /// Ask the focused pane's last question again; the new answer replaces the last one.
+    fn regenerate(&mut self, fx: &mut Vec<Effect>) {
+        let cancel = self.keymap.describe_keys(Command::Cancel);
+        let pane = self.focused();
+        if pane.is_busy() {
+            return self.notify(format!("this pane is answering: {cancel} cancels the answer, then regenerate"), true);
+        }
+        let Some(turn) = pane.turns.last() else {
+            return self.notify("nothing to regenerate: this pane has no question yet".into(), true);
+        };
+        let (id, text) = (turn.request_id.clone(), turn.user.clone());
+        self.submit(self.focus, text, Some(id), fx);
     }
 
     /// Up / down through this pane's earlier prompts (only when not in the middle of typing).
@@ -679,7 +747,7 @@ impl App {
     fn send_queued(&mut self, pane_id: u32, fx: &mut Vec<Effect>) {
         let Some(index) = self.panes.iter().position(|p| p.id == pane_id) else { return };
         if let Some(text) = self.panes[index].queued.take() {
-            self.submit(index, text, fx);
+            self.submit(index, text, None, fx);
         }
     }
 

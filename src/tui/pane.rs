@@ -94,6 +94,9 @@ pub struct Pane {
     pub history_pos: Option<usize>,
     /// A message sent while the pane was answering: it goes when the answer ends.
     pub queued: Option<String>,
+    /// The request of the turn being edited (its message is in the box): sent, the box's text
+    /// replaces that turn and its answer.
+    pub editing: Option<String>,
     /// Body height at the last render, so a page scroll moves by what the user sees.
     pub(crate) page: Cell<usize>,
     /// Lines above the visible ones at the last render (the most `scroll` can be).
@@ -112,6 +115,7 @@ impl Pane {
             scroll_top: None,
             history_pos: None,
             queued: None,
+            editing: None,
             page: Cell::new(10),
             max_scroll: Cell::new(0),
         }

@@ -31,6 +31,10 @@ pub enum Record {
     User {
         request: String,
         text: String,
+        /// An edited or regenerated message: the request whose turn (and anything after it)
+        /// this one replaces. Absent in files written before edits existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replaces: Option<String>,
     },
     Delta {
         request: String,
@@ -280,7 +284,12 @@ pub fn read_turns(path: &Path) -> Result<Vec<Turn>> {
         match record {
             Record::Session { .. } => {}
             Record::Clear => turns.clear(),
-            Record::User { request, text } => {
+            Record::User { request, text, replaces } => {
+                if let Some(old) = replaces
+                    && let Some(at) = turns.iter().position(|t| t.request_id == old)
+                {
+                    turns.truncate(at);
+                }
                 turns.push(Turn { request_id: request, user: text, interrupted: true, ..Turn::default() })
             }
             Record::Delta { request, text } => {

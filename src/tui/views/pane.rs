@@ -46,7 +46,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
         let body = Rect { height: body_height, ..inner };
         draw_body(frame, body, app, pane);
         let rule = Rect { y: inner.y + body_height, height: 1, ..inner };
-        frame.render_widget(Paragraph::new("─".repeat(rule.width as usize)).style(styles.border(focused)), rule);
+        frame.render_widget(Paragraph::new(rule_line(pane, app, focused, rule.width as usize)), rule);
     }
     let input_area = Rect { y: inner.y + inner.height - input_rows as u16, height: input_rows as u16, ..inner };
     // Keep the cursor's row visible when the input is taller than its box.
@@ -72,6 +72,28 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
             frame.set_cursor_position(Position { x, y });
         }
     }
+}
+
+/// The rule between the conversation and the input; while the last message is being edited it
+/// says what enter and esc do.
+fn rule_line(pane: &Pane, app: &App, focused: bool, width: usize) -> Line<'static> {
+    let border = app.styles.border(focused);
+    let mut spans = Vec::new();
+    let mut used = 0;
+    if pane.editing.is_some() {
+        use crate::config::keymap::Command;
+        let keys = |c| app.keymap.describe_keys(c);
+        let text = format!(
+            " ✎ editing · {} replaces the last message · {} stops ",
+            keys(Command::Send),
+            keys(Command::Cancel)
+        );
+        spans.push(Span::styled("──", border));
+        used = 2 + text.chars().count();
+        spans.push(Span::styled(text, app.styles.accent));
+    }
+    spans.push(Span::styled("─".repeat(width.saturating_sub(used)), border));
+    Line::from(spans)
 }
 
 /// ` 3 · decoding · 66.9 tok/s · row 2 · ctx 12% `, dropping the least useful parts when narrow
@@ -146,7 +168,7 @@ fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane) {
         .iter()
         .enumerate()
         .map(|(i, turn)| {
-            let status = status_lines(turn, (i == last).then_some(pane), app, width);
+            let status = status_lines(turn, (i == last).then_some(pane), i == last, app, width);
             (cached_lines(turn, width, &app.styles, app.style_epoch), status)
         })
         .collect();
@@ -246,7 +268,7 @@ fn user_lines(text: &str, width: usize, styles: &Styles) -> Vec<Line<'static>> {
 }
 
 /// What is happening to a turn, under its text: queued, prefill progress, cancelled, an error.
-fn status_lines(turn: &Turn, live: Option<&Pane>, app: &App, width: usize) -> Vec<Line<'static>> {
+fn status_lines(turn: &Turn, live: Option<&Pane>, last: bool, app: &App, width: usize) -> Vec<Line<'static>> {
     let styles = &app.styles;
     let line = |text: String, style: Style| {
         let mut w = Wrapper::new(width, vec![], vec![Span::raw("  ")]);
@@ -295,9 +317,14 @@ fn status_lines(turn: &Turn, live: Option<&Pane>, app: &App, width: usize) -> Ve
             let msg = turn.error.clone().unwrap_or_else(|| "unknown error".into());
             let mut lines = line(format!("✖ error: {msg}"), styles.error);
             // The failed message is left out of what later prompts send (Pane::messages_with).
-            let recall = app.keymap.describe_keys(crate::config::keymap::Command::HistoryPrev);
+            use crate::config::keymap::Command;
+            // The last one can be edited in place (f2); any can be recalled (up).
+            let hint = match last {
+                true => format!("{} edits it", app.keymap.describe_keys(Command::EditLast)),
+                false => format!("{} recalls it", app.keymap.describe_keys(Command::HistoryPrev)),
+            };
             let mut w = Wrapper::new(width, vec![Span::raw("  ")], vec![Span::raw("  ")]);
-            w.push(&format!("not sent with later prompts · {recall} recalls it"), styles.muted);
+            w.push(&format!("not sent with later prompts · {hint}"), styles.muted);
             lines.extend(w.finish());
             lines
         }
