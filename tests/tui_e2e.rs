@@ -297,9 +297,10 @@ fn stop_signal_quits_cleanly(signal: &str) {
 }
 
 /// Issue 40: f2 puts the last message back in the box and, sent, it replaces that turn; ctrl+r
-/// asks it again in place of its answer. The transcript reads back as the screen shows it.
+/// asks it again in place of its answer. The transcript reads back as the screen shows it, and
+/// alt+s exports the same conversation as Markdown.
 #[test]
-fn edit_and_regenerate_replace_the_last_turn() {
+fn edit_regenerate_and_export_a_conversation() {
     let launched =
         launch(Launch { tag: "edit", size: (120, 30), max_tokens: 12, env: "", args: "--panes 1", after: "" });
     let Some((home, tmux)) = launched else { return };
@@ -321,6 +322,10 @@ fn edit_and_regenerate_replace_the_last_turn() {
     tmux.wait_for("the regenerated answer to end", slow, |s| s.contains("1 · done"));
     let screen = tmux.screen();
     assert_eq!(screen.matches("› a first question").count(), 1, "one turn on screen:\n{screen}");
+    // alt+s exports the conversation beside the transcripts; the bottom bar names the file.
+    tmux.keys(&["M-s"]);
+    let exported = tmux.wait_for("the export", slow, |s| s.contains("exported to"));
+    assert!(exported.contains("pane-1.md"), "{exported}");
     tmux.keys(&["C-q"]);
     tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
     let sessions = home.path().join("data").join("transcripts");
@@ -329,6 +334,8 @@ fn edit_and_regenerate_replace_the_last_turn() {
     let users: Vec<&str> = panes[0].turns.iter().map(|t| t.user.as_str()).collect();
     assert_eq!(users, ["a first question"], "the transcript reads back as the screen showed it");
     assert!(panes[0].turns[0].finish.is_some());
+    let markdown = std::fs::read_to_string(session.join("pane-1.md")).unwrap();
+    assert!(markdown.contains("## You\n\na first question\n") && !markdown.contains("frist"), "{markdown}");
     let text = std::fs::read_to_string(session.join("pane-1.jsonl")).unwrap();
     assert_eq!(text.matches("\"replaces\"").count(), 2, "the edit and the regeneration are recorded:\n{text}");
 }

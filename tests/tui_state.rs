@@ -721,3 +721,28 @@ fn regenerate_asks_the_last_question_again_in_place_of_its_answer() {
     assert_eq!(app.keymap.describe_keys(Command::Regenerate), "ctrl+r");
     assert_eq!(app.keymap.describe_keys(Command::EditLast), "f2");
 }
+
+/// Issue 40: alt+s asks for the focused pane's conversation as Markdown (the loop writes it and
+/// says where); a pane with no conversation says so instead.
+#[test]
+fn export_writes_the_conversation_as_markdown() {
+    let mut app = fixture::mixed(4, "dark");
+    app.settings.system = Some("Answer briefly.".into());
+    app.focus = 2;
+    let fx = app.handle_key(alt(KeyCode::Char('s')));
+    let [Effect::Export { pane, turns, markdown }] = &fx[..] else { panic!("one export: {fx:?}") };
+    assert_eq!((*pane, *turns), (3, 1));
+    insta::assert_snapshot!("export_of_a_cancelled_answer", markdown);
+    app.focus = 3;
+    let fx = app.handle_key(KeyEvent::new(KeyCode::F(9), KeyModifiers::NONE));
+    let [Effect::Export { markdown, .. }] = &fx[..] else { panic!("one export: {fx:?}") };
+    assert!(markdown.contains("**Error:** the cohort lane was poisoned"), "{markdown}");
+    app.focus = 1;
+    let fx = app.handle_key(alt(KeyCode::Char('s')));
+    let [Effect::Export { markdown, .. }] = &fx[..] else { panic!("one export: {fx:?}") };
+    assert!(markdown.contains("still answering"), "{markdown}");
+
+    let mut app = fixture::app(1, "dark");
+    assert!(app.handle_key(alt(KeyCode::Char('s'))).is_empty());
+    assert!(app.notice.as_ref().unwrap().text.contains("nothing to export"), "{:?}", app.notice);
+}

@@ -74,6 +74,12 @@ pub enum Effect {
     Copy {
         text: String,
     },
+    /// Write pane `pane`'s conversation (`turns` turns), as Markdown, to a file.
+    Export {
+        pane: u32,
+        turns: usize,
+        markdown: String,
+    },
     SaveProfile {
         name: String,
         profile: Box<Profile>,

@@ -305,6 +305,7 @@ impl App {
                 Some(text) => fx.push(Effect::Copy { text: text.to_owned() }),
                 None => self.notify("nothing to copy: this pane has no answer yet".into(), true),
             },
+            Command::Export => self.export(fx),
             Command::NewPane => {
                 if n < MAX_PANES {
                     self.add_pane();
@@ -553,6 +554,27 @@ impl App {
         pane.row = None;
         pane.scroll_top = None;
         fx.push(Effect::Record { pane: pane.id, record: Record::Clear });
+    }
+
+    /// The focused pane's conversation as Markdown, for the loop to write.
+    fn export(&mut self, fx: &mut Vec<Effect>) {
+        let pane = self.focused();
+        if pane.turns.is_empty() {
+            return self.notify("nothing to export: this pane has no conversation yet".into(), true);
+        }
+        let model = match &self.engine {
+            EngineStatus::Ready(summary) => summary.model.clone(),
+            _ => self.settings.model.clone().unwrap_or_default(),
+        };
+        let about = super::export::About {
+            number: self.focus + 1,
+            session: &self.session,
+            model: &model,
+            profile: &self.settings.profile,
+            system: self.settings.system.as_deref(),
+        };
+        let markdown = super::export::markdown(pane, &about);
+        fx.push(Effect::Export { pane: pane.id, turns: pane.turns.len(), markdown });
     }
 
     /// Put the focused pane's last message back in the box, to send in its place. Refused (with

@@ -17,7 +17,7 @@ use super::app::{App, TICKS_PER_S};
 use super::bridge::{Backend, Bridge};
 use super::terminal::{self, Tui};
 use super::transcript::TranscriptWriter;
-use super::{clipboard, keys, views};
+use super::{clipboard, export, keys, views};
 use crate::cli::model_args::ModelArgs;
 use crate::config::keymap::Keymap;
 use crate::config::paths::Paths;
@@ -195,6 +195,22 @@ fn perform(
                     notice(format!("copied {} chars {how}to {}", c.chars, c.file.display()), false)
                 }
                 Err(e) => notice(format!("copy failed: {e:#}"), true),
+            };
+        }
+        Effect::Export { pane, turns, markdown } => {
+            // The session's folder, beside the transcripts; the current directory if that fails.
+            let mut dirs = vec![ctx.transcripts.dir.clone()];
+            dirs.extend(std::env::current_dir().ok());
+            let number = app.panes.iter().position(|p| p.id == pane).map_or(0, |i| i + 1);
+            let plural = if turns == 1 { "" } else { "s" };
+            return match export::write(&dirs, pane, &markdown) {
+                Ok(path) => {
+                    notice(format!("pane {number}: {turns} turn{plural} exported to {}", path.display()), false)
+                }
+                Err(e) => {
+                    tracing::error!("export: {e:#}");
+                    notice(format!("export failed: {e:#}"), true)
+                }
             };
         }
         Effect::SaveProfile { name, profile } => {

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod bridge;
 pub mod clipboard;
 pub mod event;
+pub mod export;
 pub mod fixture;
 pub mod input;
 pub mod keys;
