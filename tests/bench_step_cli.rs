@@ -36,7 +36,8 @@ fn forcing_a_cuda_kernel_off_cuda_is_refused_by_name() {
 
 /// bench-step times the route the engine would serve: it runs the exactness gate and the
 /// construction check first and says what they kept, and labels the aggregate figures it
-/// derives from one cycle as projections (issue 41).
+/// derives from one cycle as projections (issue 41); its B8 figures are the engine's own cycle
+/// (engine::cycle), phase by phase (issue 36).
 #[test]
 fn bench_step_names_the_served_route_and_labels_projections() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
@@ -51,5 +52,14 @@ fn bench_step_names_the_served_route_and_labels_projections() {
         stdout.lines().find(|l| l.starts_with("route the engine serves: ")).unwrap_or_else(|| panic!("{stdout}"));
     assert!(served.contains("MTP exactness probe: Equal") && served.contains("B8 cohort batched"), "{served}");
     assert!(stdout.contains("projection (not measured): B8 aggregate"), "{stdout}");
+    // The B8 figures are the engine's own cycle, phase by phase, and the same cycles untimed.
+    for phase in ["owe history", "draft (M=8)", "verify (T=2, M=16", "decide", "commit", "all phases"] {
+        assert!(
+            stdout.contains(&format!("| B8 MTP cycle: {phase}"))
+                || stdout.contains(&format!("| B8 MTP cycle, {phase}")),
+            "{phase}: {stdout}"
+        );
+    }
+    assert!(stdout.contains("B8 MTP cohort as the engine serves it (untimed cycles): "), "{stdout}");
     assert!(!stdout.contains("  projected B8"), "an unlabelled projection: {stdout}");
 }

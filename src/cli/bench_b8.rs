@@ -1,215 +1,267 @@
-//! bench-step's B8 steps: eight packed rows with MTP history, then draft + verify + commit
-//! cycles and B8 AR steps, each from the same state. [`b8_cycles`] times one configuration;
-//! [`interleaved_b8`] takes the arms' switches in turn on the same rows, step by step, so the
-//! arms see the same moments of a noisy host (as the interleaved B1 arms do).
+//! bench-step's B8 figures: eight greedy rows decoding through the engine's own cycle
+//! (`engine::cycle`, the code a continuous lane and the sealed cohort run), their KV packed as
+//! the lane packs it. [`b8_cycles`] times each phase of the MTP cycles with a `PhaseTimer`, then
+//! the same number of plain (AR) cycles, then runs MTP cycles untimed as the lane does (one
+//! evaluation a cycle) for the aggregate the engine serves. [`interleaved_b8`] takes the arms'
+//! switches in turn on the same eight rows, cycle by cycle, so the arms see the same moments of a
+//! noisy host.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use anyhow::Result;
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
 use super::bench_step::{
-    Arm, BenchStepArgs, ProfiledStep, arm_order, close_window, eval_timed, kernel_cells, kernel_columns, min_max, ms,
+    Arm, BenchStepArgs, ProfiledStep, arm_order, close_window, kernel_cells, kernel_columns, min_max,
     print_graph_stats, profile_window, set_arm, synthetic_ids,
 };
-use crate::engine::cohort::FIXED_WIDTH;
+use crate::engine::cohort::{FIXED_WIDTH, pack_if_it_fits};
+use crate::engine::cycle::{self, Phase, PhaseClock, PhaseTimer, Untimed};
+use crate::engine::request::{Prompt, Request};
+use crate::engine::row::{CancelFlag, RowRun};
 use crate::engine::runtime::median;
-use crate::engine::solo::restore_from_capture;
+use crate::engine::sampler::SamplerConfig;
+use crate::engine::solo::prefill_row;
 use crate::model::cache::RowCache;
-use crate::model::forward::{LanguageModel, Logits};
+use crate::model::forward::LanguageModel;
 use crate::model::kv_slots::{self, SlotHandle};
-use crate::model::ops::host_u32;
 use crate::model::qwen3_5::Qwen35Model;
+use crate::model::tokenizer::TextTokenizer;
 
-/// Each timed B8 cycle's parts (the verify's handover too), then each B8 AR step's, in ms.
+/// The B8 figures: each MTP cycle phase's times and handovers, the AR cycles', and what the
+/// untimed cycles emitted.
 #[derive(Default)]
 pub struct B8Times {
-    pub draft: Vec<f64>,
-    pub verify: Vec<f64>,
-    pub verify_enqueued: Vec<f64>,
-    pub commit: Vec<f64>,
-    pub sample: Vec<f64>,
-    pub ar: Vec<f64>,
-    pub ar_enqueued: Vec<f64>,
+    pub mtp: BTreeMap<Phase, Vec<f64>>,
+    pub mtp_handed: BTreeMap<Phase, Vec<f64>>,
+    pub ar: BTreeMap<Phase, Vec<f64>>,
+    pub ar_handed: BTreeMap<Phase, Vec<f64>>,
+    /// The untimed MTP cycles, run as the lane runs them: tokens emitted, seconds, and the drafts
+    /// accepted of those proposed.
+    pub served_tokens: usize,
+    pub served_s: f64,
+    pub accepted: usize,
+    pub proposed: usize,
 }
 
-/// Eight rows as in an MTP cohort past its first cycle: prefilled to different lengths, with
-/// MTP history, their KV packed, their recurrent states in one batch.
-struct Cohort {
+impl B8Times {
+    /// Median of a phase's times (NaN when the phase never ran).
+    pub fn median(times: &BTreeMap<Phase, Vec<f64>>, phase: Phase) -> f64 {
+        match times.get(&phase) {
+            Some(v) if !v.is_empty() => median(v.clone()),
+            _ => f64::NAN,
+        }
+    }
+
+    /// Median over cycles of the whole cycle (the sum of its phases).
+    pub fn cycle_median(times: &BTreeMap<Phase, Vec<f64>>) -> f64 {
+        let n = times.values().map(Vec::len).max().unwrap_or(0);
+        if n == 0 {
+            return f64::NAN;
+        }
+        median((0..n).map(|i| times.values().filter_map(|v| v.get(i)).sum()).collect())
+    }
+}
+
+/// The tokenizer the rows decode with: the model folder's, or numbered words for a synthetic
+/// model (which has none).
+pub fn tokenizer_for(dir: Option<&std::path::Path>, vocab: usize) -> Result<TextTokenizer> {
+    match dir {
+        Some(d) if d.join("tokenizer.json").exists() => TextTokenizer::load(d),
+        _ => TextTokenizer::numbered(vocab),
+    }
+}
+
+/// Eight rows as a lane holds them: prompts of different lengths read, first tokens emitted,
+/// MTP history written, KV packed.
+struct Cohort<'m> {
+    model: &'m Qwen35Model,
+    tok: &'m TextTokenizer,
+    runs: Vec<RowRun>,
     rows: Vec<RowCache>,
-    hidden: Array,
-    x0: Array,
     slots: Vec<SlotHandle>,
 }
 
-impl Cohort {
-    fn new(model: &Qwen35Model) -> Result<Self> {
-        let ids = |n: usize, salt: u32| synthetic_ids(n, salt, model.cfg.vocab_size);
-        let mut rows: Vec<_> = (0..FIXED_WIDTH).map(|_| model.new_row()).collect();
-        let mut hidden = Vec::new();
-        for (b, r) in rows.iter_mut().enumerate() {
-            let (h, _, _) = model.prefill(r, &ids(64 + 8 * b, b as u32 + 2), 512, false)?;
-            hidden.push(h);
+impl<'m> Cohort<'m> {
+    fn new(model: &'m Qwen35Model, tok: &'m TextTokenizer, cycles: usize) -> Result<Self> {
+        let mut runs = Vec::with_capacity(FIXED_WIDTH);
+        let mut rows = Vec::with_capacity(FIXED_WIDTH);
+        for b in 0..FIXED_WIDTH {
+            let ids = synthetic_ids(64 + 8 * b, b as u32 + 2, model.cfg.vocab_size);
+            let req = Request {
+                id: format!("b8-{b}"),
+                prompt: Prompt::Ids(ids.clone()),
+                // Room for two tokens a cycle, so every row proposes in every cycle.
+                max_tokens: 2 * cycles + 4,
+                sampler: SamplerConfig::greedy(),
+                seed: b as u64,
+                stop: Vec::new(),
+                ignore_eos: true,
+            };
+            let mut run = RowRun::new(&req, ids, Vec::new(), CancelFlag::default());
+            let mut row = model.new_row();
+            prefill_row(model, tok, &mut run, &mut row, 512, true, &mut |_| {})?;
+            runs.push(run);
+            rows.push(row);
         }
-        let hidden = mlx_rs::ops::concatenate(&hidden, 0)?;
-        let x0 =
-            Array::from_slice(&(0..FIXED_WIDTH as i32).map(|b| 11 + b).collect::<Vec<_>>(), &[FIXED_WIDTH as i32, 1]);
-        model.mtp_forward(&hidden, &x0, &mut rows.iter_mut().collect::<Vec<_>>())?;
-        let slots = kv_slots::pack(&mut rows)?;
-        kv_slots::eval_with(&slots, [])?;
-        // One untimed step of all eight rows, so their recurrent states sit in one batch as in a
-        // cohort past its first cycle (model/gdn_batch.rs), not in the prefills' eight.
-        let mut refs: Vec<_> = rows.iter_mut().collect();
-        model.forward(&x0, &mut refs, Logits::Last, false)?;
-        kv_slots::eval_with(&slots, refs.iter().flat_map(|r| r.arrays()))?;
-        Ok(Cohort { rows, hidden, x0, slots })
+        let slots = pack_if_it_fits(model, &runs, &mut rows)?;
+        let cohort = Cohort { model, tok, runs, rows, slots };
+        cohort.settle()?;
+        Ok(cohort)
     }
 
-    /// One draft + verify + commit cycle (the `i`-th), timed part by part, then back to the
-    /// state before it. Pushes its times when `keep`.
-    fn cycle(
-        &mut self,
-        model: &Qwen35Model,
-        args: &BenchStepArgs,
-        i: usize,
-        keep: bool,
-        times: &mut B8Times,
-    ) -> Result<()> {
-        let before = self.rows.clone();
-        let mut refs: Vec<_> = self.rows.iter_mut().collect();
-        let window = profile_window(args, ProfiledStep::Draft, i)?;
-        let t = Instant::now();
-        let q = model.mtp_forward(&self.hidden, &self.x0, &mut refs)?;
-        let d = mlx_rs::ops::indexing::argmax_axis(&q.reshape(&[FIXED_WIDTH as i32, -1])?, -1, true)?
-            .as_dtype(Dtype::Int32)?;
-        if i == 0 && args.graph_stats {
-            print_graph_stats("a B8 draft", &refs.iter().flat_map(|r| r.mtp.arrays()).chain([&d]).collect::<Vec<_>>())?;
-        }
-        kv_slots::eval_with(&self.slots, refs.iter().flat_map(|r| r.mtp.arrays()).chain([&d]))?;
-        let t_draft = ms(t);
-        close_window(window)?;
-        let window = profile_window(args, ProfiledStep::Verify, i)?;
-        let t = Instant::now();
-        let out = model.forward(&mlx_rs::ops::concatenate(&[self.x0.clone(), d], 1)?, &mut refs, Logits::All, true)?;
-        let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
-        let outputs: Vec<_> = refs.iter().flat_map(|r| r.arrays()).chain([&am, &out.hidden]).collect();
-        if i == 0 && args.graph_stats {
-            print_graph_stats("a B8 verify", &outputs)?;
-        }
-        let t_verify_enqueued = eval_timed(kv_slots::with_buffers(&self.slots, outputs), t)?;
-        let t_verify = ms(t);
-        close_window(window)?;
-        let t = Instant::now();
-        let picked = host_u32(&am)?;
-        let t_sample = ms(t);
-        let t = Instant::now();
-        for (b, r) in self.rows.iter_mut().enumerate() {
-            r.trim_attention(1)?;
-            restore_from_capture(r, &out.captures, 0, b);
-        }
-        mlx_rs::transforms::eval(self.rows.iter().flat_map(|r| r.arrays()))?;
-        let t_commit = ms(t);
-        debug_assert_eq!(picked.len(), 2 * FIXED_WIDTH);
-        self.rows = before; // every timed cycle starts from the same state
-        if keep {
-            times.draft.push(t_draft);
-            times.verify.push(t_verify);
-            times.verify_enqueued.push(t_verify_enqueued);
-            times.commit.push(t_commit);
-            times.sample.push(t_sample);
-        }
-        Ok(())
+    /// One cycle of `mode` with `clock`, then the lane's one evaluation a cycle.
+    fn cycle(&mut self, mtp: bool, clock: &mut dyn PhaseClock) -> Result<()> {
+        let model: &dyn LanguageModel = self.model;
+        let run = if mtp { cycle::mtp } else { cycle::ar };
+        run(model, self.tok, &mut self.runs, &mut self.rows, &[], clock, &mut |_, _| {})?;
+        self.settle()
     }
 
-    /// One B8 AR step (T=1 on all eight rows, ids read back), then back to the state before it.
-    fn ar_step(
-        &mut self,
-        model: &Qwen35Model,
-        args: &BenchStepArgs,
-        i: usize,
-        keep: bool,
-        times: &mut B8Times,
-    ) -> Result<()> {
-        let before = self.rows.clone();
-        let mut refs: Vec<_> = self.rows.iter_mut().collect();
-        let window = profile_window(args, ProfiledStep::Ar, i)?;
-        let t = Instant::now();
-        let out = model.forward(&self.x0, &mut refs, Logits::Last, false)?;
-        let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
-        let outputs: Vec<_> = refs.iter().flat_map(|r| r.arrays()).chain([&am]).collect();
-        if i == 0 && args.graph_stats {
-            print_graph_stats("a B8 AR step", &outputs)?;
-        }
-        let enqueued = eval_timed(kv_slots::with_buffers(&self.slots, outputs), t)?;
-        host_u32(&am)?;
-        close_window(window)?;
-        if keep {
-            times.ar.push(ms(t));
-            times.ar_enqueued.push(enqueued);
-        }
-        self.rows = before;
-        Ok(())
+    fn settle(&self) -> Result<()> {
+        let hidden = self.runs.iter().filter_map(|r| r.hidden_last.as_ref());
+        kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()).chain(hidden))
+    }
+
+    /// A phase timer that evaluates each phase's arrays with the packed KV buffers they write.
+    fn timer(&self) -> PhaseTimer<'static> {
+        let slots = self.slots.clone();
+        PhaseTimer::new(Box::new(move |outputs: &[&Array]| kv_slots::with_buffers(&slots, outputs.iter().copied())))
+    }
+
+    fn emitted(&self) -> usize {
+        self.runs.iter().map(|r| r.tokens.len()).sum()
+    }
+
+    fn drafts(&self) -> (usize, usize) {
+        let accepted = self.runs.iter().map(|r| r.stats.accepted_drafts).sum::<usize>();
+        (accepted, accepted + self.runs.iter().map(|r| r.stats.rejected_drafts).sum::<usize>())
     }
 }
 
-/// `iters` timed B8 cycles (after two untimed ones), each from the same packed state, then as
-/// many B8 AR steps.
-pub fn b8_cycles(model: &Qwen35Model, args: &BenchStepArgs, progress: &dyn Fn(&str, f64)) -> Result<B8Times> {
-    let mut times = B8Times::default();
+/// bench-step's clock: the phase timer, plus `--graph-stats` of the first cycle's draft, verify
+/// and step graphs and the `--profile-step` window around its phase.
+struct BenchClock<'a> {
+    timer: PhaseTimer<'static>,
+    args: &'a BenchStepArgs,
+    cycle: usize,
+    window: Option<crate::engine::cuda_profiler::Window>,
+}
+
+fn profiled(phase: Phase) -> Option<ProfiledStep> {
+    match phase {
+        Phase::Draft => Some(ProfiledStep::Draft),
+        Phase::Verify => Some(ProfiledStep::Verify),
+        Phase::Step => Some(ProfiledStep::Ar),
+        _ => None,
+    }
+}
+
+impl PhaseClock for BenchClock<'_> {
+    fn start(&mut self, phase: Phase) -> Result<()> {
+        if let Some(step) = profiled(phase) {
+            self.window = profile_window(self.args, step, self.cycle)?;
+        }
+        self.timer.start(phase)
+    }
+
+    fn handed(&mut self, phase: Phase) {
+        self.timer.handed(phase);
+    }
+
+    fn end(&mut self, phase: Phase, outputs: &[&Array]) -> Result<()> {
+        if self.cycle == 0 && self.args.graph_stats && profiled(phase).is_some() {
+            print_graph_stats(&format!("a B8 {}", phase.name()), outputs)?;
+        }
+        self.timer.end(phase, outputs)?;
+        close_window(self.window.take())
+    }
+}
+
+/// `iters` timed MTP cycles (after two untimed ones), as many AR cycles, then `iters` MTP cycles
+/// untimed as the lane runs them, on one cohort of eight rows.
+pub fn b8_cycles(
+    model: &Qwen35Model,
+    tok: &TextTokenizer,
+    args: &BenchStepArgs,
+    progress: &dyn Fn(&str, f64),
+) -> Result<B8Times> {
     let t_rows = Instant::now();
-    let mut cohort = Cohort::new(model)?;
-    progress("B8 rows prefilled, packed and stepped once", t_rows.elapsed().as_secs_f64());
-    for i in 0..args.iters + 2 {
+    let mut cohort = Cohort::new(model, tok, 3 * (args.iters + 2))?;
+    progress("B8 rows prefilled, first tokens drawn, KV packed", t_rows.elapsed().as_secs_f64());
+    let mut times = B8Times::default();
+    for mtp in [true, false] {
+        let timer = cohort.timer();
+        let mut clock = BenchClock { timer, args, cycle: 0, window: None };
         let t = Instant::now();
-        cohort.cycle(model, args, i, i >= 2, &mut times)?;
-        if i < 2 {
-            progress(&format!("B8 cycle {}", i + 1), t.elapsed().as_secs_f64());
+        for i in 0..args.iters + 2 {
+            clock.cycle = i;
+            clock.timer.recording = i >= 2;
+            cohort.cycle(mtp, &mut clock)?;
+        }
+        let what = if mtp { "MTP" } else { "AR" };
+        progress(&format!("{} B8 {what} cycles, each phase timed", args.iters + 2), t.elapsed().as_secs_f64());
+        let PhaseTimer { times: phases, handed, .. } = clock.timer;
+        if mtp {
+            (times.mtp, times.mtp_handed) = (phases, handed);
+        } else {
+            (times.ar, times.ar_handed) = (phases, handed);
         }
     }
-    progress(
-        &format!("{} timed B8 cycles", args.iters),
-        [&times.draft, &times.verify, &times.commit, &times.sample].iter().flat_map(|v| v.iter()).sum::<f64>() / 1e3,
-    );
-    for i in 0..args.iters + 2 {
-        cohort.ar_step(model, args, i, i >= 2, &mut times)?;
+    let (tokens, (accepted, proposed)) = (cohort.emitted(), cohort.drafts());
+    let t = Instant::now();
+    for _ in 0..args.iters {
+        cohort.cycle(true, &mut Untimed)?;
     }
+    times.served_s = t.elapsed().as_secs_f64();
+    times.served_tokens = cohort.emitted() - tokens;
+    let (a, p) = cohort.drafts();
+    (times.accepted, times.proposed) = (a - accepted, p - proposed);
+    progress(&format!("{} B8 MTP cycles untimed, as served", args.iters), times.served_s);
     Ok(times)
 }
 
-/// B8 cycles and B8 AR steps with every arm's switches taken in turn (mirrored order every
-/// other round) on one cohort of rows, each step from the same state: the arms' differences in
-/// draft, verify and AR time, measured side by side.
-pub fn interleaved_b8(model: &Qwen35Model, args: &BenchStepArgs, arms: &[Arm]) -> Result<()> {
-    let mut cohort = Cohort::new(model)?;
-    let mut times: Vec<B8Times> = arms.iter().map(|_| B8Times::default()).collect();
-    for round in 0..args.iters + 2 {
+/// B8 MTP and AR cycles with every arm's switches taken in turn (mirrored order every other
+/// round) on one cohort of eight rows: the arms' differences per phase, measured side by side.
+pub fn interleaved_b8(model: &Qwen35Model, tok: &TextTokenizer, args: &BenchStepArgs, arms: &[Arm]) -> Result<()> {
+    let rounds = args.iters + 2;
+    let mut cohort = Cohort::new(model, tok, 3 * rounds * arms.len())?;
+    let mut mtp: Vec<BTreeMap<Phase, Vec<f64>>> = vec![BTreeMap::new(); arms.len()];
+    let mut ar: Vec<BTreeMap<Phase, Vec<f64>>> = vec![BTreeMap::new(); arms.len()];
+    for round in 0..rounds {
         for a in arm_order(round, arms.len()) {
             set_arm(&arms[a]);
-            // Numbered from 2: graph statistics and profiling windows belong to b8_cycles' first
-            // two rounds.
-            cohort.cycle(model, args, round + 2, round >= 2, &mut times[a])?;
-            cohort.ar_step(model, args, round + 2, round >= 2, &mut times[a])?;
+            for (is_mtp, into) in [(true, &mut mtp[a]), (false, &mut ar[a])] {
+                let mut timer = cohort.timer();
+                timer.recording = round >= 2;
+                cohort.cycle(is_mtp, &mut timer)?;
+                for (phase, t) in timer.times {
+                    into.entry(phase).or_default().extend(t);
+                }
+            }
         }
     }
-    println!("\nB8 steps interleaved ({} rounds, each arm's cycle and AR step from the same eight rows)", args.iters);
+    println!("\nB8 cycles interleaved ({} rounds, each arm's MTP and AR cycle on the same eight rows)", args.iters);
     println!(
-        "| {} | compiled blocks | draft ms | verify ms | commit ms | cycle ms | B8 AR ms | verify min | verify max |",
+        "| {} | compiled blocks | owe history ms | draft ms | verify ms | decide ms | commit ms | cycle ms | B8 AR cycle ms | verify min | verify max |",
         kernel_columns()
     );
-    println!("|{}", " --- |".repeat(8 + super::bench_switches::COUNT));
-    for (arm, t) in arms.iter().zip(times) {
-        let (lo, hi) = min_max(&t.verify);
-        let cycles: Vec<f64> =
-            (0..t.draft.len()).map(|k| t.draft[k] + t.verify[k] + t.commit[k] + t.sample[k]).collect();
+    println!("|{}", " --- |".repeat(10 + super::bench_switches::COUNT));
+    for (a, arm) in arms.iter().enumerate() {
+        let (lo, hi) = min_max(mtp[a].get(&Phase::Verify).map(Vec::as_slice).unwrap_or(&[]));
+        let m = |p| B8Times::median(&mtp[a], p);
         println!(
-            "| {} | {:?} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {lo:.2} | {hi:.2} |",
+            "| {} | {:?} | {:.2} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} | {lo:.2} | {hi:.2} |",
             kernel_cells(arm),
             arm.compiled,
-            median(t.draft),
-            median(t.verify),
-            median(t.commit),
-            median(cycles),
-            median(t.ar)
+            m(Phase::OweHistory),
+            m(Phase::Draft),
+            m(Phase::Verify),
+            m(Phase::Decide),
+            m(Phase::Commit),
+            B8Times::cycle_median(&mtp[a]),
+            B8Times::cycle_median(&ar[a]),
         );
     }
     Ok(())

@@ -9,16 +9,18 @@ use anyhow::{Context, Result};
 use clap::Args;
 use mlx_rs::{Array, Dtype};
 
-use super::bench_b8::{B8Times, b8_cycles, interleaved_b8};
+use super::bench_b8::{B8Times, b8_cycles, interleaved_b8, tokenizer_for};
 use super::bench_switches::{self, KernelSwitch};
 use crate::engine::cohort::FIXED_WIDTH;
 use crate::engine::cuda_profiler::Window;
+use crate::engine::cycle::Phase;
 use crate::engine::runtime::{MemoryStats, human_bytes, median};
 use crate::model::cache::RowCache;
 use crate::model::config::{LayerKind, Qwen35Config};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::kv_slots;
 use crate::model::qwen3_5::Qwen35Model;
+use crate::model::tokenizer::TextTokenizer;
 
 #[derive(Args)]
 pub struct BenchStepArgs {
@@ -232,11 +234,15 @@ struct Figures {
     /// Median time from the start of a B1 step until MLX has handed every node to the device
     /// (`async_eval` returns): the host's share; the rest of the step is waiting for the device.
     b1_enqueued_ms: f64,
-    /// A B8 AR step (T=1 on all 8 packed rows): what a cohort that does not draft pays a token.
+    /// A B8 AR cycle (T=1 on all 8 packed rows, step, decide and commit): what a cohort that
+    /// does not draft pays a token.
     b8_ar_ms: f64,
     /// When the verify's and the B8 AR step's graphs were handed to the device (as for B1).
     verify_enqueued_ms: f64,
     b8_ar_enqueued_ms: f64,
+    /// The engine's B8 MTP cycle (engine::cycle), phase by phase, each phase's arrays evaluated
+    /// before the next starts.
+    owe_ms: f64,
     prefill_tok_s: f64,
     b1_ms: f64,
     /// A B1 AR step as a decode loop runs it: step n + 1 handed over before step n's token is
@@ -244,8 +250,13 @@ struct Figures {
     b1_pipelined_ms: f64,
     draft_ms: f64,
     verify_ms: f64,
+    decide_ms: f64,
     commit_ms: f64,
-    sample_ms: f64,
+    mtp_cycle_ms: f64,
+    /// The same cycles run as the lane runs them (no evaluation between phases): tokens a second
+    /// over all eight rows, and the share of drafts accepted (random weights accept few).
+    served_tok_s: f64,
+    served_acceptance: f64,
 }
 
 pub(super) fn ms(t: Instant) -> f64 {
@@ -532,13 +543,14 @@ fn interleaved_b1(
 
 fn measure(
     model: &Qwen35Model,
-    cfg: &Qwen35Config,
+    tokenizer: &TextTokenizer,
     args: &BenchStepArgs,
     route: GdnRoute,
     attention: AttentionPath,
     compiled: CompiledBlocks,
     first_logits: &mut Option<Vec<f32>>,
 ) -> Result<Figures> {
+    let cfg = &model.cfg;
     let ids = |n: usize, salt: u32| synthetic_ids(n, salt, cfg.vocab_size);
     // Progress on stderr as each phase ends: a first call that traces graphs or JIT-compiles
     // kernels can take minutes on a fresh GPU machine, and a run cut off by a time limit should
@@ -601,8 +613,9 @@ fn measure(
     let b1_pipelined =
         if rounds(StepKind::B1) > 0 { b1_pipelined_ms(model, &mut row, tok, args.iters)? } else { f64::NAN };
 
-    // B8 cycles: draft at M8, verify at M16, commit (keep = 1 for every row), sampling readback.
-    let b8 = if rounds(StepKind::B8) > 0 { b8_cycles(model, args, &progress)? } else { B8Times::default() };
+    // B8 cycles: the engine's own (owe history, draft at M8, verify at M16, decide, commit).
+    let b8 = if rounds(StepKind::B8) > 0 { b8_cycles(model, tokenizer, args, &progress)? } else { B8Times::default() };
+    let mtp = |p| B8Times::median(&b8.mtp, p);
     Ok(Figures {
         route,
         attention,
@@ -613,13 +626,17 @@ fn measure(
         b1_pipelined_ms: b1_pipelined,
         b1_build_ms: median_or_nan(b1_build),
         b1_enqueued_ms: median_or_nan(b1_enqueued),
-        b8_ar_ms: median_or_nan(b8.ar),
-        verify_enqueued_ms: median_or_nan(b8.verify_enqueued),
-        b8_ar_enqueued_ms: median_or_nan(b8.ar_enqueued),
-        draft_ms: median_or_nan(b8.draft),
-        verify_ms: median_or_nan(b8.verify),
-        commit_ms: median_or_nan(b8.commit),
-        sample_ms: median_or_nan(b8.sample),
+        b8_ar_ms: B8Times::cycle_median(&b8.ar),
+        verify_enqueued_ms: B8Times::median(&b8.mtp_handed, Phase::Verify),
+        b8_ar_enqueued_ms: B8Times::median(&b8.ar_handed, Phase::Step),
+        owe_ms: mtp(Phase::OweHistory),
+        draft_ms: mtp(Phase::Draft),
+        verify_ms: mtp(Phase::Verify),
+        decide_ms: mtp(Phase::Decide),
+        commit_ms: mtp(Phase::Commit),
+        mtp_cycle_ms: B8Times::cycle_median(&b8.mtp),
+        served_tok_s: b8.served_tokens as f64 / b8.served_s,
+        served_acceptance: b8.accepted as f64 / b8.proposed.max(1) as f64,
     })
 }
 
@@ -669,21 +686,23 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         return Ok(());
     }
     let t_load = Instant::now();
+    let dir = match (&args.synthetic, &args.model) {
+        (Some(_), _) => None,
+        (None, Some(m)) => Some(crate::model::load::resolve(m)?),
+        (None, None) => Some(crate::model::load::default_model()?),
+    };
     let load = || -> Result<(Box<Qwen35Model>, Qwen35Config)> {
-        Ok(match (&args.synthetic, &args.model) {
+        Ok(match (&args.synthetic, &dir) {
             (Some(g), _) => {
                 let cfg = crate::model::synth::geometry(g, args.layers, args.vocab)?;
                 let mut w = crate::model::synth::make_weights(&cfg, dtype, 7)?;
                 (Box::new(Qwen35Model::from_weights(cfg.clone(), &mut w, dtype)?), cfg)
             }
-            (None, m) => {
-                let dir = match m {
-                    Some(m) => crate::model::load::resolve(m)?,
-                    None => crate::model::load::default_model()?,
-                };
+            (None, dir) => {
+                let dir = dir.as_ref().context("no model folder")?;
                 let cfg = Qwen35Config::load(&dir.join("config.json"))
                     .context("bench-step measures Qwen3.5-family models")?;
-                (Box::new(Qwen35Model::load(&dir, dtype)?), cfg)
+                (Box::new(Qwen35Model::load(dir, dtype)?), cfg)
             }
         })
     };
@@ -700,6 +719,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     crate::model::linear::set_stacked(None);
     let cfg = cfg.expect("at least one model");
     let model = &models[0].1;
+    let tok = tokenizer_for(dir.as_deref(), cfg.vocab_size as usize)?;
     println!("route the engine serves: {}", served_route(model.as_ref())?);
     let load_s = t_load.elapsed().as_secs_f64();
     let mem_loaded = MemoryStats::read();
@@ -735,7 +755,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
                 eprintln!(
                     "measuring: {route:?} recurrence, {attention:?} cohort attention, compiled blocks: {compiled:?}"
                 );
-                let f = measure(model, &cfg, &args, route, attention, compiled, &mut first_logits)?;
+                let f = measure(model, &tok, &args, route, attention, compiled, &mut first_logits)?;
                 // Each arm as soon as it is measured, so a run cut short keeps the arms before.
                 print_figures(&f, &floors, args.prefill);
                 all.push(f);
@@ -750,7 +770,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             if args.interleave_b8 {
                 let arms: Vec<Arm> =
                     arms(&models, &args, &compiled_arms).into_iter().filter(|a| a.model == 0).collect();
-                interleaved_b8(model, &args, &arms)?;
+                interleaved_b8(model, &tok, &args, &arms)?;
             }
             Ok(())
         })();
@@ -818,27 +838,38 @@ fn print_figures(f: &Figures, floors: &Floors, prefill: usize) {
         floors.b1,
         f.b1_pipelined_ms / floors.b1
     );
-    println!("| B8 draft (MTP, M=8) | {:.2} | {:.3} | {:.1}x |", f.draft_ms, floors.draft, f.draft_ms / floors.draft);
+    println!("| B8 MTP cycle: owe history (accepted rows' entries) | {:.2} | | |", f.owe_ms);
     println!(
-        "| B8 verify (T=2, M=16) | {:.2} | {:.3} | {:.1}x |",
+        "| B8 MTP cycle: draft (M=8) | {:.2} | {:.3} | {:.1}x |",
+        f.draft_ms,
+        floors.draft,
+        f.draft_ms / floors.draft
+    );
+    println!(
+        "| B8 MTP cycle: verify (T=2, M=16, ids to the host) | {:.2} | {:.3} | {:.1}x |",
         f.verify_ms,
         floors.verify,
         f.verify_ms / floors.verify
     );
-    println!("| B8 commit (keep=1, all rows) | {:.2} | | |", f.commit_ms);
-    println!("| B8 sampling readback (ids) | {:.3} | | |", f.sample_ms);
+    println!("| B8 MTP cycle: decide | {:.3} | | |", f.decide_ms);
+    println!("| B8 MTP cycle: commit (keep=2 or keep=1 per row, tokens emitted) | {:.2} | | |", f.commit_ms);
+    println!("| B8 MTP cycle, all phases | {:.2} | | |", f.mtp_cycle_ms);
     println!(
-        "| B8 AR step (T=1, M=8, with readback) | {:.2} | {:.3} | {:.1}x |",
+        "| B8 AR cycle (T=1, M=8, step, decide, commit) | {:.2} | {:.3} | {:.1}x |",
         f.b8_ar_ms,
         floors.b8_ar,
         f.b8_ar_ms / floors.b8_ar
     );
-    let cycle = f.draft_ms + f.verify_ms + f.commit_ms + f.sample_ms;
+    let cycle = f.mtp_cycle_ms;
     println!(
-        "B1 AR: {:.1} tok/s ({:.1} pipelined); B8 AR: {:.0} tok/s; B8 cycle {cycle:.2} ms",
+        "B1 AR: {:.1} tok/s ({:.1} pipelined); B8 AR: {:.0} tok/s; B8 MTP cycle {cycle:.2} ms",
         1e3 / f.b1_ms,
         1e3 / f.b1_pipelined_ms,
         FIXED_WIDTH as f64 * 1e3 / f.b8_ar_ms
+    );
+    println!(
+        "B8 MTP cohort as the engine serves it (untimed cycles): {:.0} tok/s at acceptance {:.2} (measured)",
+        f.served_tok_s, f.served_acceptance
     );
     for acc in [0.0, 0.3, 0.6, 0.8] {
         println!(

@@ -12,20 +12,18 @@
 use std::cell::Cell;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
-use mlx_rs::{Array, Dtype};
+use anyhow::{Result, bail};
 
+use super::cycle::{self, Inert, Untimed, dummy};
 use super::memory_guard;
 use super::prepare::VERIFY_SLACK;
 use super::request::FinishReason;
 use super::row::{RowEvent, RowRun};
-use super::sampler::{Decision, Dist, SamplerConfig, decide, distributions};
-use super::solo::{GenerationMode, draft_inputs, prefill_row, restore_from_capture};
+use super::solo::{GenerationMode, prefill_row};
 use super::telemetry::{RowState, RowTelemetry, SharedTelemetry, push_recent};
 use crate::model::cache::RowCache;
-use crate::model::forward::{LanguageModel, Logits};
+use crate::model::forward::LanguageModel;
 use crate::model::kv_slots;
-use crate::model::ops::{host_u32, slice_axis};
 use crate::model::tokenizer::TextTokenizer;
 
 /// The physical width every cohort runs at.
@@ -53,24 +51,6 @@ pub struct CohortConfig {
     pub mode: GenerationMode,
 }
 
-/// A slot's decode inputs: real rows read theirs from `RowRun`, inert rows keep a dummy's.
-#[derive(Clone)]
-pub(crate) struct Inert {
-    hidden: Array,
-    primary: u32,
-}
-
-fn tokens(ids: &[u32], rows: i32, cols: i32) -> Array {
-    Array::from_slice(&ids.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[rows, cols])
-}
-
-/// A one-token row used for padding and for rows cancelled before they decode.
-pub(crate) fn dummy(model: &dyn LanguageModel) -> Result<(RowCache, Inert)> {
-    let mut row = model.new_row();
-    let (hidden, _, _) = model.prefill(&mut row, &[0], 1, false)?;
-    Ok((row, Inert { hidden, primary: 0 }))
-}
-
 /// Run the sealed cohort `runs` (2 to 8 rows) to completion. Streams deltas through `events`;
 /// terminal results are left in the runs for the owner to deliver after cleanup.
 pub fn run_cohort(
@@ -86,7 +66,7 @@ pub fn run_cohort(
     }
     let (dummy_row, dummy_in) = dummy(model)?;
     let mut rows: Vec<RowCache> = vec![dummy_row.clone(); FIXED_WIDTH];
-    let inert: Vec<Inert> = (0..FIXED_WIDTH).map(|_| Inert { hidden: dummy_in.hidden.clone(), primary: 0 }).collect();
+    let inert: Vec<Inert> = vec![dummy_in; FIXED_WIDTH];
     publish_rows(tel, runs, &rows, RowState::Queued);
 
     // Prefill row by row; cancellation is polled before each prefill and at the boundary.
@@ -127,8 +107,8 @@ pub fn run_cohort(
         fault_hook()?;
         let mut by_row = |_: usize, ev: RowEvent| events(ev);
         match cfg.mode {
-            GenerationMode::Mtp => cycle(model, tok, runs, &mut rows, &inert, &mut by_row)?,
-            GenerationMode::Ar => cycle_ar(model, tok, runs, &mut rows, &inert, &mut by_row)?,
+            GenerationMode::Mtp => cycle::mtp(model, tok, runs, &mut rows, &inert, &mut Untimed, &mut by_row)?,
+            GenerationMode::Ar => cycle::ar(model, tok, runs, &mut rows, &inert, &mut Untimed, &mut by_row)?,
         }
         // One evaluation per cycle, so no row carries a pending graph into the next.
         let hidden = runs.iter().filter_map(|r| r.hidden_last.as_ref());
@@ -195,200 +175,6 @@ pub(crate) fn fault_hook() -> Result<()> {
     }
     Ok(())
 }
-
-/// One lockstep MTP cycle (owe history, draft, verify, decide, commit) over every slot of
-/// `rows`: slot b < runs.len() is runs[b]'s row, the rest are inert padding. Events go out with
-/// the index of the run that made them.
-pub(crate) fn cycle(
-    model: &dyn LanguageModel,
-    tok: &TextTokenizer,
-    runs: &mut [RowRun],
-    rows: &mut [RowCache],
-    inert: &[Inert],
-    events: &mut dyn FnMut(usize, RowEvent),
-) -> Result<()> {
-    let width = rows.len();
-    let active: Vec<bool> = (0..width).map(|b| b < runs.len() && runs[b].is_active()).collect();
-    let before: Vec<RowCache> = rows.to_vec();
-
-    // 1. Accepted drafts from the last cycle still owe their MTP history entry.
-    let owing: Vec<usize> = (0..width).filter(|&b| active[b] && runs[b].pending_mtp.is_some()).collect();
-    if !owing.is_empty() {
-        let hs: Vec<Array> = owing.iter().map(|&b| runs[b].pending_mtp.as_ref().unwrap().0.clone()).collect();
-        let ts: Vec<u32> = owing.iter().map(|&b| runs[b].pending_mtp.as_ref().unwrap().1).collect();
-        let mut subset: Vec<&mut RowCache> =
-            rows.iter_mut().enumerate().filter(|(b, _)| owing.contains(b)).map(|(_, r)| r).collect();
-        model.mtp_forward(&mlx_rs::ops::concatenate(&hs, 0)?, &tokens(&ts, owing.len() as i32, 1), &mut subset)?;
-        for &b in &owing {
-            runs[b].pending_mtp = None;
-        }
-    }
-
-    // 2. Draft for every slot at M = width.
-    let mut hidden = Vec::with_capacity(width);
-    let mut primary = Vec::with_capacity(width);
-    for b in 0..width {
-        if active[b] {
-            let (h, t) = draft_inputs(&runs[b])?;
-            hidden.push(h);
-            primary.push(*t.last().unwrap());
-        } else {
-            hidden.push(inert[b].hidden.clone());
-            primary.push(inert[b].primary);
-        }
-    }
-    let hidden = mlx_rs::ops::concatenate(&hidden, 0)?;
-    let x0 = tokens(&primary, width as i32, 1);
-    {
-        let mut all: Vec<&mut RowCache> = rows.iter_mut().collect();
-        let q_logits = model.mtp_forward(&hidden, &x0, &mut all)?; // [W, 1, V]
-        let cfgs: Vec<SamplerConfig> =
-            (0..width).map(|b| if active[b] { runs[b].sampler } else { SamplerConfig::greedy() }).collect();
-        let all_greedy = cfgs.iter().all(SamplerConfig::is_greedy);
-        let vocab = *q_logits.shape().last().unwrap();
-        let q_flat = q_logits.reshape(&[width as i32, vocab])?;
-
-        // 3. Drafts: greedy cohorts keep them on the device and feed them straight into verify.
-        let (verify_tokens, q_dists, drafts_dev) = if all_greedy {
-            let d = mlx_rs::ops::indexing::argmax_axis(&q_flat, -1, true)?.as_dtype(Dtype::Int32)?;
-            (mlx_rs::ops::concatenate(&[x0.clone(), d.clone()], 1)?, None, Some(d))
-        } else {
-            let pens: Vec<_> =
-                (0..width).map(|b| if active[b] { &runs[b].penalties } else { &EMPTY_PENALTIES }).collect();
-            let q = distributions(&q_flat, &cfgs, &pens)?;
-            let mut ds = Vec::with_capacity(width);
-            for b in 0..width {
-                // A row with no room for a proposal draws nothing here, exactly as its solo run.
-                let proposes = active[b] && runs[b].budget_left() >= 2;
-                ds.push(if proposes { runs[b].draw(&q[b]) } else { q[b].argmax() });
-            }
-            let mut pairs = Vec::with_capacity(2 * width);
-            for b in 0..width {
-                pairs.extend([primary[b], ds[b]]);
-            }
-            (tokens(&pairs, width as i32, 2), Some((q, ds)), None)
-        };
-
-        // 4. Verify [x0, d] for every slot at M = 2 * width, capturing GDN states per position.
-        let out = model.forward(&verify_tokens, &mut all, Logits::All, true)?;
-        let logits = out.logits.as_ref().context("verify returned no logits")?;
-        let (p0, p1, drafts): (Vec<Dist>, Vec<Option<Dist>>, Vec<u32>) = if let Some(d) = drafts_dev {
-            // Only token ids reach the host.
-            let am = mlx_rs::ops::indexing::argmax_axis(logits, -1, None)?;
-            mlx_rs::transforms::async_eval([&am, &d])?;
-            let (am, d) = (host_u32(&am)?, host_u32(&d)?);
-            (
-                (0..width).map(|b| Dist::one_hot(am[2 * b])).collect(),
-                (0..width).map(|b| Some(Dist::one_hot(am[2 * b + 1]))).collect(),
-                d.to_vec(),
-            )
-        } else {
-            let (_, ds) = q_dists.as_ref().unwrap();
-            let pens: Vec<_> =
-                (0..width).map(|b| if active[b] { &runs[b].penalties } else { &EMPTY_PENALTIES }).collect();
-            let l0 = slice_axis(logits, 1, 0, 1)?.reshape(&[width as i32, vocab])?;
-            let p0 = distributions(&l0, &cfgs, &pens)?;
-            // Position-1 distributions depend on penalties after the draft: computed per row below.
-            (p0, vec![None; width], ds.clone())
-        };
-        let q_all: Vec<Dist> = match &q_dists {
-            Some((q, _)) => q.clone(),
-            None => drafts.iter().map(|&d| Dist::one_hot(d)).collect(),
-        };
-
-        // 5. Per-row decision and commit.
-        for b in 0..width {
-            if !active[b] {
-                rows[b] = before[b].clone(); // keep = 0: inert rows change nothing
-                continue;
-            }
-            let run = &mut runs[b];
-            run.stats.verify_cycles += 1;
-            let h0 = slice_axis(&slice_axis(&out.hidden, 0, b as i32, b as i32 + 1)?, 1, 0, 1)?;
-            let h1 = slice_axis(&slice_axis(&out.hidden, 0, b as i32, b as i32 + 1)?, 1, 1, 2)?;
-            let greedy = run.sampler.is_greedy();
-            let proposal = run.budget_left() >= 2;
-            let decision = if proposal {
-                decide(&p0[b], &q_all[b], drafts[b], greedy, &mut run.rng)
-            } else {
-                // No room for two tokens: keep = 1 and take position 0's token as plain decoding would.
-                Decision::Reject(run.draw(&p0[b]))
-            };
-            match decision {
-                Decision::Accept(d) => {
-                    run.stats.accepted_drafts += 1;
-                    run.pending_mtp = Some((h0, d));
-                    run.hidden_last = Some(h1);
-                    if run.emit(d, tok, &mut |ev| events(b, ev))? {
-                        let bonus = match &p1[b] {
-                            Some(p) => p.argmax(),
-                            None => {
-                                let row_logits = slice_axis(&slice_axis(logits, 0, b as i32, b as i32 + 1)?, 1, 1, 2)?
-                                    .reshape(&[1, vocab])?;
-                                let p = distributions(&row_logits, &[run.sampler], &[&run.penalties])?.remove(0);
-                                run.draw(&p)
-                            }
-                        };
-                        run.primary = Some(bonus);
-                        run.emit(bonus, tok, &mut |ev| events(b, ev))?;
-                    }
-                }
-                Decision::Reject(t) => {
-                    if proposal {
-                        run.stats.rejected_drafts += 1;
-                    }
-                    rows[b].trim_attention(1)?;
-                    restore_from_capture(&mut rows[b], &out.captures, 0, b);
-                    run.hidden_last = Some(h0);
-                    run.primary = Some(t);
-                    run.emit(t, tok, &mut |ev| events(b, ev))?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// One plain step for every slot: feed each row's primary, sample its next token. Inactive rows
-/// are put back as they were (keep = 0).
-pub(crate) fn cycle_ar(
-    model: &dyn LanguageModel,
-    tok: &TextTokenizer,
-    runs: &mut [RowRun],
-    rows: &mut [RowCache],
-    inert: &[Inert],
-    events: &mut dyn FnMut(usize, RowEvent),
-) -> Result<()> {
-    let width = rows.len();
-    let active: Vec<bool> = (0..width).map(|b| b < runs.len() && runs[b].is_active()).collect();
-    let before: Vec<RowCache> = rows.to_vec();
-    let primary: Vec<u32> =
-        (0..width).map(|b| if active[b] { runs[b].primary.unwrap_or(0) } else { inert[b].primary }).collect();
-    let out = {
-        let mut all: Vec<&mut RowCache> = rows.iter_mut().collect();
-        model.forward(&tokens(&primary, width as i32, 1), &mut all, Logits::Last, false)?
-    };
-    let logits = out.logits.as_ref().context("step returned no logits")?;
-    let vocab = *logits.shape().last().unwrap();
-    let cfgs: Vec<SamplerConfig> =
-        (0..width).map(|b| if active[b] { runs[b].sampler } else { SamplerConfig::greedy() }).collect();
-    let pens: Vec<_> = (0..width).map(|b| if active[b] { &runs[b].penalties } else { &EMPTY_PENALTIES }).collect();
-    let dists = distributions(&logits.reshape(&[width as i32, vocab])?, &cfgs, &pens)?;
-    for b in 0..width {
-        if !active[b] {
-            rows[b] = before[b].clone();
-            continue;
-        }
-        let run = &mut runs[b];
-        let next = run.draw(&dists[b]);
-        run.hidden_last = Some(slice_axis(&out.hidden, 0, b as i32, b as i32 + 1)?);
-        run.primary = Some(next);
-        run.emit(next, tok, &mut |ev| events(b, ev))?;
-    }
-    Ok(())
-}
-
-static EMPTY_PENALTIES: std::sync::LazyLock<super::sampler::PenaltyState> = std::sync::LazyLock::new(Default::default);
 
 fn set_state(tel: &SharedTelemetry, b: usize, state: RowState) {
     if let Ok(mut t) = tel.lock()

@@ -16,7 +16,8 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use mlx_rs::Array;
 
-use super::cohort::{self, Inert};
+use super::cohort;
+use super::cycle::{self, Inert, Untimed};
 use super::prepare::prepare;
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
@@ -122,7 +123,7 @@ pub struct Lane<'m> {
 
 impl<'m> Lane<'m> {
     pub fn new(model: &'m dyn LanguageModel, tok: &'m TextTokenizer, cfg: LaneConfig) -> Result<Self> {
-        let dummy = cohort::dummy(model).context("the lane's padding row")?;
+        let dummy = cycle::dummy(model).context("the lane's padding row")?;
         Ok(Self {
             model,
             tok,
@@ -371,8 +372,8 @@ impl<'m> Lane<'m> {
         } else {
             let inert = vec![dummy.1.clone(); width];
             linear::with_route(cfg.linear_route(), || match cfg.mode {
-                GenerationMode::Mtp => cohort::cycle(*model, tok, runs, rows, &inert, &mut route),
-                GenerationMode::Ar => cohort::cycle_ar(*model, tok, runs, rows, &inert, &mut route),
+                GenerationMode::Mtp => cycle::mtp(*model, tok, runs, rows, &inert, &mut Untimed, &mut route),
+                GenerationMode::Ar => cycle::ar(*model, tok, runs, rows, &inert, &mut Untimed, &mut route),
             })?;
         }
         // One evaluation per cycle, so no row carries a pending graph into the next.

@@ -4,6 +4,7 @@ pub mod ar;
 pub mod cohort;
 pub mod construction;
 pub mod cuda_profiler;
+pub mod cycle;
 pub mod graph_stats;
 pub mod handle;
 pub mod lane;

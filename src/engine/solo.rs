@@ -13,8 +13,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use mlx_rs::Array;
 
+use super::cycle::{self, Untimed};
 use super::row::{RowEvent, RowRun};
-use super::sampler::{Decision, Dist, decide, distributions};
+use super::sampler::{Dist, distributions};
 use crate::model::cache::{LayerState, RowCache};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::gated_delta::PositionStates;
@@ -166,15 +167,23 @@ pub fn lone_cycle(
     events: &mut dyn FnMut(RowEvent),
 ) -> Result<()> {
     let mtp = mode == GenerationMode::Mtp;
-    if mtp && run.budget_left() >= 2 {
-        return mtp_cycle(model, tok, run, row, events);
-    }
-    if mtp {
+    let room_for_two = run.budget_left() >= 2;
+    if mtp && !room_for_two {
         // No room for a proposal: still record this transition in the MTP history so it always
         // covers every committed token.
         advance_mtp_history(model, run, row)?;
     }
-    ar_step(model, tok, run, row, events)
+    let runs = std::slice::from_mut(run);
+    let rows = std::slice::from_mut(row);
+    let mut events = |_: usize, ev: RowEvent| events(ev);
+    if !(mtp && room_for_two) {
+        return cycle::ar(model, tok, runs, rows, &[], &mut Untimed, &mut events);
+    }
+    cycle::mtp(model, tok, runs, rows, &[], &mut Untimed, &mut events)?;
+    let mut arrays = rows[0].arrays();
+    arrays.extend(runs[0].hidden_last.as_ref());
+    mlx_rs::transforms::eval(arrays)?;
+    Ok(())
 }
 
 pub fn route_id(mode: GenerationMode, width: usize) -> String {
@@ -182,25 +191,6 @@ pub fn route_id(mode: GenerationMode, width: usize) -> String {
         GenerationMode::Ar => format!("ar_b{width}"),
         GenerationMode::Mtp => format!("mtp_d1_b{width}_t2"),
     }
-}
-
-/// One plain step: feed the primary, draw the next token from the last logits.
-fn ar_step(
-    model: &dyn LanguageModel,
-    tok: &TextTokenizer,
-    run: &mut RowRun,
-    row: &mut RowCache,
-    events: &mut dyn FnMut(RowEvent),
-) -> Result<()> {
-    let x = run.primary.context("no primary token")?;
-    let out = model.forward(&token_array(&[x]), &mut [row], Logits::Last, false)?;
-    let logits = out.logits.context("no logits")?;
-    let dist = dist_of(run, &logits)?;
-    let next = run.draw(&dist);
-    run.hidden_last = Some(out.hidden);
-    run.primary = Some(next);
-    run.emit(next, tok, events)?;
-    Ok(())
 }
 
 /// A greedy step handed to the device: the next token [1, 1] (still on the device) and the hidden
@@ -279,88 +269,5 @@ fn advance_mtp_history(model: &dyn LanguageModel, run: &mut RowRun, row: &mut Ro
     let (h_in, t_in) = draft_inputs(run)?;
     run.pending_mtp = None;
     model.mtp_forward(&h_in, &token_array(&t_in), &mut [row])?;
-    Ok(())
-}
-
-fn mtp_cycle(
-    model: &dyn LanguageModel,
-    tok: &TextTokenizer,
-    run: &mut RowRun,
-    row: &mut RowCache,
-    events: &mut dyn FnMut(RowEvent),
-) -> Result<()> {
-    let x0 = run.primary.context("no primary token")?;
-    let (h_in, t_in) = draft_inputs(run)?;
-    run.pending_mtp = None;
-    let q_logits = model.mtp_forward(&h_in, &token_array(&t_in), &mut [&mut *row])?;
-    let t = q_logits.shape()[1];
-    let q_last = slice_axis(&q_logits, 1, t - 1, t)?;
-    let greedy = run.sampler.is_greedy();
-    let scripted = run.draft_script.as_mut().and_then(|q| q.pop_front());
-
-    // Greedy rows keep the draft on the device and read back only ids; others need q on the host.
-    let (d, q, out, a0, a1) = if greedy {
-        let d_dev = match scripted {
-            Some(d) => Array::from_slice(&[d as i32], &[1]),
-            None => mlx_rs::ops::indexing::argmax_axis(&q_last, -1, None)?.as_dtype(mlx_rs::Dtype::Int32)?,
-        };
-        let tokens = mlx_rs::ops::concatenate(&[token_array(&[x0]), d_dev.reshape(&[1, 1])?], 1)?;
-        let out = model.forward(&tokens, &mut [&mut *row], Logits::All, true)?;
-        let am = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?;
-        mlx_rs::transforms::eval([&d_dev, &am])?;
-        let d = d_dev.item_cast::<u32>();
-        let am = am.flatten(None, None)?;
-        let ams = am.as_slice::<u32>();
-        (d, Dist::one_hot(d), out, Some(ams[0]), Some(ams[1]))
-    } else {
-        let mut q = dist_of(run, &q_last)?;
-        let d = match scripted {
-            Some(d) => {
-                q = Dist::one_hot(d);
-                d
-            }
-            None => run.draw(&q),
-        };
-        let out = model.forward(&token_array(&[x0, d]), &mut [&mut *row], Logits::All, true)?;
-        (d, q, out, None, None)
-    };
-    run.stats.verify_cycles += 1;
-    let logits = out.logits.as_ref().unwrap();
-    let p0 = match a0 {
-        Some(a) => Dist::one_hot(a),
-        None => dist_of(run, &slice_axis(logits, 1, 0, 1)?)?,
-    };
-    let decision = decide(&p0, &q, d, greedy, &mut run.rng);
-    let h0 = slice_axis(&out.hidden, 1, 0, 1)?;
-    if let Decision::Accept(d) = decision {
-        run.stats.accepted_drafts += 1;
-        // keep = 2: the block's final state is already the row's.
-        run.pending_mtp = Some((h0, d));
-        run.hidden_last = Some(slice_axis(&out.hidden, 1, 1, 2)?);
-        if run.emit(d, tok, events)? {
-            let bonus = match a1 {
-                Some(a) => a,
-                None => {
-                    let p1 = dist_of(run, &slice_axis(logits, 1, 1, 2)?)?;
-                    run.draw(&p1)
-                }
-            };
-            run.primary = Some(bonus);
-            run.emit(bonus, tok, events)?;
-        }
-    } else if let Decision::Reject(corrected) = decision {
-        run.stats.rejected_drafts += 1;
-        // keep = 1: drop the draft's position, restore GDN state after position 0.
-        row.trim_attention(1)?;
-        restore_from_capture(row, &out.captures, 0, 0);
-        run.hidden_last = Some(h0);
-        run.primary = Some(corrected);
-        run.emit(corrected, tok, events)?;
-    }
-    let mut arrays = row.arrays();
-    if let Some(h) = &run.hidden_last {
-        arrays.push(h);
-    }
-    mlx_rs::transforms::eval(arrays)?;
     Ok(())
 }

@@ -70,6 +70,20 @@ impl TextTokenizer {
         Ok(Self { inner, chat_template, bos_token, eos_token, eos_ids })
     }
 
+    /// A tokenizer whose token i is the word `t{i}`, for synthetic models: they have weights
+    /// but no vocabulary, and the engine still decodes what it emits.
+    pub fn numbered(vocab: usize) -> Result<Self> {
+        let words: serde_json::Map<String, Value> = (0..vocab).map(|i| (format!("t{i}"), Value::from(i))).collect();
+        let spec = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+            "model": {"type": "WordLevel", "vocab": words, "unk_token": "t0"},
+        });
+        let inner = tokenizers::Tokenizer::from_str(&spec.to_string())
+            .map_err(|e| anyhow::anyhow!("cannot build a numbered tokenizer of {vocab} tokens: {e}"))?;
+        Ok(Self { inner, chat_template: None, bos_token: None, eos_token: None, eos_ids: Vec::new() })
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
