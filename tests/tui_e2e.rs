@@ -298,9 +298,9 @@ fn stop_signal_quits_cleanly(signal: &str) {
 
 /// Issue 40: f2 puts the last message back in the box and, sent, it replaces that turn; ctrl+r
 /// asks it again in place of its answer. The transcript reads back as the screen shows it, and
-/// alt+s exports the same conversation as Markdown.
+/// alt+s exports the same conversation as Markdown; alt+y copies any of its messages.
 #[test]
-fn edit_regenerate_and_export_a_conversation() {
+fn edit_regenerate_export_and_copy_a_conversation() {
     let launched =
         launch(Launch { tag: "edit", size: (120, 30), max_tokens: 12, env: "", args: "--panes 1", after: "" });
     let Some((home, tmux)) = launched else { return };
@@ -326,6 +326,14 @@ fn edit_regenerate_and_export_a_conversation() {
     tmux.keys(&["M-s"]);
     let exported = tmux.wait_for("the export", slow, |s| s.contains("exported to"));
     assert!(exported.contains("pane-1.md"), "{exported}");
+    // alt+y picks a message (the newest answer first): up moves to the question, enter copies it.
+    tmux.keys(&["M-y"]);
+    tmux.wait_for("the message picker", slow, |s| s.contains("message 2 of 2"));
+    tmux.keys(&["Up"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the copy", slow, |s| s.contains("copied 16 chars"));
+    let copied = std::fs::read_to_string(home.path().join("data").join("clipboard").join("last-answer.txt"));
+    assert_eq!(copied.unwrap(), "a first question");
     tmux.keys(&["C-q"]);
     tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
     let sessions = home.path().join("data").join("transcripts");

@@ -746,3 +746,40 @@ fn export_writes_the_conversation_as_markdown() {
     assert!(app.handle_key(alt(KeyCode::Char('s'))).is_empty());
     assert!(app.notice.as_ref().unwrap().text.contains("nothing to export"), "{:?}", app.notice);
 }
+
+/// Issue 40: alt+y picks any message of the focused pane (up/down or k/j move, home/end jump),
+/// enter or y copies it through the same copy as ctrl+y, esc leaves; keys never reach the box.
+#[test]
+fn any_message_can_be_picked_and_copied() {
+    let mut app = fixture::app(1, "dark");
+    assert!(app.handle_key(alt(KeyCode::Char('y'))).is_empty());
+    assert!(app.notice.as_ref().unwrap().text.contains("nothing to copy"), "{:?}", app.notice);
+    assert_eq!(app.overlay, None);
+
+    let mut app = two_turns("second");
+    app.handle_key(alt(KeyCode::Char('y')));
+    assert_eq!(app.overlay, Some(Overlay::Select { index: 3 }), "the newest answer first");
+    app.handle_key(key(KeyCode::Up));
+    app.handle_key(key(KeyCode::Char('k')));
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert!(matches!(&fx[..], [Effect::Copy { text }] if text == "answer one"), "{fx:?}");
+    assert_eq!(app.overlay, None);
+
+    app.handle_key(alt(KeyCode::Char('y')));
+    for _ in 0..5 {
+        app.handle_key(key(KeyCode::Char('k')));
+    }
+    assert_eq!(app.overlay, Some(Overlay::Select { index: 0 }), "the first message stops it");
+    app.handle_key(key(KeyCode::Char('j')));
+    app.handle_key(key(KeyCode::End));
+    app.handle_key(key(KeyCode::Home));
+    let fx = app.handle_key(key(KeyCode::Char('y')));
+    assert!(matches!(&fx[..], [Effect::Copy { text }] if text == "first"), "{fx:?}");
+
+    app.handle_key(alt(KeyCode::Char('y')));
+    assert!(app.handle_key(key(KeyCode::Char('x'))).is_empty());
+    assert!(app.overlay.is_some(), "a stray key keeps the choice open");
+    assert!(app.handle_key(key(KeyCode::Esc)).is_empty());
+    assert_eq!(app.overlay, None);
+    assert_eq!(app.panes[0].input.text(), "", "nothing was typed into the box");
+}

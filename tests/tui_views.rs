@@ -439,3 +439,27 @@ fn a_pane_editing_its_last_message() {
     app.notice = None;
     insta::assert_snapshot!(draw(&app, 70, 16).backend());
 }
+
+/// Issue 40: picking a message to copy highlights it in the focused pane, scrolled into view
+/// (here the first question, above a long answer), and the bottom bar says what the keys do.
+#[test]
+fn a_message_picked_for_copying() {
+    let mut app = fixture::app(1, "dark");
+    let t0 = std::time::Instant::now();
+    fixture::play(&mut app, 0, "Write a loop in Rust", fixture::CODE_ANSWER, Some(FinishReason::Stop), t0);
+    let long: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+    fixture::play(&mut app, 0, "Count to thirty", &long, Some(FinishReason::Stop), t0);
+    app.overlay = Some(Overlay::Select { index: 0 });
+    let screen = draw(&app, 60, 14);
+    insta::assert_snapshot!(screen.backend());
+    let selected = app.styles.selection;
+    let buffer = screen.backend().buffer();
+    let row = (0..buffer.area.height).find(|&y| row_text(buffer, y).contains("Write a loop")).expect("in view");
+    assert_eq!(buffer[(4, row)].bg, selected.bg.unwrap(), "the picked message is highlighted");
+    let other = (0..buffer.area.height).find(|&y| row_text(buffer, y).contains("Here is a loop")).unwrap();
+    assert_ne!(buffer[(4, other)].bg, selected.bg.unwrap(), "its answer is not");
+}
+
+fn row_text(buffer: &ratatui::buffer::Buffer, y: u16) -> String {
+    (0..buffer.area.width).map(|x| buffer[(x, y)].symbol().to_owned()).collect()
+}

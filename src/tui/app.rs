@@ -57,9 +57,19 @@ impl InspectorPanel {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Overlay {
-    Help { scroll: usize },
-    Profiles { selected: usize },
-    SaveProfile { name: InputLine },
+    Help {
+        scroll: usize,
+    },
+    Profiles {
+        selected: usize,
+    },
+    SaveProfile {
+        name: InputLine,
+    },
+    /// Picking a message of the focused pane to copy: `index` into `Pane::messages`.
+    Select {
+        index: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -305,6 +315,16 @@ impl App {
                 Some(text) => fx.push(Effect::Copy { text: text.to_owned() }),
                 None => self.notify("nothing to copy: this pane has no answer yet".into(), true),
             },
+            Command::Select => {
+                let count = self.focused().messages().len();
+                if count == 0 {
+                    self.notify("nothing to copy: this pane has no message yet".into(), true);
+                } else {
+                    // The bottom bar shows the picker's keys.
+                    self.notice = None;
+                    self.overlay = Some(Overlay::Select { index: count - 1 });
+                }
+            }
             Command::Export => self.export(fx),
             Command::NewPane => {
                 if n < MAX_PANES {
@@ -684,6 +704,23 @@ impl App {
                     _ => Some(Overlay::Profiles { selected }),
                 }
             }
+            Overlay::Select { index } => {
+                let last = self.focused().messages().len().saturating_sub(1);
+                let copy = self.keymap.keys_for(Command::Copy).iter().any(|c| c.matches(&key));
+                let index = match key.code {
+                    KeyCode::Esc | KeyCode::Char('q') => return None,
+                    KeyCode::Enter | KeyCode::Char('y') => return self.copy_message(index, fx),
+                    _ if copy => return self.copy_message(index, fx),
+                    KeyCode::Up | KeyCode::Char('k') => index.saturating_sub(1),
+                    KeyCode::Down | KeyCode::Char('j') => index + 1,
+                    KeyCode::Home | KeyCode::Char('g') => 0,
+                    KeyCode::End | KeyCode::Char('G') => last,
+                    KeyCode::PageUp => index.saturating_sub(5),
+                    KeyCode::PageDown => index + 5,
+                    _ => index,
+                };
+                Some(Overlay::Select { index: index.min(last) })
+            }
             Overlay::SaveProfile { mut name } => match key.code {
                 KeyCode::Esc => None,
                 KeyCode::Enter => match check_profile_name(name.text()) {
@@ -707,6 +744,15 @@ impl App {
                 }
             },
         }
+    }
+
+    /// Copy message `index` of the focused pane (the picker closes).
+    fn copy_message(&mut self, index: usize, fx: &mut Vec<Effect>) -> Option<Overlay> {
+        match self.focused().message_text(index) {
+            Some(text) => fx.push(Effect::Copy { text: text.to_owned() }),
+            None => self.notify("that message is gone".into(), true),
+        }
+        None
     }
 
     fn paste(&mut self, text: &str) {

@@ -46,6 +46,8 @@ pub(crate) struct RenderCache {
     pub key: (usize, u64),
     /// The user's message and the answer's complete lines.
     pub lines: Vec<Line<'static>>,
+    /// How many of `lines` are the user's message.
+    pub user_rows: usize,
     /// Bytes of the answer in `lines` (up to and including its last newline).
     pub stable_len: usize,
     /// Markdown state after `stable_len` bytes.
@@ -172,6 +174,26 @@ impl Pane {
     /// The newest answer with any text (for copy).
     pub fn last_answer(&self) -> Option<&str> {
         self.turns.iter().rev().map(|t| t.answer.as_str()).find(|a| !a.is_empty())
+    }
+
+    /// The pane's messages in order, as (turn index, the answer?) pairs: each turn's question,
+    /// then its answer when it has any text (what the copy picker moves over).
+    pub fn messages(&self) -> Vec<(usize, bool)> {
+        let mut out = Vec::new();
+        for (i, turn) in self.turns.iter().enumerate() {
+            out.push((i, false));
+            if !turn.answer.is_empty() {
+                out.push((i, true));
+            }
+        }
+        out
+    }
+
+    /// The text of message `index` of `messages`.
+    pub fn message_text(&self, index: usize) -> Option<&str> {
+        let (turn, answer) = *self.messages().get(index)?;
+        let turn = &self.turns[turn];
+        Some(if answer { &turn.answer } else { &turn.user })
     }
 
     /// The turn the in-flight request writes into.

@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::config::keymap::Command;
-use crate::tui::app::{App, EngineStatus, TICKS_PER_S, numerics_name, preset_name};
+use crate::tui::app::{App, EngineStatus, Overlay, TICKS_PER_S, numerics_name, preset_name};
 
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -74,6 +74,20 @@ pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
     if let Some(notice) = &app.notice {
         let style = if notice.error { s.error } else { s.accent };
         frame.render_widget(Paragraph::new(format!(" {}", notice.text)).style(style), area);
+        return;
+    }
+    if let Some(Overlay::Select { index }) = app.overlay {
+        let count = app.focused().messages().len();
+        let spans = vec![
+            Span::styled(format!(" message {} of {count}  ", index + 1), s.accent),
+            Span::styled("↑/↓", s.key),
+            Span::styled(" choose  ", s.muted),
+            Span::styled("enter", s.key),
+            Span::styled(" copy  ", s.muted),
+            Span::styled("esc", s.key),
+            Span::styled(" back", s.muted),
+        ];
+        frame.render_widget(Paragraph::new(Line::from(spans)), area);
         return;
     }
     let first = |c: Command| app.keymap.keys_for(c).first().map(ToString::to_string);

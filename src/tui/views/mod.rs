@@ -36,6 +36,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Some(Overlay::Help { scroll }) => help::draw(frame, area, app, *scroll),
         Some(Overlay::Profiles { selected }) => picker::draw_profiles(frame, area, app, *selected),
         Some(Overlay::SaveProfile { name }) => picker::draw_save(frame, area, app, name),
-        None => {}
+        // Drawn in the pane itself (the picked message highlighted) and the bottom bar.
+        Some(Overlay::Select { .. }) | None => {}
     }
 }

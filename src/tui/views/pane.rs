@@ -11,7 +11,7 @@ use ratatui::widgets::{Block, Padding, Paragraph};
 
 use crate::engine::request::FinishReason;
 use crate::engine::telemetry::RowState;
-use crate::tui::app::{App, CONTEXT_WARN_PERCENT, EngineStatus};
+use crate::tui::app::{App, CONTEXT_WARN_PERCENT, EngineStatus, Overlay};
 use crate::tui::markdown;
 use crate::tui::pane::{Pane, RenderCache, Turn};
 use crate::tui::style::{Styles, state_label};
@@ -44,7 +44,12 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
     let body_height = inner.height.saturating_sub(input_rows as u16 + 1);
     if body_height > 0 {
         let body = Rect { height: body_height, ..inner };
-        draw_body(frame, body, app, pane);
+        // The message being picked for copying, in the focused pane.
+        let picked = match app.overlay {
+            Some(Overlay::Select { index }) if focused => pane.messages().get(index).copied(),
+            _ => None,
+        };
+        draw_body(frame, body, app, pane, picked);
         let rule = Rect { y: inner.y + body_height, height: 1, ..inner };
         frame.render_widget(Paragraph::new(rule_line(pane, app, focused, rule.width as usize)), rule);
     }
@@ -151,7 +156,9 @@ fn footer<'a>(pane: &Pane, styles: &Styles) -> Line<'a> {
     Line::from(Span::styled(text, styles.muted))
 }
 
-fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane) {
+/// The conversation; `picked` (a turn, and whether its answer rather than its question) is
+/// highlighted and scrolled into view.
+fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane, picked: Option<(usize, bool)>) {
     let width = area.width as usize;
     let height = area.height as usize;
     pane.page.set(height.saturating_sub(1).max(1));
@@ -176,7 +183,26 @@ fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane) {
         blocks.iter().map(|(body, status)| body.lines.len() + body.tail.len() + status.len()).sum::<usize>() + last;
     let max_scroll = total.saturating_sub(height);
     pane.max_scroll.set(max_scroll);
-    let start = pane.scroll_top.map_or(max_scroll, |top| top.min(max_scroll));
+    let mut start = pane.scroll_top.map_or(max_scroll, |top| top.min(max_scroll));
+    // The picked message's lines, [from, to).
+    let mut range = None;
+    let mut at = 0;
+    for (i, (body, status)) in blocks.iter().enumerate() {
+        at += usize::from(i > 0);
+        let answer_end = at + body.lines.len() + body.tail.len();
+        match picked {
+            Some((turn, false)) if turn == i => range = Some((at, at + body.user_rows)),
+            Some((turn, true)) if turn == i => range = Some((at + body.user_rows, answer_end)),
+            _ => {}
+        }
+        at = answer_end + status.len();
+    }
+    if let Some((from, to)) = range {
+        // Into view: its end if it fits, else its start.
+        if from < start || to > start + height {
+            start = from.min(to.saturating_sub(height)).min(max_scroll);
+        }
+    }
     // Lines below the view (the marker's count).
     let scroll = max_scroll - start;
     let mut visible = Vec::with_capacity(height);
@@ -185,7 +211,11 @@ fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane) {
         let separator = (i > 0).then(Line::default);
         for line in separator.iter().chain(&body.lines).chain(&body.tail).chain(status.iter()) {
             if line_no >= start && visible.len() < height {
-                visible.push(line.clone());
+                let mut line = line.clone();
+                if range.is_some_and(|(from, to)| (from..to).contains(&line_no)) {
+                    highlight(&mut line, app.styles.selection);
+                }
+                visible.push(line);
             }
             line_no += 1;
         }
@@ -201,6 +231,14 @@ fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane) {
             let at = Rect { x: area.right() - w, y: area.bottom() - 1, width: w, height: 1 };
             frame.render_widget(Paragraph::new(marker).style(app.styles.accent), at);
         }
+    }
+}
+
+/// A picked message's line: every span and the rest of the row in the selection style.
+fn highlight(line: &mut Line<'static>, selection: Style) {
+    line.style = line.style.patch(selection);
+    for span in &mut line.spans {
+        span.style = span.style.patch(selection);
     }
 }
 
@@ -223,9 +261,12 @@ fn cached_lines<'t>(turn: &'t Turn, width: usize, styles: &Styles, epoch: u64) -
         let answer = turn.answer.as_str();
         let stale = slot.as_ref().is_none_or(|c| c.key != (width, epoch) || c.stable_len > answer.len());
         if stale {
+            let user = user_lines(&turn.user, width, styles);
+            let user_rows = user.len();
             *slot = Some(RenderCache {
                 key: (width, epoch),
-                lines: user_lines(&turn.user, width, styles),
+                lines: user,
+                user_rows,
                 stable_len: 0,
                 state: Default::default(),
                 tail: Vec::new(),
