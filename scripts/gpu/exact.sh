@@ -8,6 +8,9 @@
 #          in turns in one process;
 #   synth  `cohort probe --synthetic qwen36-35b-a3b --layers 8`: the same at the real
 #          geometry with random weights made on the machine;
+#   cycle  `cohort bench-step --synthetic qwen36-35b-a3b --layers 8`: the engine's B8 MTP cycle
+#          phase by phase at the real geometry on the route the gate keeps (invariant on CUDA);
+#   cycleb the same with COHORT_MTP_ALLOW_INEXACT=1, so the batched route is timed beside it;
 #   bench  `cohort bench` (8 marker prompts, seeds 4200-4207, paired rounds; MTP, served at the
 #          width the construction check allows): serial against cohort, greedy and default.
 # Same calls as lane.sh; this call must also carry .gpu/bin/mtp.safetensors (the trained head).
@@ -25,6 +28,8 @@ for step in "${steps[@]}"; do
     check) timeout 200 $B device --check-invariance ;;
     probe) timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
     synth) timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;
+    cycle) timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;
+    cycleb) COHORT_MTP_ALLOW_INEXACT=1 timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;
     bench) timeout 400 $B bench -m /tmp/smol --generation-mode mtp --rounds 2 --receipt $OUT/bench.json ;;
     *) echo "unknown step $step" ;;
   esac

@@ -113,13 +113,15 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     if let Some(fast) = route_costs.first() {
         for c in &route_costs {
             println!(
-                "  {:?} at B{}: verify (T=2) {:.3} ms ({:.2}x batched), step (T=1) {:.3} ms ({:.2}x batched)",
+                "  {:?} at B{}: verify (T=2) {:.3} ms ({:.2}x batched; handed to the device by {:.3} ms), step (T=1) {:.3} ms ({:.2}x batched; handed by {:.3} ms)",
                 c.route,
                 c.width,
                 c.verify_ms,
                 c.verify_ms / fast.verify_ms,
+                c.verify_handed_ms,
                 c.step_ms,
-                c.step_ms / fast.step_ms
+                c.step_ms / fast.step_ms,
+                c.step_handed_ms
             );
         }
     }

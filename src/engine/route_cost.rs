@@ -23,7 +23,14 @@ pub struct RouteCost {
     pub verify_ms: f64,
     /// A packed single-token step of `width` rows, last logits, evaluated.
     pub step_ms: f64,
+    /// When the verify's and the step's graphs had been built and handed to the device: where
+    /// these are close to the totals the host bounds the route, not the kernels.
+    pub verify_handed_ms: f64,
+    pub step_handed_ms: f64,
 }
+
+/// One timed forward: (total, handed to the device) in ms.
+type Timing = (f64, f64);
 
 /// Median times of each of `routes` over `reps` turns (after one untimed turn each, which pays
 /// for kernel compiles), on `width` rows holding random prompts.
@@ -46,19 +53,23 @@ pub fn time_routes(
     let tokens: Vec<i32> = (0..2 * width).map(|_| (rng.next_u64() % vocab) as i32).collect();
     let verify_tokens = Array::from_slice(&tokens, &[width as i32, 2]);
     let step_tokens = Array::from_slice(&tokens[..width], &[width as i32, 1]);
-    let time = |route: LinearRoute, tokens: &Array, logits: Logits| -> Result<f64> {
+    let time = |route: LinearRoute, tokens: &Array, logits: Logits| -> Result<Timing> {
         let mut batch = rows.clone();
         kv_slots::pack(&mut batch)?;
         let mut refs: Vec<_> = batch.iter_mut().collect();
         linear::with_route(route, || {
+            let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
             let t = Instant::now();
             let out = model.forward(tokens, &mut refs, logits, true)?;
-            out.logits.expect("logits were asked for").eval()?;
-            Ok(t.elapsed().as_secs_f64() * 1e3)
+            let logits = out.logits.expect("logits were asked for");
+            mlx_rs::transforms::async_eval([&logits])?;
+            let handed = ms(t);
+            logits.eval()?;
+            Ok((ms(t), handed))
         })
     };
-    let mut verify = vec![Vec::with_capacity(reps); routes.len()];
-    let mut step = vec![Vec::with_capacity(reps); routes.len()];
+    let mut verify: Vec<Vec<Timing>> = vec![Vec::with_capacity(reps); routes.len()];
+    let mut step: Vec<Vec<Timing>> = vec![Vec::with_capacity(reps); routes.len()];
     for turn in 0..=reps {
         for (i, &route) in routes.iter().enumerate() {
             let (v, s) = (time(route, &verify_tokens, Logits::All)?, time(route, &step_tokens, Logits::Last)?);
@@ -68,14 +79,13 @@ pub fn time_routes(
             }
         }
     }
+    let medians = |t: &[Timing]| (median(t.iter().map(|x| x.0).collect()), median(t.iter().map(|x| x.1).collect()));
     Ok(routes
         .iter()
         .enumerate()
-        .map(|(i, &route)| RouteCost {
-            route,
-            width,
-            verify_ms: median(std::mem::take(&mut verify[i])),
-            step_ms: median(std::mem::take(&mut step[i])),
+        .map(|(i, &route)| {
+            let ((verify_ms, verify_handed_ms), (step_ms, step_handed_ms)) = (medians(&verify[i]), medians(&step[i]));
+            RouteCost { route, width, verify_ms, step_ms, verify_handed_ms, step_handed_ms }
         })
         .collect())
 }
