@@ -347,3 +347,38 @@ fn edit_regenerate_export_and_copy_a_conversation() {
     let text = std::fs::read_to_string(session.join("pane-1.jsonl")).unwrap();
     assert_eq!(text.matches("\"replaces\"").count(), 2, "the edit and the regeneration are recorded:\n{text}");
 }
+
+/// Issue 40: ctrl+o gives the terminal to $EDITOR (cooked mode, the screen left) with the input
+/// in a file; what it saves comes back into the box, the screen is drawn again, and it sends.
+#[test]
+fn an_external_editor_writes_the_prompt() {
+    let tools = tempfile::tempdir().unwrap();
+    let script = tools.path().join("editor.sh");
+    let report = tools.path().join("report");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nfor f; do :; done\n{{ cat \"$f\"; echo; stty -a < /dev/tty | grep -q -- ' icanon' && echo COOKED; }} \
+             > {report}\nprintf 'from the editor, line one\\nline two\\n' > \"$f\"\n",
+            report = report.display()
+        ),
+    )
+    .unwrap();
+    assert!(Command::new("chmod").arg("+x").arg(&script).status().unwrap().success());
+    let env = format!("VISUAL= EDITOR={}", script.display());
+    let launched =
+        launch(Launch { tag: "editor", size: (120, 30), max_tokens: 12, env: &env, args: "--panes 1", after: "" });
+    let Some((_home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(60);
+    tmux.type_text("begun in the box");
+    tmux.keys(&["C-o"]);
+    let back = tmux.wait_for("the editor's text in the box", slow, |s| s.contains("› from the editor, line one"));
+    assert!(back.contains("line two") && back.contains("1 · idle"), "the screen is drawn again:\n{back}");
+    let report = std::fs::read_to_string(&report).unwrap();
+    assert!(report.starts_with("begun in the box"), "the editor got the input: {report}");
+    assert!(report.contains("COOKED"), "the terminal was given back while the editor ran: {report}");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the answer", slow, |s| s.contains("1 · done"));
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+}

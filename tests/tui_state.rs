@@ -783,3 +783,22 @@ fn any_message_can_be_picked_and_copied() {
     assert_eq!(app.overlay, None);
     assert_eq!(app.panes[0].input.text(), "", "nothing was typed into the box");
 }
+
+/// Issue 40: ctrl+o hands the focused input to an external editor (the loop suspends the screen
+/// and runs it); what the editor saved comes back into that pane's box, even if the focus moved.
+#[test]
+fn the_external_editor_gets_the_input_and_gives_it_back() {
+    let mut app = fixture::app(2, "dark");
+    app.handle_key(alt(KeyCode::Char('2')));
+    type_text(&mut app, "a long prompt, begun here");
+    let fx = app.handle_key(ctrl('o'));
+    let [Effect::Edit { pane, text }] = &fx[..] else { panic!("one edit: {fx:?}") };
+    assert_eq!((*pane, text.as_str()), (2, "a long prompt, begun here"));
+    app.handle_key(alt(KeyCode::Char('1')));
+    app.update(Action::Edited { pane: 2, text: "a long prompt,\nfinished in the editor".into() });
+    assert_eq!(app.panes[1].input.text(), "a long prompt,\nfinished in the editor");
+    assert_eq!(app.panes[0].input.text(), "");
+    assert!(submits(&app.handle_key(alt(KeyCode::Char('2')))).is_empty(), "nothing is sent by itself");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert_eq!(submits(&fx), [(2, "a long prompt,\nfinished in the editor".to_owned())]);
+}

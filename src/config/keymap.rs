@@ -19,6 +19,8 @@ pub enum Command {
     EditLast,
     /// Ask the pane's last question again, in place of its answer.
     Regenerate,
+    /// Write the focused pane's input in an external editor.
+    Editor,
     Cancel,
     Interrupt,
     Quit,
@@ -60,6 +62,7 @@ impl Command {
             Command::Newline,
             Command::EditLast,
             Command::Regenerate,
+            Command::Editor,
             Command::Cancel,
             Command::Interrupt,
             Command::Quit,
@@ -101,6 +104,7 @@ impl Command {
             Command::Newline => "newline",
             Command::EditLast => "edit_last",
             Command::Regenerate => "regenerate",
+            Command::Editor => "editor",
             Command::Cancel => "cancel",
             Command::Interrupt => "interrupt",
             Command::Quit => "quit",
@@ -144,6 +148,7 @@ impl Command {
             Command::Newline => "new line in the input",
             Command::EditLast => "edit the focused pane's last message: sent, it replaces that message and its answer",
             Command::Regenerate => "ask the last question again: a new answer replaces the last one",
+            Command::Editor => "write the input in $VISUAL / $EDITOR (else vi); what it saves comes back to the box",
             Command::Cancel => "cancel the focused pane's generation (keeps the partial answer); in zoom: back",
             Command::Interrupt => {
                 "cancel the focused generation; else quit (twice within 2 s if anything is on screen)"
@@ -187,6 +192,7 @@ impl Command {
             Command::Newline => vec!["alt+enter", "shift+enter", "ctrl+j"],
             Command::EditLast => vec!["f2"],
             Command::Regenerate => vec!["ctrl+r"],
+            Command::Editor => vec!["ctrl+o"],
             Command::Cancel => vec!["esc"],
             Command::Interrupt => vec!["ctrl+c"],
             Command::Quit => vec!["ctrl+q"],

@@ -49,6 +49,11 @@ pub enum Action {
     },
     /// Transcripts cannot be written (why), or can again (None).
     Transcript(Option<String>),
+    /// What the external editor saved, for pane `pane`'s input.
+    Edited {
+        pane: u32,
+        text: String,
+    },
     /// A line for the status bar (results of effects: copied, saved, failed).
     Notice {
         text: String,
@@ -72,6 +77,12 @@ pub enum Effect {
         record: Record,
     },
     Copy {
+        text: String,
+    },
+    /// Hand pane `pane`'s input to the external editor (the screen is given to it meanwhile);
+    /// comes back as `Edited`.
+    Edit {
+        pane: u32,
         text: String,
     },
     /// Write pane `pane`'s conversation (`turns` turns), as Markdown, to a file.

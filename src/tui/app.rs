@@ -241,6 +241,13 @@ impl App {
                 self.profiles.push(ProfileEntry { name, path: Some(path), description: None });
             }
             Action::Notice { text, error } => self.notify(text, error),
+            Action::Edited { pane, text } => match self.panes.iter_mut().find(|p| p.id == pane) {
+                Some(p) => {
+                    p.input.set(&text);
+                    p.history_pos = None;
+                }
+                None => self.notify("the pane that was edited is gone: the text is lost".into(), true),
+            },
             Action::Transcript(error) => self.transcript_error = error,
         }
         fx
@@ -276,6 +283,10 @@ impl App {
             Command::Newline => self.focused_mut().input.insert("\n"),
             Command::EditLast => self.edit_last(),
             Command::Regenerate => self.regenerate(fx),
+            Command::Editor => {
+                let pane = self.focused();
+                fx.push(Effect::Edit { pane: pane.id, text: pane.input.text().to_owned() });
+            }
             // In zoom, esc is "back": it leaves zoom and cancels nothing.
             Command::Cancel => {
                 if self.zoomed {

@@ -17,7 +17,7 @@ use super::app::{App, TICKS_PER_S};
 use super::bridge::{Backend, Bridge};
 use super::terminal::{self, Tui};
 use super::transcript::TranscriptWriter;
-use super::{clipboard, export, keys, views};
+use super::{clipboard, editor, export, keys, views};
 use crate::cli::model_args::ModelArgs;
 use crate::config::keymap::Keymap;
 use crate::config::paths::Paths;
@@ -197,6 +197,25 @@ fn perform(
                 Err(e) => notice(format!("copy failed: {e:#}"), true),
             };
         }
+        Effect::Edit { pane, text } => {
+            let editor = editor::command();
+            // The input thread stops reading first: the editor's keys are the editor's.
+            pause_input(true);
+            terminal::suspend();
+            let edited = editor::edit(&text, &editor, &std::env::temp_dir());
+            let back = terminal::resume(tui);
+            pause_input(false);
+            if let Err(e) = back {
+                tracing::error!("taking the terminal back after {editor}: {e:#}");
+            }
+            return match edited {
+                Ok(text) => vec![Action::Edited { pane, text }],
+                Err(e) => {
+                    tracing::warn!("editor: {e:#}");
+                    notice(format!("{e:#}"), true)
+                }
+            };
+        }
         Effect::Export { pane, turns, markdown } => {
             // The session's folder, beside the transcripts; the current directory if that fails.
             let mut dirs = vec![ctx.transcripts.dir.clone()];
@@ -335,12 +354,37 @@ fn connect(attach: Attach, tx: UnboundedSender<EngineMsg>) {
     });
 }
 
+/// Set while another program (the external editor) has the terminal: the input thread stops
+/// reading, and says so in `INPUT_PARKED`.
+static INPUT_PAUSED: AtomicBool = AtomicBool::new(false);
+static INPUT_PARKED: AtomicBool = AtomicBool::new(false);
+
+/// Stop (or restart) reading the terminal; stopping waits (up to a second) until the input
+/// thread is out of its poll, so no key meant for the editor is taken.
+fn pause_input(pause: bool) {
+    if !pause {
+        INPUT_PAUSED.store(false, Ordering::SeqCst);
+        return;
+    }
+    INPUT_PARKED.store(false, Ordering::SeqCst);
+    INPUT_PAUSED.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !INPUT_PARKED.load(Ordering::SeqCst) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Terminal events, read on their own thread (crossterm's `read` blocks) and polled with a
-/// timeout so the thread notices when the app is done.
+/// timeout so the thread notices when the app is done (or pauses for an editor).
 fn spawn_input_thread(stop: Arc<AtomicBool>) -> Result<UnboundedReceiver<Event>> {
     let (tx, rx) = unbounded_channel();
     std::thread::Builder::new().name("cohort-input".into()).spawn(move || {
         while !stop.load(Ordering::SeqCst) {
+            if INPUT_PAUSED.load(Ordering::SeqCst) {
+                INPUT_PARKED.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
             match crossterm::event::poll(Duration::from_millis(100)) {
                 Ok(false) => {}
                 Ok(true) => match crossterm::event::read() {

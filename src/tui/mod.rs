@@ -10,6 +10,7 @@ pub mod args;
 pub mod bench;
 pub mod bridge;
 pub mod clipboard;
+pub mod editor;
 pub mod event;
 pub mod export;
 pub mod fixture;

@@ -2,7 +2,8 @@
 //! and mouse capture (a click focuses a pane, the wheel scrolls it; most terminals still select
 //! text with shift held while dragging). A panic hook gives the terminal back before the panic
 //! message is printed, so a crash never leaves the shell in raw mode or reporting mouse events;
-//! quitting, SIGTERM and SIGHUP go through the same `leave`.
+//! quitting, SIGTERM and SIGHUP go through the same `leave`, and so does `suspend`, which gives
+//! the terminal to the external editor until `resume` takes it back.
 
 use std::io::{Stdout, Write, stdout};
 use std::sync::OnceLock;
@@ -32,6 +33,13 @@ static ENHANCED_KEYS: AtomicBool = AtomicBool::new(false);
 
 pub fn enter() -> Result<Tui> {
     install_panic_hook();
+    take_over()?;
+    Ok(Terminal::new(CrosstermBackend::new(stdout()))?)
+}
+
+/// Raw mode, the alternate screen, bracketed paste, mouse capture, and the kitty keyboard
+/// protocol's first level where the terminal has it.
+fn take_over() -> Result<()> {
     enable_raw_mode()?;
     let mut out = stdout();
     if let Err(e) = execute!(out, EnterAlternateScreen, EnableBracketedPaste, EnableMouseCapture) {
@@ -44,7 +52,20 @@ pub fn enter() -> Result<Tui> {
     {
         ENHANCED_KEYS.store(true, Ordering::SeqCst);
     }
-    Ok(Terminal::new(CrosstermBackend::new(out))?)
+    Ok(())
+}
+
+/// Give the terminal to another program (the external editor) through the same `leave` as
+/// quitting; `resume` takes it back.
+pub fn suspend() {
+    leave();
+}
+
+/// Take the terminal back after `suspend`, and draw the whole screen anew on the next frame.
+pub fn resume(tui: &mut Tui) -> Result<()> {
+    take_over()?;
+    tui.clear()?;
+    Ok(())
 }
 
 /// Give the terminal back (safe to call more than once).
