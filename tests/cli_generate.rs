@@ -316,6 +316,63 @@ fn a_refused_line_keeps_its_id_wherever_the_line_breaks() {
     assert!(errors.iter().any(|e| e.contains("line 6") && e.contains("unique")), "{errors:?}");
 }
 
+/// An input line without end (`-i /dev/zero`) was read until memory ran out (an abort under the
+/// 2 GB address-space cap used here; without one, the machine's memory). A line over 32 MB is
+/// refused as soon as it passes the limit, keeping its id, and the reader skips to the next
+/// line, whose request still runs.
+#[test]
+fn a_line_without_end_is_refused_and_the_next_line_runs() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let mut f = std::fs::File::create(&input).unwrap();
+    write!(f, r#"{{"id":"huge","prompt":""#).unwrap();
+    f.write_all(&vec![b'x'; 33 << 20]).unwrap();
+    writeln!(f, r#""}}"#).unwrap();
+    writeln!(f, r#"{{"id":"ok","prompt":"The boat","max_tokens":2,"temperature":0}}"#).unwrap();
+    drop(f);
+    let capped = |input: &std::path::Path| {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(r#"ulimit -v 2000000 && exec "$@""#)
+            .arg("sh")
+            .arg(env!("CARGO_BIN_EXE_cohort"))
+            .env("COHORT_HOME", std::env::temp_dir().join("cohort-cli-tests"))
+            .args(["generate", "-m"])
+            .arg(fixture("qwen35_moe_4bit"))
+            .arg("-i")
+            .arg(input);
+        c
+    };
+    let out = capped(&input).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let r = results_by_id(&out.stdout, &["huge", "ok"]);
+    let err = r[0]["error"].as_str().unwrap_or_default();
+    assert!(err.contains("line 1") && err.contains("over 32 MB"), "{err}");
+    assert_eq!(r[1]["finish_reason"], "length");
+
+    // /dev/zero never ends its first line: the refusal still comes, and memory stays bounded.
+    let mut child = capped(std::path::Path::new("/dev/zero"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let watchdog = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        let _ = Command::new("kill").args(["-9", &pid]).status();
+    });
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("no refusal for /dev/zero's line ({status}): {line:?}"));
+    assert_eq!(r["id"], "line-1", "{line}");
+    assert!(r["error"].as_str().unwrap().contains("over 32 MB"), "{line}");
+    drop(watchdog);
+}
+
 /// A switch naming a CUDA kernel on a machine without CUDA, or a switch value that is neither 0
 /// nor 1, is refused up front with the variable's name (it aborted start-up in MLX, or was
 /// silently ignored).

@@ -3,7 +3,7 @@
 //! through the same scheduler the TUI uses (each request joins the running cohort at the next
 //! cycle).
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -127,21 +127,30 @@ fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<()> {
         Some(std::fs::File::open(&input).with_context(|| format!("cannot open {}", input.display()))?)
     };
     std::thread::Builder::new().name("cohort-generate-input".into()).spawn(move || {
-        let reader: Box<dyn BufRead> = match file {
+        let mut reader: Box<dyn BufRead> = match file {
             Some(f) => Box::new(std::io::BufReader::new(f)),
             None => Box::new(std::io::stdin().lock()),
         };
         let defaults = SamplerConfig::default();
         let mut seen = std::collections::HashSet::new();
-        for (i, line) in reader.split(b'\n').enumerate() {
-            let bytes = match line {
-                Ok(b) => b,
+        let mut skipping = false;
+        for i in 0.. {
+            // A line too long is refused at once (below), then skipped here: a line without end
+            // (`-i /dev/zero`) is still refused.
+            let line = if std::mem::take(&mut skipping) { skip_line(&mut reader) } else { Ok(()) };
+            let item = match line.and_then(|()| read_line(&mut reader)) {
+                Ok(Line::End) => break,
+                Ok(Line::Whole(bytes)) => parse_line(&input, i + 1, bytes, &defaults),
+                Ok(Line::TooLong(start)) => {
+                    skipping = true;
+                    Some(Err(too_long(&input, i + 1, &start)))
+                }
                 Err(e) => {
                     let _ = tx.send(Incoming::End(Some(anyhow::anyhow!("reading {}: {e}", input.display()))));
                     return;
                 }
             };
-            let Some(mut item) = parse_line(&input, i + 1, bytes, &defaults) else { continue };
+            let Some(mut item) = item else { continue };
             // Results are matched to requests by id, so a second request with an id already
             // used in this run, by a request or by a refused line, is refused (the first keeps
             // it).
@@ -167,6 +176,59 @@ fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<()> {
         let _ = tx.send(Incoming::End(None));
     })?;
     Ok(())
+}
+
+/// Longest request line read (a prompt for the largest context windows is a few MB of JSON): a
+/// longer one, or one without end (`-i /dev/zero`), is refused, not read until memory runs out.
+const MAX_LINE_BYTES: u64 = 32 << 20;
+
+enum Line {
+    Whole(Vec<u8>),
+    /// The line's first [`MAX_LINE_BYTES`] bytes; the rest is still to be skipped.
+    TooLong(Vec<u8>),
+    End,
+}
+
+/// The next line (without its newline), read no further than [`MAX_LINE_BYTES`].
+fn read_line(reader: &mut dyn BufRead) -> std::io::Result<Line> {
+    let mut bytes = Vec::new();
+    if Read::take(&mut *reader, MAX_LINE_BYTES + 1).read_until(b'\n', &mut bytes)? == 0 {
+        return Ok(Line::End);
+    }
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+        return Ok(Line::Whole(bytes));
+    }
+    if bytes.len() as u64 <= MAX_LINE_BYTES {
+        return Ok(Line::Whole(bytes)); // the last line, without a newline
+    }
+    bytes.truncate(MAX_LINE_BYTES as usize);
+    Ok(Line::TooLong(bytes))
+}
+
+/// Skip the rest of a line that was too long, through its newline (or to the end of the input).
+fn skip_line(reader: &mut dyn BufRead) -> std::io::Result<()> {
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(at) => {
+                reader.consume(at + 1);
+                return Ok(());
+            }
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+            }
+        }
+    }
+}
+
+fn too_long(input: &Path, n: usize, start: &[u8]) -> RequestResult {
+    let message = format!("{}: line {n} is over {} MB: refused", input.display(), MAX_LINE_BYTES >> 20);
+    RequestResult::error(&line_id(&String::from_utf8_lossy(start), n), message)
 }
 
 /// Block until a submission's terminal result arrives (deltas are skipped).
