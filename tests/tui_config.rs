@@ -226,3 +226,31 @@ fn a_bad_panes_flag_names_the_flag() {
         assert!(!err.contains("throughput.toml"), "the profile is not at fault: {err}");
     }
 }
+
+/// `--profile` or `--theme` naming a file without end (a link to /dev/zero) was read until
+/// allocation failed ("cannot read profile …: out of memory" under the 2 GB address-space cap
+/// used here; without one, until the machine ran out). Profiles and themes are read with a bound
+/// now and such a file is refused at once, naming it.
+#[test]
+fn a_profile_or_theme_without_end_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let endless = dir.path().join("endless.toml");
+    std::os::unix::fs::symlink("/dev/zero", &endless).unwrap();
+    for flag in ["--profile", "--theme"] {
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"ulimit -v 2000000 && exec "$@""#)
+            .arg("sh")
+            .arg(env!("CARGO_BIN_EXE_cohort"))
+            .env("COHORT_HOME", dir.path().join("home"))
+            .arg(flag)
+            .arg(&endless)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {stderr}");
+        assert!(stderr.contains("endless.toml is over 1 MB"), "{flag}: {stderr}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{flag}: took {:?}", started.elapsed());
+    }
+}

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keymap::{KeyList, Keymap};
 use super::paths::Paths;
+use super::read_config_text;
 use crate::engine::request::DEFAULT_MAX_TOKENS;
 use crate::engine::sampler::SamplerConfig;
 use crate::engine::scheduler::{Numerics, Preset};
@@ -329,7 +330,7 @@ pub fn load_startup_profile(spec: Option<&str>, paths: &Paths) -> Result<LoadedP
 }
 
 fn read_profile_file(path: &Path) -> Result<LoadedProfile> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read profile {}", path.display()))?;
+    let text = read_config_text(path).with_context(|| format!("cannot read profile {}", path.display()))?;
     let origin = path.display().to_string();
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "profile".into());
     Ok(LoadedProfile { name, profile: parse_profile(&text, &origin)?, origin })
@@ -351,7 +352,7 @@ pub fn list_profiles(paths: &Paths) -> Vec<ProfileEntry> {
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .map(|path| ProfileEntry {
             name: path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
-            description: std::fs::read_to_string(&path)
+            description: read_config_text(&path)
                 .ok()
                 .and_then(|t| parse_profile(&t, "").ok())
                 .and_then(|p| p.description),

@@ -222,7 +222,7 @@ pub fn load_theme(spec: &str, paths: &Paths) -> Result<Theme> {
 }
 
 fn read_theme_file(path: &Path) -> Result<Theme> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read theme {}", path.display()))?;
+    let text = super::read_config_text(path).with_context(|| format!("cannot read theme {}", path.display()))?;
     parse_theme(&text, &path.display().to_string())
 }
 
