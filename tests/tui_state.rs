@@ -802,3 +802,30 @@ fn the_external_editor_gets_the_input_and_gives_it_back() {
     let fx = app.handle_key(key(KeyCode::Enter));
     assert_eq!(submits(&fx), [(2, "a long prompt,\nfinished in the editor".to_owned())]);
 }
+
+/// An edit sent with send-all replaces its own pane's turn; the panes it is broadcast to get it
+/// as a new message.
+#[test]
+fn an_edit_broadcast_replaces_only_its_own_turn() {
+    let mut app = fixture::app(2, "dark");
+    for pane in 0..2 {
+        app.focus = pane;
+        type_text(&mut app, "q");
+        app.handle_key(key(KeyCode::Enter));
+        finish(&mut app, pane, FinishReason::Stop, "a");
+    }
+    app.focus = 0;
+    app.handle_key(key(KeyCode::F(2)));
+    type_text(&mut app, " again");
+    let fx = app.handle_key(key(KeyCode::F(5)));
+    assert_eq!(submits(&fx), [(1, "q again".to_owned()), (2, "q again".to_owned())]);
+    let replaces: Vec<(u32, bool)> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Record { pane, record: Record::User { replaces, .. } } => Some((*pane, replaces.is_some())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replaces, [(1, true), (2, false)]);
+    assert_eq!((app.panes[0].turns.len(), app.panes[1].turns.len()), (1, 2));
+}
