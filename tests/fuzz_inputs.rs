@@ -15,6 +15,8 @@ use cohort::engine::request::RequestLine;
 use cohort::engine::sampler::SamplerConfig;
 use cohort::model::config::Qwen35Config;
 use cohort::model::gguf::GgufFile;
+use cohort::model::gguf_import::import_gguf;
+use cohort::model::tokenizer::{ChatMessage, TextTokenizer};
 use cohort::model::weights::validate_safetensors;
 use cohort::server::api::{Defaults, Endpoint, parse};
 use proptest::prelude::*;
@@ -69,6 +71,34 @@ proptest! {
         }
     }
 
+    /// `import-gguf` on a damaged GGUF: an error, or a checkpoint whose tokenizer and weights
+    /// either load or are refused with an error; never a panic.
+    #[test]
+    fn gguf_import_never_panics(m in bytes_strategy()) {
+        let base = std::fs::read(common::fixture("llama/tiny_llama.gguf")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_tmp(dir.path(), "x.gguf", &mutate(&base, &m.0, m.1, m.2));
+        let out = dir.path().join("model");
+        match import_gguf(&p, &out) {
+            Ok(_) => {
+                if let Err(e) = TextTokenizer::load(&out) {
+                    let e = format!("{e:#}");
+                    prop_assert!(e.contains("tokenizer"), "{e}");
+                }
+                if let Err(e) = cohort::model::load::load(&out, mlx_rs::Dtype::Float32) {
+                    let e = format!("{e:#}");
+                    prop_assert!(!e.is_empty());
+                }
+            }
+            Err(e) => {
+                let e = format!("{e:#}");
+                // Most errors name the file; the tokenizer's vocabulary checks (a repeated token,
+                // a bad merge) do not (docs/reliability.md, Fuzzing).
+                prop_assert!(!e.is_empty());
+            }
+        }
+    }
+
     #[test]
     fn safetensors_headers_never_panic(m in bytes_strategy()) {
         let base = std::fs::read(common::fixture("qwen35_dense_8bit/mtp.safetensors")).unwrap();
@@ -95,6 +125,25 @@ proptest! {
             if let Ok(l) = serde_json::from_str::<RequestLine>(&text) {
                 let _ = l.into_request(1, &SamplerConfig::default());
             }
+        }
+    }
+
+    /// A `generate` line that starts with its id keeps that id whatever follows: the request, or
+    /// the refusal of a line damaged anywhere after the id (cut, junk, bad numbers, bad UTF-8).
+    #[test]
+    fn generate_lines_keep_their_id(id in "[A-Za-z0-9_.-]{1,12}", tail in prop::collection::vec(any::<u8>(), 0..48), json in json_value(2)) {
+        let defaults = SamplerConfig::default();
+        let mut whole = format!("{{\"id\":\"{id}\",").into_bytes();
+        whole.extend_from_slice(json.to_string().trim_start_matches('{').as_bytes());
+        let mut damaged = format!("{{\"id\":\"{id}\",").into_bytes();
+        damaged.extend_from_slice(&tail);
+        for line in [whole, damaged] {
+            let kept = match cohort::cli::generate::parse_line(Path::new("in.jsonl"), 7, line.clone(), &defaults) {
+                Some(Ok(request)) => request.id,
+                Some(Err(refused)) => refused.id,
+                None => unreachable!("the line is not blank"),
+            };
+            prop_assert_eq!(&kept, &id, "{}", String::from_utf8_lossy(&line));
         }
     }
 
@@ -172,6 +221,116 @@ proptest! {
             prop_assert_eq!(KeyChord::parse(&parsed.to_string()).ok(), Some(parsed), "{} printed as {}", chord, parsed);
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Chat templates from anyone: the constructs real templates use, the ones that found the fuel
+    /// and output limits (loops nested to 10^10 steps, strings repeated to 400 MB), and byte-level
+    /// damage to a real template, over arbitrary conversations. Rendered text within the output
+    /// limit, or an error that says it is the chat template's; never a panic, never unbounded time.
+    #[test]
+    fn chat_templates_never_panic_and_stay_bounded(
+        template in template_text(3),
+        m in light_damage(),
+        messages in prop::collection::vec(chat_message(), 0..6),
+        add_generation_prompt in any::<bool>(),
+    ) {
+        let real = fixture_template();
+        let damaged = String::from_utf8_lossy(&mutate(real.as_bytes(), &m.0, m.1, m.2)).into_owned();
+        for template in [template, damaged] {
+            let (_dir, tok) = tokenizer_with(&template);
+            let started = std::time::Instant::now();
+            match tok.apply_chat_template(&messages, add_generation_prompt) {
+                Ok(text) => prop_assert!(text.len() <= 32 << 20, "{} bytes from {:?}", text.len(), template),
+                Err(e) => {
+                    let e = format!("{e:#}");
+                    prop_assert!(e.contains("chat template"), "{} from {:?}", e, template);
+                }
+            }
+            prop_assert!(started.elapsed().as_secs() < 20, "{:?} on {template:?}", started.elapsed());
+        }
+    }
+}
+
+/// The fixture model's tokenizer with `template` as its chat template.
+fn tokenizer_with(template: &str) -> (tempfile::TempDir, TextTokenizer) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(common::fixture("qwen35_moe_4bit/tokenizer.json"), dir.path().join("tokenizer.json")).unwrap();
+    let config = serde_json::json!({ "chat_template": template, "eos_token": "<|im_end|>" });
+    std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
+    let tok = TextTokenizer::load(dir.path()).unwrap();
+    (dir, tok)
+}
+
+fn fixture_template() -> String {
+    let cfg: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixture("qwen35_moe_4bit/tokenizer_config.json")).unwrap(),
+    )
+    .unwrap();
+    cfg["chat_template"].as_str().unwrap().to_owned()
+}
+
+/// One to three byte flips and perhaps a short insertion: most damaged templates still parse.
+fn light_damage() -> impl Strategy<Value = Mutation> {
+    (
+        prop::collection::vec((any::<usize>(), any::<u8>()), 1..3),
+        Just(None),
+        prop::option::of((any::<usize>(), prop::collection::vec(any::<u8>(), 1..8))),
+    )
+}
+
+fn chat_message() -> impl Strategy<Value = ChatMessage> {
+    let role = prop_oneof![
+        prop::sample::select(vec!["system", "user", "assistant", "tool"]).prop_map(str::to_owned),
+        ".{0,8}",
+    ];
+    (role, ".{0,64}").prop_map(|(role, content)| ChatMessage { role, content })
+}
+
+/// A count for a loop or a repetition: mostly small, sometimes at the limits.
+fn count() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        2 => 0..5u64,
+        1 => prop::sample::select(vec![100, 1000, 100_000, 1_000_000, 50_000_000, 200_000_000, u32::MAX as u64]),
+    ]
+}
+
+/// A loop's length: mostly short, sometimes the most `range` gives (100,000) or one past it.
+fn loop_count() -> impl Strategy<Value = u64> {
+    prop_oneof![2 => 0..5u64, 1 => prop::sample::select(vec![1000, 100_000, 100_001])]
+}
+
+/// Jinja text: literals, expressions over the template's context, loops, conditionals,
+/// namespaces, repetition, filters, raised exceptions, and fragments of syntax.
+fn template_text(depth: u32) -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        "[a-z<>|_ ]{0,12}",
+        Just("{{ messages[0].content }}".to_owned()),
+        Just("{{ messages|length }}".to_owned()),
+        Just("{{ (messages|last).role|upper }}".to_owned()),
+        Just("{{ bos_token }}{{ eos_token }}".to_owned()),
+        Just("{{ raise_exception('refused by the template') }}".to_owned()),
+        Just("{{ nothing.here }}".to_owned()),
+        Just("{{ messages[0].content|trim|replace('a', 'bb') }}".to_owned()),
+        Just("{{ messages|map(attribute='content')|join(', ') }}".to_owned()),
+        count().prop_map(|n| format!("{{{{ 'ab' * {n} }}}}")),
+        count().prop_map(|n| format!("{{{{ range({n})|length }}}}")),
+        Just("{% set ns = namespace(s='') %}{% for m in messages %}{% set ns.s = ns.s ~ m.content %}{% endfor %}{{ ns.s }}".to_owned()),
+        prop::sample::select(vec!["{{", "}}", "{%", "%}", "{% endfor %}", "{% if %}", "{{ 1/0 }}", "{{ [1,2][5] }}"])
+            .prop_map(str::to_owned),
+    ];
+    leaf.prop_recursive(depth, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 1..4).prop_map(|v| v.concat()),
+            inner.clone().prop_map(|b| format!("{{% for message in messages %}}{b}{{% endfor %}}")),
+            (loop_count(), inner.clone()).prop_map(|(n, b)| format!("{{% for i in range({n}) %}}{b}{{% endfor %}}")),
+            (inner.clone(), inner.clone())
+                .prop_map(|(a, b)| format!("{{% if add_generation_prompt %}}{a}{{% else %}}{b}{{% endif %}}")),
+            inner.prop_map(|b| format!("{{% if messages and messages[0].role == 'system' %}}{b}{{% endif %}}")),
+        ]
+    })
 }
 
 const PROFILE_ORIGIN: &str = "/fuzz/profiles/p.toml";

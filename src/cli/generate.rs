@@ -68,7 +68,7 @@ enum Incoming {
 /// One input line as a request, or the result that refuses it: it keeps the id the line names
 /// (a string "id" written before any damage to the line, see [`line_id`]), else it is `line-N`.
 /// Blank lines are skipped.
-fn parse_line(
+pub fn parse_line(
     input: &Path,
     n: usize,
     bytes: Vec<u8>,
