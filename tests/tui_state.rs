@@ -829,3 +829,41 @@ fn an_edit_broadcast_replaces_only_its_own_turn() {
     assert_eq!(replaces, [(1, true), (2, false)]);
     assert_eq!((app.panes[0].turns.len(), app.panes[1].turns.len()), (1, 2));
 }
+
+/// Issue 40 (item 2): one key cancels every running answer (queued, prefilling or decoding);
+/// partial answers stay, queued follow-ups go back to their boxes, idle panes are untouched.
+#[test]
+fn cancel_all_cancels_every_running_answer() {
+    let mut app = fixture::app(4, "dark");
+    let fx = app.handle_key(alt(KeyCode::Char('c')));
+    assert!(cancels(&fx).is_empty());
+    let notice = app.notice.as_ref().unwrap();
+    assert!(notice.error && notice.text.contains("nothing to cancel"), "{notice:?}");
+
+    type_text(&mut app, "go");
+    app.handle_key(key(KeyCode::F(5)));
+    finish(&mut app, 1, FinishReason::Stop, "done early");
+    let id = request_id(&app, 2);
+    deliver(&mut app, 2, RowEvent::Delta { id, text: "partial ".into(), ids: vec![1] });
+    // Pane 1 has a follow-up queued behind its answer.
+    type_text(&mut app, "follow-up");
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!(app.panes[0].queued.as_deref(), Some("follow-up"));
+    let running = [request_id(&app, 0), request_id(&app, 2), request_id(&app, 3)];
+
+    let fx = app.handle_key(key(KeyCode::F(8)));
+    assert_eq!(cancels(&fx), running, "every running answer, in pane order; pane 2 had finished");
+    let notice = &app.notice.as_ref().unwrap().text;
+    assert!(notice.contains("cancelling 3 answers (panes 1, 3, 4)"), "{notice}");
+    assert_eq!((app.panes[0].queued.as_deref(), app.panes[0].input.text()), (None, "follow-up"));
+    // Pressed again before the results arrive: nothing is cancelled twice.
+    assert!(cancels(&app.handle_key(alt(KeyCode::Char('c')))).is_empty());
+
+    for i in [0, 2, 3] {
+        assert!(submits(&finish(&mut app, i, FinishReason::Cancelled, "")).is_empty(), "pane {i} sends nothing");
+        assert_eq!(app.panes[i].state, RowState::Cancelled);
+    }
+    assert_eq!(app.panes[2].turns[0].answer, "partial ");
+    assert_eq!(app.panes[1].state, RowState::Done);
+    assert_eq!(Keymap::default().describe_keys(Command::CancelAll), "alt+c / f8");
+}

@@ -22,6 +22,8 @@ pub enum Command {
     /// Write the focused pane's input in an external editor.
     Editor,
     Cancel,
+    /// Cancel every running answer at once.
+    CancelAll,
     Interrupt,
     Quit,
     FocusNext,
@@ -64,6 +66,7 @@ impl Command {
             Command::Regenerate,
             Command::Editor,
             Command::Cancel,
+            Command::CancelAll,
             Command::Interrupt,
             Command::Quit,
             Command::FocusNext,
@@ -106,6 +109,7 @@ impl Command {
             Command::Regenerate => "regenerate",
             Command::Editor => "editor",
             Command::Cancel => "cancel",
+            Command::CancelAll => "cancel_all",
             Command::Interrupt => "interrupt",
             Command::Quit => "quit",
             Command::FocusNext => "focus_next",
@@ -150,6 +154,7 @@ impl Command {
             Command::Regenerate => "ask the last question again: a new answer replaces the last one",
             Command::Editor => "write the input in $VISUAL / $EDITOR (else vi); what it saves comes back to the box",
             Command::Cancel => "cancel the focused pane's generation (keeps the partial answer); in zoom: back",
+            Command::CancelAll => "cancel every pane's running answer (partial answers kept)",
             Command::Interrupt => {
                 "cancel the focused generation; else quit (twice within 2 s if anything is on screen)"
             }
@@ -194,6 +199,7 @@ impl Command {
             Command::Regenerate => vec!["ctrl+r"],
             Command::Editor => vec!["ctrl+o"],
             Command::Cancel => vec!["esc"],
+            Command::CancelAll => vec!["alt+c", "f8"],
             Command::Interrupt => vec!["ctrl+c"],
             Command::Quit => vec!["ctrl+q"],
             Command::FocusNext => vec!["tab"],

@@ -301,6 +301,7 @@ impl App {
                     );
                 }
             }
+            Command::CancelAll => self.cancel_all(fx),
             Command::Interrupt => self.interrupt(fx),
             Command::Quit => self.quit(fx),
             Command::FocusNext => self.focus = (self.focus + 1) % n,
@@ -513,19 +514,32 @@ impl App {
 
     fn cancel_focused(&mut self, fx: &mut Vec<Effect>) {
         let number = self.focus + 1;
-        // A queued message goes back to the box (before what is there), to edit or send.
-        let pane = self.focused_mut();
-        if let Some(queued) = pane.queued.take() {
-            let rest = pane.input.take();
-            let joined = if rest.is_empty() { queued } else { format!("{queued}\n{rest}") };
-            pane.input.set(&joined);
-        }
-        let Some(flight) = self.focused_mut().in_flight.as_mut() else { return };
-        if !flight.cancel_requested {
-            flight.cancel_requested = true;
-            fx.push(Effect::Cancel { request: flight.id.clone() });
+        if self.focused_mut().cancel(fx) {
             self.notify(format!("cancelling pane {number}; the other panes continue"), false);
         }
+    }
+
+    /// Cancel every running answer (each pane's queued message goes back to its box).
+    fn cancel_all(&mut self, fx: &mut Vec<Effect>) {
+        let mut running = Vec::new();
+        for (i, pane) in self.panes.iter_mut().enumerate() {
+            if pane.is_busy() {
+                pane.cancel(fx);
+                running.push((i + 1).to_string());
+            }
+        }
+        if running.is_empty() {
+            return self.notify("nothing to cancel: no pane is answering".into(), true);
+        }
+        let (answers, panes) = if running.len() == 1 { ("answer", "pane") } else { ("answers", "panes") };
+        self.notify(
+            format!(
+                "cancelling {} {answers} ({panes} {}); partial answers are kept",
+                running.len(),
+                running.join(", ")
+            ),
+            false,
+        );
     }
 
     /// ctrl+c: cancel the focused generation; with nothing to cancel there, quit. While any pane

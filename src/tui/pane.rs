@@ -128,6 +128,24 @@ impl Pane {
         self.in_flight.is_some()
     }
 
+    /// Ask for the running answer to be cancelled (once: true when this call asked); a message
+    /// queued behind it goes back to the box (before what is there), to edit or send.
+    pub fn cancel(&mut self, fx: &mut Vec<super::action::Effect>) -> bool {
+        if let Some(queued) = self.queued.take() {
+            let rest = self.input.take();
+            let joined = if rest.is_empty() { queued } else { format!("{queued}\n{rest}") };
+            self.input.set(&joined);
+        }
+        match self.in_flight.as_mut() {
+            Some(flight) if !flight.cancel_requested => {
+                flight.cancel_requested = true;
+                fx.push(super::action::Effect::Cancel { request: flight.id.clone() });
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The conversation so far plus a new user message, as the chat template wants it.
     pub fn messages_with(&self, system: Option<&str>, next: &str) -> Vec<ChatMessage> {
         let mut messages = Vec::new();
