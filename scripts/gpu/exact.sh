@@ -3,6 +3,8 @@
 # in bf16. Steps, in order, any of (default: all):
 #   check  `cohort device --check-invariance`: the row-invariant kernels against float64 and
 #          against themselves (each row alone, each verify query as a single step);
+#   timei  `cohort device --time-invariance`: the real geometry's products through MLX's
+#          quantized matmul and the invariant kernel (1, 2, 4 channels a warp), 1-16 rows;
 #   probe  `cohort probe --time-routes 20`: which route the exactness gate keeps, the
 #          construction check on it, and a B8 verify and step on it against the batched route,
 #          in turns in one process;
@@ -26,6 +28,7 @@ for step in "${steps[@]}"; do
   echo "== $step"
   case $step in
     check) timeout 200 $B device --check-invariance ;;
+    timei) timeout 200 $B device --time-invariance ;;
     probe) timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
     synth) timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;
     cycle) timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;

@@ -34,6 +34,10 @@ pub struct DeviceArgs {
     /// a verify's queries against single steps; exits 1 on any difference.
     #[arg(long)]
     check_invariance: bool,
+    /// Time the real Qwen3.6 geometry's step products through MLX's quantized matmul and the
+    /// invariant route's kernel (CUDA), side by side, at 1 to 16 rows.
+    #[arg(long)]
+    time_invariance: bool,
     /// List every environment switch the engine reads: its value here (set or default) and
     /// what it does.
     #[arg(long)]
@@ -49,6 +53,9 @@ pub fn run(args: DeviceArgs) -> Result<()> {
     }
     if args.check_invariance {
         return super::device_invariance::run();
+    }
+    if args.time_invariance {
+        return super::device_invariance::time();
     }
     if args.switches {
         print!("{}", crate::model::switches::listing());

@@ -73,3 +73,72 @@ pub fn run() -> Result<()> {
     println!("every row-invariant kernel is exact against itself and within tolerance of float64");
     Ok(())
 }
+
+/// The real Qwen3.6-35B-A3B geometry's step products as the engine stacks them at load (input,
+/// outputs, bits): the mixer's stacked input projections, attention's stacked q/k/v, the output
+/// projections, the shared expert's stacked gate/up and its down projection, the 8-bit router,
+/// and the LM head.
+const REAL_PRODUCTS: [(&str, i32, i32, i32); 8] = [
+    ("mixer in (qkv, z, b, a)", 2048, 12_352, 4),
+    ("attention q, k, v", 2048, 9216, 4),
+    ("mixer / attention out", 4096, 2048, 4),
+    ("shared expert gate, up", 2048, 1024, 4),
+    ("shared expert down", 512, 2048, 4),
+    ("router", 2048, 256, 8),
+    ("MTP fc", 4096, 2048, 4),
+    ("LM head", 2048, 248_320, 4),
+];
+
+/// Products queued back to back a timing: enough that a product's time is the device's (or the
+/// host's, where handing a node over takes longer than running it) rather than one launch's.
+const QUEUED: usize = 32;
+
+/// `cohort device --time-invariance`: each real-geometry product at 1, 2, 8 and 16 rows through
+/// MLX's quantized matmul (the batched route's kernel choice) and through the row-invariant
+/// kernel at 1, 2 and 4 channels a warp (the invariant route takes 4 from 16,384 outputs, else 1):
+/// microseconds a product with QUEUED of them queued, median of 5.
+pub fn time() -> Result<()> {
+    ensure!(
+        crate::engine::runtime::Backend::is_cuda(),
+        "the row-invariant kernels run only where MLX drives CUDA (this backend: {:?})",
+        crate::engine::runtime::Backend::detect()
+    );
+    let dtype = Dtype::Bfloat16;
+    println!("us a product, {QUEUED} queued, median of 5, bf16 (invariant route's choice marked *)");
+    println!("| product | rows | MLX quantized matmul | invariant, 1 a warp | 2 a warp | 4 a warp |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for (name, input, out, bits) in REAL_PRODUCTS {
+        let spec = QuantSpec { bits, group_size: 64 };
+        let w = mlx_rs::random::normal::<f32>(&[out, input], None, None, None)?.as_dtype(dtype)?;
+        let (q, s, b) = mlx_rs::ops::quantize(&w, spec.group_size, bits)?;
+        mlx_rs::transforms::eval([&q, &s, &b])?;
+        for rows in [1, 2, 8, 16] {
+            let x = mlx_rs::random::normal::<f32>(&[rows, input], None, None, None)?.as_dtype(dtype)?;
+            x.eval()?;
+            let mlx = per_product(&|| Ok(mlx_rs::ops::quantized_matmul(&x, &q, &s, &b, true, spec.group_size, bits)?))?;
+            let mut cells = vec![format!("{mlx:.1}")];
+            for cpw in [1, 2, 4] {
+                let t = per_product(&|| row_invariant::affine_product_cpw(&x, &q, &s, &b, spec, cpw))?;
+                let chosen = if cpw == if out >= 16_384 { 4 } else { 1 } { "*" } else { "" };
+                cells.push(format!("{t:.1}{chosen} ({:.2}x)", t / mlx));
+            }
+            println!("| {name} {input}->{out} {bits}-bit | {rows} | {} |", cells.join(" | "));
+        }
+    }
+    Ok(())
+}
+
+/// Microseconds one product takes with [`QUEUED`] of them evaluated together (after a warm-up
+/// batch, which pays for compiles): the median of 5 batches.
+fn per_product(make: &dyn Fn() -> Result<mlx_rs::Array>) -> Result<f64> {
+    let mut times = Vec::new();
+    for batch in 0..6 {
+        let t = std::time::Instant::now();
+        let outs = (0..QUEUED).map(|_| make()).collect::<Result<Vec<_>>>()?;
+        mlx_rs::transforms::eval(outs.iter())?;
+        if batch > 0 {
+            times.push(t.elapsed().as_secs_f64() * 1e6 / QUEUED as f64);
+        }
+    }
+    Ok(crate::engine::runtime::median(times))
+}

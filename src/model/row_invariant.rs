@@ -98,7 +98,7 @@ pub fn dense_product(x: &Array, w: &Array) -> Result<Array> {
             w.dtype()
         );
     }
-    launch(dense_kernel()?, x, &[w], rows, input, w.shape()[0], &[])
+    launch(dense_kernel()?, x, &[w], w.shape()[0], channels_per_warp(w.shape()[0]), &[])
 }
 
 /// The launch both kernels share: a block of WARPS warps for each WARPS * CPW channels, x
@@ -108,12 +108,13 @@ fn launch(
     kernel: &CudaKernel,
     x: &Array,
     weight: &[&Array],
-    rows: i32,
-    input: i32,
     out: i32,
+    cpw: i32,
     more: &[(&str, i32)],
 ) -> Result<Array> {
-    let cpw = channels_per_warp(out);
+    let shape = x.shape();
+    let input = shape[shape.len() - 1];
+    let rows: i32 = shape[..shape.len() - 1].iter().product();
     let ints: Vec<(&str, i32)> =
         [("K", input), ("N", out), ("CPW", cpw)].into_iter().chain(more.iter().copied()).collect();
     let blocks = (out + WARPS * cpw - 1) / (WARPS * cpw);
@@ -167,7 +168,26 @@ pub fn affine_product(
             scales.shape()
         );
     }
-    launch(kernel()?, x, &[w, scales, biases], rows, input, out, &[("BITS", bits), ("G", g)])
+    launch(kernel()?, x, &[w, scales, biases], out, channels_per_warp(out), &[("BITS", bits), ("G", g)])
+}
+
+/// [`affine_product`] with `cpw` output channels a warp instead of the width's own choice, for
+/// timing the choices side by side (`cohort device --time-invariance`); not row-checked here.
+pub fn affine_product_cpw(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    spec: QuantSpec,
+    cpw: i32,
+) -> Result<Array> {
+    let shape = x.shape();
+    let input = shape[shape.len() - 1];
+    let rows: i32 = shape[..shape.len() - 1].iter().product();
+    if !holds_affine(rows, input, spec, x.dtype()) || ![1, 2, 4, 8].contains(&cpw) {
+        bail!("no row-invariant product of x {shape:?} at {cpw} channels a warp");
+    }
+    launch(kernel()?, x, &[w, scales, biases], w.shape()[0], cpw, &[("BITS", spec.bits), ("G", spec.group_size)])
 }
 
 /// What [`check`] found.
