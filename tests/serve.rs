@@ -236,3 +236,37 @@ fn after_the_grace_period_a_drain_cancels_what_still_runs() {
     assert_eq!(server.child.wait().unwrap().code(), Some(0));
     assert!(stopped.elapsed() < Duration::from_secs(10), "stopped in {:?}", stopped.elapsed());
 }
+
+/// `--grace-s` beyond what a Duration holds (1e300, 2^64 s) passed the check for NaN and
+/// negatives and then panicked the server the moment it was listening ("cannot convert float
+/// seconds to Duration", exit 101). Every such value is refused up front, naming the flag.
+#[test]
+fn a_grace_period_no_clock_can_hold_is_refused_naming_the_flag() {
+    for grace in ["1e300", "18446744073709551616", "NaN", "inf", "-1"] {
+        let home = tempfile::tempdir().unwrap();
+        let mut child = common::cohort_command(home.path())
+            .args(["serve", "--port", "0", "-m"])
+            .arg(common::fixture("qwen35_moe_4bit"))
+            .arg(format!("--grace-s={grace}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                panic!("--grace-s {grace}: the server took it and kept running");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(1), "--grace-s {grace}: {stderr}");
+        assert!(stderr.contains("--grace-s") && !stderr.contains("panicked"), "--grace-s {grace}: {stderr}");
+        assert!(!stderr.contains("listening"), "--grace-s {grace}: refused only after binding: {stderr}");
+    }
+}

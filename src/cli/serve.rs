@@ -55,9 +55,10 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
     let loaded = load_startup_profile(args.profile.as_deref(), paths)?;
     let overrides = Overrides { model: args.model.clone(), dtype: args.dtype.clone(), ..Default::default() };
     let settings = Settings::resolve(&loaded, &overrides)?;
-    if !args.grace_s.is_finite() || args.grace_s < 0.0 {
-        anyhow::bail!("--grace-s {}: must be a number of seconds >= 0", args.grace_s);
-    }
+    // NaN, negatives and values no Duration holds (1e300: it panicked once the server listened).
+    let grace = Duration::try_from_secs_f64(args.grace_s)
+        .ok()
+        .with_context(|| format!("--grace-s {}: must be a number of seconds from 0 to {}", args.grace_s, u64::MAX))?;
     let scheduler = settings.preset.config();
     let capacity = scheduler
         .lane_width()
@@ -109,7 +110,7 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
                 Ok(()) = failed_rx => {},
             }
         };
-        serve(listener, app, state.clone(), stop, Duration::from_secs_f64(args.grace_s)).await?;
+        serve(listener, app, state.clone(), stop, grace).await?;
         // Taking the engine out joins its owner thread, after the last request ended.
         if let EngineSlot::Failed(why) = state.replace_engine(EngineSlot::Failed("the server stopped".into())) {
             anyhow::bail!("the model failed to load: {why}");
