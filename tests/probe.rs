@@ -79,3 +79,28 @@ fn the_probe_runs_on_a_synthetic_model_and_reports_its_construction_check() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown synthetic geometry \"qwen9\""));
 }
+
+/// `cohort probe --time-routes N` reserved N timings per route up front: 10^9 aborted the process
+/// ("memory allocation of 16000000000 bytes failed"), 2^64 - 1 panicked ("capacity overflow"),
+/// and 0 printed times measured from no turn at all. N is refused outside 1-10,000, naming the
+/// flag, before the model loads.
+#[test]
+fn a_time_routes_count_out_of_range_is_refused_naming_the_flag() {
+    for n in ["0", "1000000000", "18446744073709551615"] {
+        let home = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"ulimit -v 4000000 && exec "$@""#)
+            .arg("sh")
+            .arg(env!("CARGO_BIN_EXE_cohort"))
+            .env("COHORT_HOME", home.path())
+            .args(["probe", "-m"])
+            .arg(fixture("qwen35_moe_4bit"))
+            .args(["--time-routes", n])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--time-routes {n}: {stderr}");
+        assert!(stderr.contains("--time-routes") && stderr.contains("1..=10000"), "--time-routes {n}: {stderr}");
+    }
+}

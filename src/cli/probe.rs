@@ -28,9 +28,9 @@ pub struct ProbeArgs {
     #[arg(long, requires = "synthetic")]
     vocab: Option<i32>,
     /// Also time a packed verify block and a single-token step at the cohort's width on the
-    /// batched route and on the route the gate kept, in turns (median of N turns each).
-    #[arg(long, value_name = "N")]
-    time_routes: Option<usize>,
+    /// batched route and on the route the gate kept, in turns (median of N turns each, 1-10,000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    time_routes: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -85,7 +85,12 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             if decision.route != LinearRoute::Batched {
                 routes.push(decision.route);
             }
-            crate::engine::route_cost::time_routes(model.as_ref(), &routes, crate::engine::cohort::FIXED_WIDTH, reps)?
+            crate::engine::route_cost::time_routes(
+                model.as_ref(),
+                &routes,
+                crate::engine::cohort::FIXED_WIDTH,
+                reps as usize,
+            )?
         }
         None => Vec::new(),
     };
