@@ -254,3 +254,58 @@ fn a_profile_or_theme_without_end_is_refused_at_once() {
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "{flag}: took {:?}", started.elapsed());
     }
 }
+
+/// Issue 40 (item 2): `[pane.N]` gives pane N its own system prompt, sampler values and
+/// max_tokens, each unset one the profile's; bad tables are errors naming the file and the key.
+#[test]
+fn a_profile_sets_each_panes_own_settings() {
+    let (_dir, paths) = temp_paths();
+    let file = paths.config_dir.join("panes.toml");
+    write(
+        &file,
+        "system = \"Be kind.\"\nmax_tokens = 300\n[sampler]\ntop_p = 0.8\n\
+         [pane.2]\nsystem = \"Answer in French.\"\n[pane.2.sampler]\ntemperature = 0.0\n\
+         [pane.3]\nsystem = \"\"\nmax_tokens = 40\n",
+    );
+    let loaded = profile::load_profile(file.to_str().unwrap(), &paths).unwrap();
+    let settings = Settings::resolve(&loaded, &Overrides::default()).unwrap();
+    assert_eq!(settings.pane_settings.keys().copied().collect::<Vec<_>>(), [2, 3]);
+    let two = &settings.pane_settings[&2];
+    assert_eq!(two.system.as_deref(), Some("Answer in French."));
+    assert_eq!((two.sampler.temperature, two.sampler.top_p, two.max_tokens), (0.0, 0.8, 300), "unset: the profile's");
+    let three = &settings.pane_settings[&3];
+    assert_eq!((three.system.as_deref(), three.max_tokens, three.sampler), (None, 40, settings.sampler), "\"\" = none");
+
+    for (text, words) in [
+        ("[pane.9]\nmax_tokens = 5\n", &["panes.toml", "pane.9", "1 to 8"][..]),
+        ("[pane.x]\nmax_tokens = 5\n", &["pane.x", "1 to 8"][..]),
+        ("[pane.2.sampler]\ntop_p = 2.0\n", &["panes.toml", "[pane.2]", "top_p = 2", "(0, 1]"][..]),
+        ("[pane.2]\nmax_tokens = 0\n", &["[pane.2]", "max_tokens = 0"][..]),
+        ("[pane.2]\ntemp = 1\n", &["panes.toml", "pane.2", "unknown field `temp`"][..]),
+    ] {
+        write(&file, text);
+        let err = error_of(
+            profile::load_profile(file.to_str().unwrap(), &paths)
+                .and_then(|l| Settings::resolve(&l, &Overrides::default())),
+        );
+        assert!(words.iter().all(|w| err.contains(w)), "{text}: {err}");
+    }
+}
+
+/// Issue 40 (item 2): a profile saved from the app with panes' own settings loads back with them.
+#[test]
+fn a_saved_profile_keeps_each_panes_own_settings() {
+    let (_dir, paths) = temp_paths();
+    let mut settings = cohort::tui::fixture::settings(2);
+    let mut own = settings.chat();
+    own.system = None;
+    own.sampler.temperature = 0.0;
+    own.max_tokens = 33;
+    settings.system = Some("Be kind.".into());
+    let mut profile = settings.to_profile();
+    profile.pane.insert("2".into(), profile::PaneProfile::from_settings(&own));
+    profile::save_profile(&paths, "mine", &profile).unwrap();
+    let back = Settings::resolve(&profile::load_profile("mine", &paths).unwrap(), &Overrides::default()).unwrap();
+    assert_eq!(back.pane_settings.get(&2), Some(&own), "no system prompt for pane 2, though the profile has one");
+    assert_eq!(back.system.as_deref(), Some("Be kind."));
+}

@@ -88,7 +88,8 @@ fn profile(dir: &Path, max_tokens: usize) -> PathBuf {
 }
 
 /// What a test's tmux session runs: environment before the binary, arguments after the profile,
-/// a shell line after it exits.
+/// a shell line after it exits (`{resume}` in it: the same command again with `--resume`, then
+/// `echo COHORT-RESUMED-$?`).
 struct Launch<'a> {
     tag: &'a str,
     size: (u16, u16),
@@ -107,15 +108,16 @@ fn launch(l: Launch) -> Option<(tempfile::TempDir, Tmux)> {
     }
     let home = tempfile::tempdir().unwrap();
     let profile = profile(home.path(), l.max_tokens);
-    let command = format!(
-        "env {} COHORT_HOME={} {} --profile {} {}; echo COHORT-EXITED-$?; {}sleep 600",
+    let run = format!(
+        "env {} COHORT_HOME={} {} --profile {} {}",
         l.env,
         home.path().display(),
         env!("CARGO_BIN_EXE_cohort"),
         profile.display(),
-        l.args,
-        l.after
+        l.args
     );
+    let after = l.after.replace("{resume}", &format!("{run} --resume; echo COHORT-RESUMED-$?; "));
+    let command = format!("{run}; echo COHORT-EXITED-$?; {after}sleep 600");
     let tmux = Tmux::start(&format!("cohort-e2e-{}-{}", l.tag, std::process::id()), l.size.0, l.size.1, &command);
     let load = Duration::from_secs(120);
     tmux.wait_for("the model to load", load, |s| s.contains("· mtp │") || s.contains("COHORT-EXITED"));
@@ -381,4 +383,59 @@ fn an_external_editor_writes_the_prompt() {
     tmux.wait_for("the answer", slow, |s| s.contains("1 · done"));
     tmux.keys(&["C-q"]);
     tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+}
+
+/// Issue 40 (item 2): alt+, gives pane 1 its own system prompt and max_tokens (its bottom border
+/// shows them); a question sent to three panes stops at 5 tokens there while the others run on
+/// the profile's 2000; f8 cancels every running answer; quit and `--resume` bring pane 1's
+/// settings back.
+#[test]
+fn pane_settings_apply_and_come_back_on_resume_and_cancel_all_stops_every_pane() {
+    let launched = launch(Launch {
+        tag: "settings",
+        size: (160, 40),
+        max_tokens: 2000,
+        env: "",
+        args: "--panes 3",
+        after: "{resume}",
+    });
+    let Some((home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(120);
+    tmux.keys(&["M-,"]);
+    tmux.wait_for("the settings form", slow, |s| s.contains("settings · pane 1"));
+    tmux.type_text("Be terse.");
+    for _ in 0..4 {
+        tmux.keys(&["Down"]);
+    }
+    tmux.keys(&["C-u"]);
+    tmux.type_text("5");
+    tmux.keys(&["Enter"]);
+    let applied = tmux.wait_for("pane 1's own settings on its border", slow, |s| s.contains("max5 sys"));
+    assert!(applied.contains("t0.6 p0.95 k20 max2000"), "the other panes keep the profile's:\n{applied}");
+    tmux.type_text("hello");
+    tmux.keys(&["F5"]);
+    tmux.wait_for("pane 1's 5-token answer beside the others decoding", slow, |s| {
+        s.contains("1 · done") && s.contains("2 · decoding") && s.contains("3 · decoding")
+    });
+    tmux.keys(&["F8"]);
+    let cancelled = tmux.wait_for("every running answer cancelled", slow, |s| {
+        s.contains("2 · cancelled") && s.contains("3 · cancelled")
+    });
+    assert!(cancelled.contains("1 · done"), "the finished answer stays as it was:\n{cancelled}");
+    // Zoomed on pane 2, pane 1's border is off screen: it shows again only in the resumed run.
+    tmux.keys(&["M-2"]);
+    tmux.keys(&["C-z"]);
+    tmux.wait_for("pane 2 zoomed", slow, |s| !s.contains("max5 sys"));
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("the resumed session with pane 1's settings", slow, |s| {
+        s.contains("max5 sys") && s.contains("· mtp │")
+    });
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("the resumed run to exit", slow, |s| s.contains("COHORT-RESUMED-0"));
+    let sessions = home.path().join("data").join("transcripts");
+    let session = std::fs::read_dir(&sessions).unwrap().next().unwrap().unwrap().path();
+    let pane1 = std::fs::read_to_string(session.join("pane-1.jsonl")).unwrap();
+    let record = pane1.lines().find(|l| l.contains("\"kind\":\"settings\"")).expect("a settings record");
+    assert!(record.contains("\"system\":\"Be terse.\"") && record.contains("\"max_tokens\":5"), "{record}");
+    assert!(pane1.contains("\"completion_tokens\":5"), "pane 1's answer stopped at its max_tokens:\n{pane1}");
 }

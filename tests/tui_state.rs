@@ -867,3 +867,163 @@ fn cancel_all_cancels_every_running_answer() {
     assert_eq!(app.panes[1].state, RowState::Done);
     assert_eq!(Keymap::default().describe_keys(Command::CancelAll), "alt+c / f8");
 }
+
+/// Open the focused pane's settings (alt+,), set `(field, text)` pairs (fields counted from the
+/// top: 0 system prompt, 1 temperature, 2 top_p, 3 top_k, 4 max_tokens, 5 presence_penalty,
+/// 6 frequency_penalty), then press `then`.
+fn set_settings(app: &mut App, fields: &[(usize, &str)], then: KeyEvent) -> Vec<Effect> {
+    assert!(app.handle_key(KeyEvent::new(KeyCode::Char(','), KeyModifiers::ALT)).is_empty());
+    assert!(matches!(app.overlay, Some(Overlay::Settings(_))), "alt+, opens the settings");
+    let mut at = 0;
+    for &(field, text) in fields {
+        while at < field {
+            app.handle_key(key(KeyCode::Down));
+            at += 1;
+        }
+        while at > field {
+            app.handle_key(key(KeyCode::Up));
+            at -= 1;
+        }
+        app.handle_key(ctrl('u'));
+        type_text(app, text);
+    }
+    app.handle_key(then)
+}
+
+fn settings_records(fx: &[Effect]) -> Vec<(u32, Option<cohort::config::profile::ChatSettings>)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Record { pane, record: Record::Settings { settings } } => Some((*pane, settings.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 40 (item 2): a pane's own system prompt, temperature, top_k and max_tokens go with its
+/// requests and no other pane's; the transcript records them; esc leaves everything as it was.
+#[test]
+fn a_panes_own_settings_go_with_its_requests_only() {
+    let mut app = fixture::app(2, "dark");
+    let form = |app: &App| match &app.overlay {
+        Some(Overlay::Settings(form)) => form.inputs.iter().map(|i| i.text().to_owned()).collect::<Vec<_>>(),
+        other => panic!("no settings form: {other:?}"),
+    };
+    app.handle_key(KeyEvent::new(KeyCode::Char(','), KeyModifiers::ALT));
+    assert_eq!(form(&app), ["", "0.6", "0.95", "20", "512", "0", "0"], "the form opens with the profile's values");
+    app.handle_key(key(KeyCode::Esc));
+
+    let fx = set_settings(&mut app, &[(0, "Be terse."), (1, "0.2"), (3, "40"), (4, "64")], key(KeyCode::Enter));
+    assert_eq!(app.overlay, None);
+    let own = app.panes[0].settings.clone().expect("pane 1 has its own settings");
+    let s = &own.sampler;
+    assert_eq!(
+        (own.system.as_deref(), s.temperature, s.top_p, s.top_k, own.max_tokens),
+        (Some("Be terse."), 0.2, 0.95, 40, 64)
+    );
+    assert_eq!(settings_records(&fx), [(1, Some(own.clone()))], "recorded for --resume");
+    assert_eq!(app.panes[1].settings, None, "pane 2 keeps the profile's");
+    let notice = &app.notice.as_ref().unwrap().text;
+    assert!(notice.contains("pane 1") && notice.contains("t0.2 p0.95 k40 max64 sys"), "{notice}");
+
+    type_text(&mut app, "hi");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    let (request, messages) = the_request(&fx);
+    assert_eq!(messages, pairs(&[("system", "Be terse."), ("user", "hi")]));
+    assert_eq!((request.sampler, request.max_tokens), (own.sampler, 64));
+
+    app.handle_key(alt(KeyCode::Char('2')));
+    type_text(&mut app, "hi");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    let (request, messages) = the_request(&fx);
+    assert_eq!(messages, pairs(&[("user", "hi")]));
+    assert_eq!((request.sampler, request.max_tokens), (app.settings.sampler, 512));
+
+    // esc closes the form and changes nothing.
+    assert!(set_settings(&mut app, &[(1, "1.5")], key(KeyCode::Esc)).is_empty());
+    assert_eq!((app.overlay.as_ref(), app.panes[1].settings.as_ref()), (None, None));
+}
+
+/// Issue 40 (item 2): values the engine would refuse are refused in the form, with a message
+/// naming the field (the engine's own words for the sampler), and that field focused.
+#[test]
+fn bad_settings_are_refused_naming_the_field() {
+    let mut app = fixture::app(1, "dark");
+    let cases: [(usize, &str, &[&str]); 8] = [
+        (2, "1.5", &["top_p = 1.5", "(0, 1]"]),
+        (1, "warm", &["temperature", "\"warm\" is not a number"]),
+        (1, "-1", &["temperature = -1", ">= 0"]),
+        (3, "5000", &["top_k = 5000", "1024"]),
+        (3, "2.5", &["top_k", "whole number"]),
+        (4, "0", &["max_tokens = 0", "at least 1"]),
+        (4, "5000", &["max_tokens = 5000", "context window of 4096"]),
+        (6, "inf", &["frequency_penalty = inf", "finite"]),
+    ];
+    for (field, text, words) in cases {
+        let fx = set_settings(&mut app, &[(field, text)], key(KeyCode::Enter));
+        assert!(fx.is_empty(), "{text}: nothing applied");
+        let Some(Overlay::Settings(form)) = &app.overlay else { panic!("{text}: the form stays open") };
+        let error = form.error.clone().expect("the form says why");
+        assert!(words.iter().all(|w| error.contains(w)), "{text}: {error}");
+        assert_eq!(form.field, field, "{text}: the field at fault is focused");
+        // Typing clears the message; esc closes the form.
+        app.handle_key(key(KeyCode::End));
+        let Some(Overlay::Settings(form)) = &app.overlay else { panic!() };
+        assert_eq!(form.error, None);
+        app.handle_key(key(KeyCode::Esc));
+        assert_eq!((app.overlay.as_ref(), app.panes[0].settings.as_ref()), (None, None));
+    }
+}
+
+/// Issue 40 (item 2): ctrl+g applies the form to every pane (a running answer keeps the values
+/// it started with); ctrl+d puts the profile's values back in the form, and a pane given them
+/// follows the profile again.
+#[test]
+fn settings_go_to_every_pane_and_back_to_the_profile() {
+    let mut app = fixture::app(3, "dark");
+    type_text(&mut app, "running");
+    app.handle_key(key(KeyCode::Enter));
+    let fx = set_settings(&mut app, &[(1, "0")], ctrl('g'));
+    let records = settings_records(&fx);
+    assert_eq!(records.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(app.panes.iter().all(|p| p.settings.as_ref().is_some_and(|s| s.sampler.temperature == 0.0)));
+    let notice = &app.notice.as_ref().unwrap().text;
+    assert!(notice.contains("every pane") && notice.contains("greedy max512"), "{notice}");
+    assert!(notice.contains("pane 1's running answer keeps"), "{notice}");
+
+    app.handle_key(KeyEvent::new(KeyCode::Char(','), KeyModifiers::ALT));
+    app.handle_key(ctrl('d'));
+    let Some(Overlay::Settings(form)) = &app.overlay else { panic!() };
+    assert_eq!(form.inputs[1].text(), "0.6", "the profile's temperature is back in the form");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert_eq!(settings_records(&fx), [(1, None)], "pane 1 follows the profile again");
+    assert_eq!(app.panes[0].settings, None);
+    assert!(app.panes[1].settings.is_some() && app.panes[2].settings.is_some());
+}
+
+/// Issue 40 (item 2): a profile's `[pane.N]` tables give panes their own settings at start, and
+/// saving a profile writes each pane's own settings back as `[pane.N]`.
+#[test]
+fn profiles_carry_each_panes_own_settings() {
+    let mut settings = fixture::settings(3);
+    let mut own = settings.chat();
+    own.system = Some("Answer in French.".into());
+    own.sampler.top_k = 5;
+    settings.pane_settings.insert(2, own.clone());
+    let mut app = App::new(settings, Theme::builtin("dark"), Keymap::default(), fixture::SESSION);
+    assert_eq!(app.panes.iter().map(|p| p.settings.clone()).collect::<Vec<_>>(), [None, Some(own.clone()), None]);
+    app.handle_key(alt(KeyCode::Char('2')));
+    type_text(&mut app, "bonjour");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    let (request, messages) = the_request(&fx);
+    assert_eq!((messages[0].1.as_str(), request.sampler.top_k), ("Answer in French.", 5));
+
+    app.handle_key(ctrl('s'));
+    app.handle_key(ctrl('u'));
+    type_text(&mut app, "french");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    let [Effect::SaveProfile { profile, .. }] = &fx[..] else { panic!("{fx:?}") };
+    assert_eq!(profile.pane.keys().collect::<Vec<_>>(), ["2"], "only the pane with its own settings");
+    let saved = &profile.pane["2"];
+    assert_eq!(saved.system.as_deref(), Some("Answer in French."));
+    assert_eq!(saved.sampler.as_ref().and_then(|s| s.top_k), Some(5));
+}

@@ -246,3 +246,45 @@ fn an_edited_turn_reads_back_in_place_of_the_old_one() {
     let (_, _, panes) = load_session(dir.path(), old.to_str().unwrap()).unwrap();
     assert_eq!((panes[0].turns[0].user.as_str(), panes[0].turns[0].answer.as_str()), ("hi", "hello"));
 }
+
+/// Issue 40 (item 2): a pane's own settings are recorded when set and restored by `--resume`
+/// (the last record wins; `null` = back to the profile's); a pane without a record takes its
+/// profile's `[pane.N]`, if any.
+#[test]
+fn a_resumed_pane_gets_its_own_settings_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = new_session_name(dir.path());
+    let mut writer = TranscriptWriter::new(dir.path(), &session, "throughput", None);
+    let base = fixture::settings(3).chat();
+    let mut terse = base.clone();
+    terse.system = Some("Be terse.".into());
+    terse.sampler.temperature = 0.1;
+    let settings = |s: Option<&cohort::config::profile::ChatSettings>| Record::Settings { settings: s.cloned() };
+    for r in [settings(Some(&terse)), user("a", "first"), done("a", FinishReason::Stop, "one")] {
+        writer.append(1, &r).unwrap();
+    }
+    for r in [settings(Some(&terse)), user("b", "first"), settings(None)] {
+        writer.append(2, &r).unwrap();
+    }
+    writer.append(3, &user("c", "first")).unwrap();
+    let text = std::fs::read_to_string(writer.pane_path(1)).unwrap();
+    assert!(text.contains("\"kind\":\"settings\"") && text.contains("Be terse."), "{text}");
+    drop(writer);
+    let (_, _, panes) = load_session(dir.path(), &session).unwrap();
+    let recorded: Vec<_> = panes.iter().map(|p| p.settings.clone()).collect();
+    assert_eq!(recorded, [Some(Some(terse.clone())), Some(None), None]);
+
+    let mut from_profile = base.clone();
+    from_profile.max_tokens = 9;
+    let mut profile_settings = fixture::settings(3);
+    profile_settings.pane_settings = [(2, from_profile.clone()), (3, from_profile.clone())].into();
+    let mut app = cohort::tui::app::App::new(
+        profile_settings,
+        cohort::config::theme::Theme::builtin("dark"),
+        cohort::config::keymap::Keymap::default(),
+        &session,
+    );
+    app.restore(panes);
+    let restored: Vec<_> = app.panes.iter().map(|p| p.settings.clone()).collect();
+    assert_eq!(restored, [Some(terse), None, Some(from_profile)], "recorded, reset, the profile's [pane.3]");
+}

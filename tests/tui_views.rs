@@ -463,3 +463,54 @@ fn a_message_picked_for_copying() {
 fn row_text(buffer: &ratatui::buffer::Buffer, y: u16) -> String {
     (0..buffer.area.width).map(|x| buffer[(x, y)].symbol().to_owned()).collect()
 }
+
+fn alt_key(c: char) -> crossterm::event::KeyEvent {
+    crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Char(c), crossterm::event::KeyModifiers::ALT)
+}
+fn plain_key(code: crossterm::event::KeyCode) -> crossterm::event::KeyEvent {
+    crossterm::event::KeyEvent::new(code, crossterm::event::KeyModifiers::NONE)
+}
+
+/// Issue 40 (item 2): the focused pane's settings form: every per-request value with its range,
+/// the engine's generation mode noted as shared by every pane, and a refused value's message
+/// naming the field (top_p here, focused).
+#[test]
+fn the_pane_settings_form() {
+    let mut app = fixture::mixed(2, "dark");
+    app.focus = 1;
+    app.handle_key(alt_key(','));
+    for c in "Answer in one short paragraph.".chars() {
+        app.handle_key(plain_key(crossterm::event::KeyCode::Char(c)));
+    }
+    app.handle_key(plain_key(crossterm::event::KeyCode::Down));
+    app.handle_key(plain_key(crossterm::event::KeyCode::Down));
+    app.handle_key(crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::Char('u'),
+        crossterm::event::KeyModifiers::CONTROL,
+    ));
+    for c in "1.5".chars() {
+        app.handle_key(plain_key(crossterm::event::KeyCode::Char(c)));
+    }
+    assert!(app.handle_key(plain_key(crossterm::event::KeyCode::Enter)).is_empty(), "top_p = 1.5 is refused");
+    let terminal = draw(&app, 100, 30);
+    insta::assert_snapshot!(terminal.backend());
+    assert_eq!(style_at(&terminal, "✖ invalid sampler setting top_p").fg, app.styles.error.fg);
+}
+
+/// Issue 40 (item 2): each pane shows its settings on its bottom border: its own in the accent
+/// colour, the profile's muted; a narrow pane keeps what fits.
+#[test]
+fn a_pane_shows_its_settings() {
+    let mut app = fixture::mixed(2, "dark");
+    let mut own = app.settings.chat();
+    own.sampler = cohort::engine::sampler::SamplerConfig::greedy();
+    own.max_tokens = 64;
+    own.system = Some("Be terse.".into());
+    app.panes[0].settings = Some(own);
+    let terminal = draw(&app, 100, 16);
+    insta::assert_snapshot!(terminal.backend());
+    assert_eq!(style_at(&terminal, "greedy max64 sys").fg, app.styles.accent.fg);
+    assert_eq!(style_at(&terminal, "t0.6 p0.95 k20 max512").fg, app.styles.muted.fg);
+    let narrow = draw(&app, 44, 16);
+    insta::assert_snapshot!("a_pane_shows_its_settings_narrow", narrow.backend());
+}

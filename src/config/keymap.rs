@@ -43,6 +43,8 @@ pub enum Command {
     Select,
     /// Write the focused pane's conversation to a Markdown file.
     Export,
+    /// The focused pane's own settings (system prompt, sampler, max_tokens).
+    Settings,
     NewPane,
     ClosePane,
     ClearPane,
@@ -85,6 +87,7 @@ impl Command {
             Command::Copy,
             Command::Select,
             Command::Export,
+            Command::Settings,
             Command::NewPane,
             Command::ClosePane,
             Command::ClearPane,
@@ -126,6 +129,7 @@ impl Command {
             Command::Copy => "copy",
             Command::Select => "select",
             Command::Export => "export",
+            Command::Settings => "settings",
             Command::NewPane => "new_pane",
             Command::ClosePane => "close_pane",
             Command::ClearPane => "clear_pane",
@@ -173,6 +177,9 @@ impl Command {
             Command::Copy => "copy the focused pane's last answer (OSC 52 and a file)",
             Command::Select => "pick any message of the focused pane to copy (up/down choose, enter copies, esc back)",
             Command::Export => "save the focused pane's conversation as Markdown (in the session's folder)",
+            Command::Settings => {
+                "the focused pane's settings: system prompt, temperature, top_p, top_k, max_tokens, penalties"
+            }
             Command::NewPane => "add a pane (up to 8)",
             Command::ClosePane => "close the focused pane",
             Command::ClearPane => "start a new conversation in the focused pane",
@@ -218,6 +225,7 @@ impl Command {
             Command::Copy => vec!["ctrl+y"],
             Command::Select => vec!["alt+y", "f7"],
             Command::Export => vec!["alt+s", "f9"],
+            Command::Settings => vec!["alt+,", "f6"],
             Command::NewPane => vec!["ctrl+n"],
             Command::ClosePane => vec!["ctrl+x"],
             Command::ClearPane => vec!["ctrl+l"],

@@ -72,6 +72,100 @@ pub struct Profile {
     pub sampler: Option<SamplerConfig>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub keys: BTreeMap<String, KeyList>,
+    /// `[pane.N]`: pane N's own system prompt, sampler values and max_tokens (N from 1).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pane: BTreeMap<String, PaneProfile>,
+}
+
+/// One pane's table in a profile: each key unset is the profile's own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaneProfile {
+    /// `""` = no system prompt for this pane (though the profile has one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampler: Option<SamplerOverrides>,
+}
+
+/// A pane's `[pane.N.sampler]`: only the values it changes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplerOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+}
+
+impl PaneProfile {
+    /// Every value of `own` written out (a pane's settings saved from the app).
+    pub fn from_settings(own: &ChatSettings) -> PaneProfile {
+        let s = &own.sampler;
+        PaneProfile {
+            system: Some(own.system.clone().unwrap_or_default()),
+            max_tokens: Some(own.max_tokens),
+            sampler: Some(SamplerOverrides {
+                temperature: Some(s.temperature),
+                top_p: Some(s.top_p),
+                top_k: Some(s.top_k),
+                presence_penalty: Some(s.presence_penalty),
+                frequency_penalty: Some(s.frequency_penalty),
+            }),
+        }
+    }
+
+    /// `base` (the profile's values) with this table's applied.
+    fn resolve(&self, base: &ChatSettings) -> ChatSettings {
+        let mut out = base.clone();
+        if let Some(system) = &self.system {
+            out.system = Some(system.clone()).filter(|s| !s.trim().is_empty());
+        }
+        if let Some(n) = self.max_tokens {
+            out.max_tokens = n;
+        }
+        if let Some(o) = &self.sampler {
+            let s = &mut out.sampler;
+            s.temperature = o.temperature.unwrap_or(s.temperature);
+            s.top_p = o.top_p.unwrap_or(s.top_p);
+            s.top_k = o.top_k.unwrap_or(s.top_k);
+            s.presence_penalty = o.presence_penalty.unwrap_or(s.presence_penalty);
+            s.frequency_penalty = o.frequency_penalty.unwrap_or(s.frequency_penalty);
+        }
+        out
+    }
+}
+
+/// What a pane's requests carry besides the conversation: the system prompt, the sampler and
+/// the answer's length. Each goes with every request, so panes can differ; the engine's mode,
+/// preset and numerics are the engine's, the same for every pane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    pub sampler: SamplerConfig,
+    pub max_tokens: usize,
+}
+
+impl ChatSettings {
+    /// The checks the engine makes on a request's values (`prepare` adds the context window's,
+    /// which depends on the prompt); the message names the value.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_tokens == 0 {
+            bail!("max_tokens = 0: must be at least 1");
+        }
+        self.sampler.validate()?;
+        Ok(())
+    }
 }
 
 /// A profile and where it came from.
@@ -121,6 +215,8 @@ pub struct Settings {
     pub theme: String,
     pub panes: usize,
     pub keys: BTreeMap<String, KeyList>,
+    /// Panes with their own settings from the profile's `[pane.N]`, by N (from 1).
+    pub pane_settings: BTreeMap<usize, ChatSettings>,
 }
 
 impl Default for Settings {
@@ -142,6 +238,7 @@ impl Default for Settings {
             theme: super::theme::DEFAULT_THEME.into(),
             panes: 4,
             keys: BTreeMap::new(),
+            pane_settings: BTreeMap::new(),
         }
     }
 }
@@ -155,7 +252,7 @@ impl Settings {
         }
         let p = &loaded.profile;
         let d = Settings::default();
-        let settings = Settings {
+        let mut settings = Settings {
             profile: loaded.name.clone(),
             origin: loaded.origin.clone(),
             model: flags.model.clone().or_else(|| p.model.clone()),
@@ -172,9 +269,30 @@ impl Settings {
             theme: flags.theme.clone().or_else(|| p.theme.clone()).unwrap_or(d.theme),
             panes: flags.panes.or(p.panes).unwrap_or(d.panes),
             keys: p.keys.clone(),
+            pane_settings: BTreeMap::new(),
         };
+        let base = settings.chat();
+        for (key, table) in &p.pane {
+            let n = key.parse::<usize>().ok().filter(|n| (1..=MAX_PANES).contains(n));
+            let Some(n) = n else {
+                bail!("{}: key `pane.{key}`: panes are numbered 1 to {MAX_PANES}", loaded.origin);
+            };
+            settings.pane_settings.insert(n, table.resolve(&base));
+        }
         settings.validate()?;
         Ok(settings)
+    }
+
+    /// The profile's own system prompt, sampler and max_tokens (what a pane without settings of
+    /// its own sends).
+    pub fn chat(&self) -> ChatSettings {
+        ChatSettings { system: self.system.clone(), sampler: self.sampler, max_tokens: self.max_tokens }
+    }
+
+    /// What the pane at position `n` (from 1) starts with: the profile's `[pane.N]`, if any
+    /// (None: the profile's own values).
+    pub fn pane_start(&self, n: usize) -> Option<ChatSettings> {
+        self.pane_settings.get(&n).cloned()
     }
 
     /// Range checks, naming the file and key of a bad value.
@@ -187,6 +305,9 @@ impl Settings {
             bail!("{origin}: key `max_tokens` = 0: must be at least 1");
         }
         self.sampler.validate().map_err(|e| anyhow::anyhow!("{origin}: [sampler] {e}"))?;
+        for (n, own) in &self.pane_settings {
+            own.validate().map_err(|e| anyhow::anyhow!("{origin}: [pane.{n}] {e}"))?;
+        }
         Keymap::with_overrides(&self.keys, origin)?;
         Ok(())
     }
@@ -223,6 +344,7 @@ impl Settings {
             panes: Some(self.panes),
             sampler: Some(self.sampler),
             keys: self.keys.clone(),
+            pane: self.pane_settings.iter().map(|(n, own)| (n.to_string(), PaneProfile::from_settings(own))).collect(),
         }
     }
 

@@ -12,10 +12,11 @@ use super::action::{Action, Effect, EngineSummary, ProfileSwitch};
 use super::input::InputLine;
 use super::layout::{Screen, neighbour, screen};
 use super::pane::{InFlight, Pane, Turn};
+use super::settings::{SettingsForm, summary};
 use super::style::Styles;
 use super::transcript::{Record, RestoredPane};
 use crate::config::keymap::{Command, Keymap};
-use crate::config::profile::{MAX_PANES, ProfileEntry, Settings, check_profile_name};
+use crate::config::profile::{ChatSettings, MAX_PANES, PaneProfile, ProfileEntry, Settings, check_profile_name};
 use crate::config::theme::Theme;
 use crate::engine::request::{FinishReason, Prompt, Request, RequestResult};
 use crate::engine::row::RowEvent;
@@ -70,6 +71,8 @@ pub enum Overlay {
     Select {
         index: usize,
     },
+    /// A pane's settings form.
+    Settings(Box<SettingsForm>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -117,7 +120,9 @@ pub struct App {
 
 impl App {
     pub fn new(settings: Settings, theme: Theme, keymap: Keymap, session: &str) -> App {
-        let panes = (1..=settings.panes as u32).map(Pane::new).collect();
+        let panes = (1..=settings.panes as u32)
+            .map(|id| Pane { settings: settings.pane_start(id as usize), ..Pane::new(id) })
+            .collect();
         let model = settings.model.clone().unwrap_or_default();
         App {
             styles: Styles::new(&theme),
@@ -154,8 +159,11 @@ impl App {
         self.panes = restored
             .into_iter()
             .take(MAX_PANES)
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
                 let mut pane = Pane::new(r.id);
+                // Recorded settings, else the profile's for the pane's place.
+                pane.settings = r.settings.unwrap_or_else(|| self.settings.pane_start(i + 1));
                 pane.state = match r.turns.last() {
                     Some(t) if t.interrupted => RowState::Cancelled,
                     Some(t) => finish_state(t.finish.unwrap_or(FinishReason::Stop)),
@@ -188,6 +196,11 @@ impl App {
 
     fn focused_mut(&mut self) -> &mut Pane {
         &mut self.panes[self.focus]
+    }
+
+    /// What pane `index`'s requests carry: its own settings, else the profile's.
+    pub fn chat_settings(&self, index: usize) -> ChatSettings {
+        self.panes[index].settings.clone().unwrap_or_else(|| self.settings.chat())
     }
 
     pub fn busy_panes(&self) -> usize {
@@ -338,6 +351,10 @@ impl App {
                 }
             }
             Command::Export => self.export(fx),
+            Command::Settings => {
+                let form = SettingsForm::new(self.focused().id, &self.chat_settings(self.focus));
+                self.overlay = Some(Overlay::Settings(Box::new(form)));
+            }
             Command::NewPane => {
                 if n < MAX_PANES {
                     self.add_pane();
@@ -386,7 +403,8 @@ impl App {
     }
 
     fn add_pane(&mut self) {
-        self.panes.push(Pane::new(self.next_pane_id));
+        let settings = self.settings.pane_start(self.panes.len() + 1);
+        self.panes.push(Pane { settings, ..Pane::new(self.next_pane_id) });
         self.next_pane_id += 1;
     }
 
@@ -469,7 +487,8 @@ impl App {
     /// `replaces` (an edit, a regeneration): that turn and any after it leave the conversation.
     fn submit(&mut self, index: usize, text: String, replaces: Option<String>, fx: &mut Vec<Effect>) {
         self.next_request += 1;
-        let settings = &self.settings;
+        let chat = self.chat_settings(index);
+        let base_seed = self.settings.seed;
         let pane = &mut self.panes[index];
         pane.editing = None;
         let replaces = replaces.filter(|old| match pane.turns.iter().position(|t| t.request_id == *old) {
@@ -483,16 +502,15 @@ impl App {
         // Each pane and turn gets its own seed, so re-running a session reproduces it; a turn
         // asked again mixes in the request's number, so a sampled answer can come out otherwise.
         let again = if replaces.is_some() { self.next_request.wrapping_mul(0x9E37_79B9_7F4A_7C15) } else { 0 };
-        let seed =
-            settings.seed.wrapping_add(u64::from(pane.id) * 1_000_003 + pane.turns.len() as u64).wrapping_add(again);
+        let seed = base_seed.wrapping_add(u64::from(pane.id) * 1_000_003 + pane.turns.len() as u64).wrapping_add(again);
         let request = Request {
             id: id.clone(),
-            prompt: Prompt::Chat(pane.messages_with(settings.system.as_deref(), &text)),
-            max_tokens: settings.max_tokens,
-            sampler: settings.sampler,
+            prompt: Prompt::Chat(pane.messages_with(chat.system.as_deref(), &text)),
+            max_tokens: chat.max_tokens,
+            sampler: chat.sampler,
             seed,
             stop: Vec::new(),
-            ignore_eos: settings.ignore_eos,
+            ignore_eos: self.settings.ignore_eos,
         };
         pane.turns.push(Turn { request_id: id.clone(), user: text.clone(), ..Turn::default() });
         pane.in_flight = Some(InFlight {
@@ -603,6 +621,7 @@ impl App {
 
     /// The focused pane's conversation as Markdown, for the loop to write.
     fn export(&mut self, fx: &mut Vec<Effect>) {
+        let system = self.chat_settings(self.focus).system;
         let pane = self.focused();
         if pane.turns.is_empty() {
             return self.notify("nothing to export: this pane has no conversation yet".into(), true);
@@ -616,7 +635,7 @@ impl App {
             session: &self.session,
             model: &model,
             profile: &self.settings.profile,
-            system: self.settings.system.as_deref(),
+            system: system.as_deref(),
         };
         let markdown = super::export::markdown(pane, &about);
         fx.push(Effect::Export { pane: pane.id, turns: pane.turns.len(), markdown });
@@ -746,6 +765,7 @@ impl App {
                 };
                 Some(Overlay::Select { index: index.min(last) })
             }
+            Overlay::Settings(form) => self.settings_key(form, key, fx),
             Overlay::SaveProfile { mut name } => match key.code {
                 KeyCode::Esc => None,
                 KeyCode::Enter => match check_profile_name(name.text()) {
@@ -753,6 +773,15 @@ impl App {
                         // The panes open now, which may differ from the profile's count.
                         let mut profile = self.settings.to_profile();
                         profile.panes = Some(self.panes.len());
+                        // Panes' own settings as they are now, by their place on screen.
+                        profile.pane = self
+                            .panes
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, p)| {
+                                Some(((i + 1).to_string(), PaneProfile::from_settings(p.settings.as_ref()?)))
+                            })
+                            .collect();
                         fx.push(Effect::SaveProfile { name: name.text().to_owned(), profile: Box::new(profile) });
                         None
                     }
@@ -771,6 +800,77 @@ impl App {
         }
     }
 
+    /// Keys in a pane's settings form: up/down (tab/shift+tab) move between fields, enter applies
+    /// the form to its pane, ctrl+g to every pane, ctrl+d puts the profile's values back in it,
+    /// esc closes it; other keys edit the field. A refused value keeps the form open, the field at
+    /// fault focused and the reason shown.
+    fn settings_key(&mut self, mut form: Box<SettingsForm>, key: KeyEvent, fx: &mut Vec<Effect>) -> Option<Overlay> {
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        let index = self.panes.iter().position(|p| p.id == form.pane)?;
+        match key.code {
+            KeyCode::Esc => return None,
+            KeyCode::Up | KeyCode::BackTab => form.move_by(-1),
+            KeyCode::Down | KeyCode::Tab => form.move_by(1),
+            KeyCode::Char('d') if ctrl => {
+                let values = self.settings.pane_start(index + 1).unwrap_or_else(|| self.settings.chat());
+                form.fill(&values);
+            }
+            KeyCode::Enter | KeyCode::Char('g') if key.code == KeyCode::Enter || ctrl => {
+                let window = match &self.engine {
+                    EngineStatus::Ready(summary) => Some(summary.max_context),
+                    _ => None,
+                };
+                match form.parse(window) {
+                    Ok(values) => {
+                        let all = key.code != KeyCode::Enter;
+                        let targets: Vec<usize> = if all { (0..self.panes.len()).collect() } else { vec![index] };
+                        self.apply_settings(&targets, values, all, fx);
+                        return None;
+                    }
+                    Err((field, why)) => {
+                        form.field = field;
+                        form.error = Some(why);
+                    }
+                }
+            }
+            _ => {
+                form.inputs[form.field].handle_key(&key);
+                form.error = None;
+            }
+        }
+        Some(Overlay::Settings(form))
+    }
+
+    /// Give the panes at `targets` these settings (a pane given the profile's own values follows
+    /// the profile again); each change is recorded for `--resume`.
+    fn apply_settings(&mut self, targets: &[usize], values: ChatSettings, all: bool, fx: &mut Vec<Effect>) {
+        let own = (values != self.settings.chat()).then_some(values.clone());
+        for &i in targets {
+            let pane = &mut self.panes[i];
+            if pane.settings != own {
+                pane.settings = own.clone();
+                fx.push(Effect::Record { pane: pane.id, record: Record::Settings { settings: own.clone() } });
+            }
+        }
+        let whose = if all { "every pane".to_owned() } else { format!("pane {}", targets[0] + 1) };
+        let what = summary(&values).join(" ");
+        let mut text = match own {
+            Some(_) => format!("{whose}: {what} from the next message on"),
+            None => format!("{whose}: the profile's settings again ({what})"),
+        };
+        let busy: Vec<String> =
+            targets.iter().filter(|&&i| self.panes[i].is_busy()).map(|i| (i + 1).to_string()).collect();
+        match &busy[..] {
+            [] => {}
+            [one] => text.push_str(&format!(" (pane {one}'s running answer keeps the values it started with)")),
+            many => text.push_str(&format!(
+                " (the running answers of panes {} keep the values they started with)",
+                many.join(", ")
+            )),
+        }
+        self.notify(text, false);
+    }
+
     /// Copy message `index` of the focused pane (the picker closes).
     fn copy_message(&mut self, index: usize, fx: &mut Vec<Effect>) -> Option<Overlay> {
         match self.focused().message_text(index) {
@@ -784,6 +884,13 @@ impl App {
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
         match &mut self.overlay {
             Some(Overlay::SaveProfile { name }) => name.insert(text.lines().next().unwrap_or_default()),
+            // The system prompt takes every line; a number, the first.
+            Some(Overlay::Settings(form)) => {
+                let text =
+                    if form.field == super::settings::SYSTEM { &text } else { text.lines().next().unwrap_or_default() };
+                form.inputs[form.field].insert(text.trim_end_matches('\n'));
+                form.error = None;
+            }
             Some(_) => {}
             None => self.focused_mut().input.insert(&text),
         }
@@ -896,6 +1003,14 @@ impl App {
         self.theme = switch.theme;
         self.keymap = switch.keymap;
         self.style_epoch += 1;
+        // Every pane takes the new profile's settings (its `[pane.N]`, else its own values).
+        for (i, pane) in self.panes.iter_mut().enumerate() {
+            let settings = self.settings.pane_start(i + 1);
+            if pane.settings != settings {
+                pane.settings = settings.clone();
+                fx.push(Effect::Record { pane: pane.id, record: Record::Settings { settings } });
+            }
+        }
         while self.panes.len() < self.settings.panes {
             self.add_pane();
         }

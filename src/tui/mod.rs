@@ -19,6 +19,7 @@ pub mod keys;
 pub mod layout;
 pub mod markdown;
 pub mod pane;
+pub mod settings;
 pub mod style;
 pub mod terminal;
 pub mod transcript;

@@ -99,6 +99,8 @@ pub struct Pane {
     /// The request of the turn being edited (its message is in the box): sent, the box's text
     /// replaces that turn and its answer.
     pub editing: Option<String>,
+    /// The pane's own system prompt, sampler and max_tokens (None: the profile's).
+    pub settings: Option<crate::config::profile::ChatSettings>,
     /// Body height at the last render, so a page scroll moves by what the user sees.
     pub(crate) page: Cell<usize>,
     /// Lines above the visible ones at the last render (the most `scroll` can be).
@@ -118,6 +120,7 @@ impl Pane {
             history_pos: None,
             queued: None,
             editing: None,
+            settings: None,
             page: Cell::new(10),
             max_scroll: Cell::new(0),
         }

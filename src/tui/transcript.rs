@@ -13,6 +13,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::pane::Turn;
+use crate::config::profile::ChatSettings;
 use crate::engine::request::{FinishReason, Stats};
 
 /// One event of a pane's conversation.
@@ -51,6 +52,11 @@ pub enum Record {
     },
     /// The user started a new conversation in this pane.
     Clear,
+    /// The pane's own system prompt, sampler and max_tokens from here on (set in the app);
+    /// `null`: the profile's again. `--resume` restores the last one.
+    Settings {
+        settings: Option<ChatSettings>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -226,6 +232,9 @@ fn ends_mid_line(file: &mut File) -> bool {
 pub struct RestoredPane {
     pub id: u32,
     pub turns: Vec<Turn>,
+    /// The pane's last settings record: its own settings, or `Some(None)` for the profile's;
+    /// None when it has no such record (the profile's `[pane.N]` then applies).
+    pub settings: Option<Option<ChatSettings>>,
 }
 
 /// Read every pane of a session. `spec` is a session name under `transcripts`, or a folder path.
@@ -245,7 +254,8 @@ pub fn load_session(transcripts: &Path, spec: &str) -> Result<(String, PathBuf, 
             .and_then(|n| n.strip_suffix(".jsonl"))
             .and_then(|n| n.parse::<u32>().ok());
         if let Some(id) = id {
-            panes.push(RestoredPane { id, turns: read_turns(&path)? });
+            let (turns, settings) = read_pane(&path)?;
+            panes.push(RestoredPane { id, turns, settings });
         }
     }
     panes.sort_by_key(|p| p.id);
@@ -274,8 +284,14 @@ pub fn session_profile(session_dir: &Path) -> Option<String> {
 
 /// Replay one file into turns. Lines that do not parse (a torn last line) are skipped.
 pub fn read_turns(path: &Path) -> Result<Vec<Turn>> {
+    read_pane(path).map(|(turns, _)| turns)
+}
+
+/// Replay one file into turns and the pane's last settings record (see [`RestoredPane`]).
+pub fn read_pane(path: &Path) -> Result<(Vec<Turn>, Option<Option<ChatSettings>>)> {
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut turns: Vec<Turn> = Vec::new();
+    let mut own = None;
     for line in std::io::BufReader::new(file).split(b'\n') {
         let line = line.with_context(|| format!("cannot read {}", path.display()))?;
         let Ok(Stamped { record, .. }) = serde_json::from_slice::<Stamped>(&line) else {
@@ -284,6 +300,7 @@ pub fn read_turns(path: &Path) -> Result<Vec<Turn>> {
         match record {
             Record::Session { .. } => {}
             Record::Clear => turns.clear(),
+            Record::Settings { settings } => own = Some(settings),
             Record::User { request, text, replaces } => {
                 if let Some(old) = replaces
                     && let Some(at) = turns.iter().position(|t| t.request_id == old)
@@ -308,7 +325,7 @@ pub fn read_turns(path: &Path) -> Result<Vec<Turn>> {
             }
         }
     }
-    Ok(turns)
+    Ok((turns, own))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod picker;
 pub mod popup;
 pub mod queue;
 pub mod rows;
+pub mod settings;
 pub mod spark;
 
 use ratatui::Frame;
@@ -36,6 +37,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Some(Overlay::Help { scroll }) => help::draw(frame, area, app, *scroll),
         Some(Overlay::Profiles { selected }) => picker::draw_profiles(frame, area, app, *selected),
         Some(Overlay::SaveProfile { name }) => picker::draw_save(frame, area, app, name),
+        Some(Overlay::Settings(form)) => settings::draw(frame, area, app, form),
         // Drawn in the pane itself (the picked message highlighted) and the bottom bar.
         Some(Overlay::Select { .. }) | None => {}
     }

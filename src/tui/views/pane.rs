@@ -14,6 +14,7 @@ use crate::engine::telemetry::RowState;
 use crate::tui::app::{App, CONTEXT_WARN_PERCENT, EngineStatus, Overlay};
 use crate::tui::markdown;
 use crate::tui::pane::{Pane, RenderCache, Turn};
+use crate::tui::settings::summary;
 use crate::tui::style::{Styles, state_label};
 use crate::tui::wrap::{Wrapper, sanitize};
 
@@ -26,11 +27,17 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
     let styles = &app.styles;
     // A column of padding reads better, where there is room to spare for it.
     let padding = if area.width >= 30 { Padding::horizontal(1) } else { Padding::ZERO };
-    let block = Block::bordered()
-        .border_style(styles.border(focused))
-        .padding(padding)
-        .title(title(pane, index, focused, area.width.saturating_sub(2) as usize, app))
-        .title_bottom(footer(pane, styles).right_aligned());
+    let block = Block::bordered().border_style(styles.border(focused)).padding(padding).title(title(
+        pane,
+        index,
+        focused,
+        area.width.saturating_sub(2) as usize,
+        app,
+    ));
+    let footer = footer(pane, styles);
+    // The pane's settings on the left of the bottom border, as much as fits beside the count.
+    let room = (area.width as usize).saturating_sub(footer.width() + 4);
+    let block = block.title_bottom(settings_line(app, index, room)).title_bottom(footer.right_aligned());
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if inner.width < 2 || inner.height < 1 {
@@ -143,6 +150,25 @@ fn title<'a>(pane: &Pane, index: usize, focused: bool, width: usize, app: &App) 
     }
     spans.push(Span::raw(" "));
     Line::from(spans)
+}
+
+/// ` t0.6 p0.95 k20 max256 sys `: what the pane's requests carry, in at most `width` cells (the
+/// least telling parts dropped first); its own settings in the accent colour, the profile's muted.
+fn settings_line<'a>(app: &App, index: usize, width: usize) -> Line<'a> {
+    let own = app.panes[index].settings.is_some();
+    let style = if own { app.styles.accent } else { app.styles.muted };
+    let mut text = String::new();
+    for part in summary(&app.chat_settings(index)) {
+        let next = if text.is_empty() { part } else { format!("{text} {part}") };
+        if next.chars().count() + 2 > width {
+            break;
+        }
+        text = next;
+    }
+    if text.is_empty() {
+        return Line::default();
+    }
+    Line::from(Span::styled(format!(" {text} "), style))
 }
 
 /// Bottom border: the newest answer's token count, or live progress.

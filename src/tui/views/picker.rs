@@ -43,7 +43,9 @@ pub fn draw_save(frame: &mut Frame, area: Rect, app: &App, name: &InputLine) {
     let problem = if bad.is_empty() {
         let n = app.panes.len();
         let plural = if n == 1 { "" } else { "s" };
-        Line::from(Span::styled(format!(" saves the current settings, with {n} pane{plural}"), s.muted))
+        let own = app.panes.iter().filter(|p| p.settings.is_some()).count();
+        let own = if own > 0 { format!(" ({own} with settings of their own, as [pane.N])") } else { String::new() };
+        Line::from(Span::styled(format!(" saves the current settings, with {n} pane{plural}{own}"), s.muted))
     } else {
         let list: Vec<String> = bad.iter().map(|c| format!("{c:?}")).collect();
         Line::from(Span::styled(format!(" ✖ not allowed in a name: {}", list.join(" ")), s.error))
