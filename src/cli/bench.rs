@@ -101,6 +101,17 @@ struct Summary {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    // Refused before the model loads: no round to take a median of, or a receipt that could be
+    // written only after every round had run (opened to append, so an old receipt is kept until
+    // the new one replaces it).
+    if args.rounds == 0 {
+        anyhow::bail!("--rounds 0: the bench needs at least one round");
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&args.receipt)
+        .with_context(|| format!("cannot write the receipt {}", args.receipt.display()))?;
     if args.arrivals {
         return super::bench_arrivals::run(
             &args.model,
@@ -147,6 +158,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 let t = Instant::now();
                 let results = run_all(&engine, reqs, mode);
                 let wall_s = t.elapsed().as_secs_f64();
+                // A failed request is not a measurement (it read as a round of 0 tok/s).
+                let failed: Vec<_> = results.iter().filter(|r| r.finish_reason == FinishReason::Error).collect();
+                if let Some(first) = failed.first() {
+                    anyhow::bail!(
+                        "{name} {arm} round {round}: {} of {} requests failed: {}",
+                        failed.len(),
+                        results.len(),
+                        first.error.as_deref().unwrap_or("no reason given")
+                    );
+                }
                 let tokens: usize = results.iter().map(|r| r.token_ids.len()).sum();
                 let (acc, rej) =
                     results.iter().fold((0, 0), |a, r| (a.0 + r.stats.accepted_drafts, a.1 + r.stats.rejected_drafts));
