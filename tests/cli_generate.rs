@@ -96,7 +96,7 @@ fn inspect_reports_the_weight_policy_auto_picks_here() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cpu = cohort::engine::runtime::Backend::detect() == cohort::engine::runtime::Backend::Cpu;
-    let want = match (cpu, cohort::model::cpu_qmm::simd_available()) {
+    let want = match (cpu, cohort::model::cpu::cpu_qmm::simd_available()) {
         (false, _) => "quantized",
         (true, true) => "kernel",
         (true, false) => "dequantize",

@@ -47,7 +47,7 @@ fn refs(file: &str) -> Value {
 #[test]
 fn the_kernel_policy_matches_mlx_lm_on_its_own_checkpoint_on_both_decode_routes() {
     let _turn = turn();
-    if !cohort::model::cpu_qmm::simd_available() {
+    if !cohort::model::cpu::cpu_qmm::simd_available() {
         eprintln!("note: no AVX2/FMA here, the kernel runs its portable route");
     }
     // The host decode path, then MLX ops between the kernel's products (the route Qwen models

@@ -1,10 +1,10 @@
-//! The CPU kernel's quantized products (`model::cpu_qmm`) against a float64 reference written
+//! The CPU kernel's quantized products (`model::cpu::cpu_qmm`) against a float64 reference written
 //! here, and against MLX's own quantize/dequantize for the packed layout it reads.
 
 mod common;
 
 use cohort::model::config::QuantSpec;
-use cohort::model::cpu_qmm::{PackedMatrix, simd_available};
+use cohort::model::cpu::cpu_qmm::{PackedMatrix, simd_available};
 use mlx_rs::{Array, Dtype};
 
 /// A small deterministic generator (xorshift64*), so failures replay.

@@ -1,7 +1,7 @@
-//! The host decode path's element-wise pieces (`model::host_ops`) against float64 definitions
+//! The host decode path's element-wise pieces (`model::cpu::host_ops`) against float64 definitions
 //! written here: RMSNorm over rows, SwiGLU's `silu(gate) * up`, residual adds, token ids.
 
-use cohort::model::host_ops::{add_assign, rms_norm, silu_mul, to_host, token_ids};
+use cohort::model::cpu::host_ops::{add_assign, rms_norm, silu_mul, to_host, token_ids};
 use mlx_rs::Array;
 
 fn values(n: usize, seed: u64) -> Vec<f32> {

@@ -5,9 +5,9 @@
 
 mod common;
 
-use cohort::model::attention_cpu;
 use cohort::model::cache::{KvCache, LayerState, RowCache};
 use cohort::model::config::LayerKind;
+use cohort::model::cpu::attention_cpu;
 use cohort::model::kv_slots::{self, Block, RopeSpec};
 use cohort::model::linear::{self, LinearRoute};
 use common::{Lcg, to_f32};

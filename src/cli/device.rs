@@ -131,7 +131,7 @@ fn time_attention(shape: &[usize], iters: usize) -> Result<()> {
     println!(
         "host attention, {heads} heads over {kv_heads} KV heads of {d}, {iters} runs (ms): rows | T | context | min | median"
     );
-    for t in crate::model::attention_timing::time_attention(heads, kv_heads, d, &cases, iters)? {
+    for t in crate::model::cpu::attention_timing::time_attention(heads, kv_heads, d, &cases, iters)? {
         println!("{:4} | {} | {:5} | {:8.3} | {:8.3}", t.rows, t.t, t.context, t.min_ms, t.median_ms);
     }
     Ok(())

@@ -210,7 +210,7 @@ pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Re
     let wt = w.transpose()?;
     let kernel = |bits| -> Result<Option<crate::model::linear::Linear>> {
         let spec = crate::model::config::QuantSpec { bits, group_size: 32 };
-        if !crate::model::cpu_qmm::simd_available() || k % 32 != 0 {
+        if !crate::model::cpu::cpu_qmm::simd_available() || k % 32 != 0 {
             return Ok(None);
         }
         Ok(Some(crate::model::linear::Linear::cpu_packed_from(&w, spec)?))

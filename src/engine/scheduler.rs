@@ -90,7 +90,7 @@ impl Preset {
         let admission = if self == Preset::Sealed { Admission::Sealed } else { Admission::Continuous };
         // Packed on every backend until a GPU run shows that fixed shapes pay (docs/benchmarks.md).
         let width = WidthPolicy::Packed;
-        // On the CPU, chunks of up to 512 attend on the host (model::attention_cpu), where a
+        // On the CPU, chunks of up to 512 attend on the host (model::cpu::attention_cpu), where a
         // query costs only the positions it sees: a ~300-token prompt prefills fastest in one
         // chunk, and longer ones gain nothing from longer chunks (docs/benchmarks.md). MLX's
         // masked SDPA serves anything longer, and a 1,917-token prompt prefilled at 97 tok/s in
@@ -115,7 +115,7 @@ impl Preset {
 }
 
 /// Prompt tokens per prefill chunk on the CPU backend, whatever the preset (at most
-/// [`crate::model::attention_cpu::MAX_QUERIES`], so every chunk attends on the host).
+/// [`crate::model::cpu::attention_cpu::MAX_QUERIES`], so every chunk attends on the host).
 pub const CPU_PREFILL_CHUNK: usize = 512;
 
 impl SchedulerConfig {

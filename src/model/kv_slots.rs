@@ -13,9 +13,10 @@ use mlx_rs::Array;
 use mlx_rs::fast::ScaledDotProductAttentionMask;
 
 use super::cache::{KvCache, LayerState, RowCache, row, whole_steps};
+use super::cpu::attention_cpu;
 use super::linear::{self, LinearRoute};
 use super::ops::{slice, slice_axis, slice_update};
-use super::{attention_cpu, rope_cpu};
+use super::rope_cpu;
 
 /// One layer's keys and values for every slot.
 pub struct SlotBuffer {

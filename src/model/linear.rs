@@ -4,7 +4,7 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::config::QuantSpec;
-use super::cpu_qmm::PackedMatrix;
+use super::cpu::cpu_qmm::PackedMatrix;
 use super::product::Layout;
 use super::weights::Weights;
 

@@ -146,7 +146,7 @@ pub fn auto_weight_policy(dir: &Path) -> WeightPolicy {
     let total = crate::engine::memory_guard::meminfo_bytes("MemTotal").unwrap_or(0);
     if params.saturating_mul(4) > total / 4 {
         WeightPolicy::Quantized
-    } else if super::cpu_qmm::simd_available() {
+    } else if super::cpu::cpu_qmm::simd_available() {
         WeightPolicy::Kernel
     } else {
         WeightPolicy::Dequantize

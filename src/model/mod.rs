@@ -2,14 +2,11 @@
 
 pub mod add_norm;
 pub mod attention;
-pub mod attention_cpu;
 pub mod attention_kernel;
-pub mod attention_timing;
 pub mod cache;
 pub mod compiled;
 pub mod config;
-pub mod cpu_pool;
-pub mod cpu_qmm;
+pub mod cpu;
 pub mod cuda_kernel;
 pub mod files;
 pub mod forward;
@@ -20,7 +17,6 @@ pub mod gdn_kernel;
 pub mod gguf;
 pub mod gguf_import;
 pub mod gguf_tokenizer;
-pub mod host_ops;
 pub mod kv_slots;
 pub mod linear;
 pub mod llama;

@@ -106,7 +106,7 @@ fn rotate(v: &mut [f32], (cos, sin): (&[f32], &[f32]), half: usize, traditional:
 
 /// The host route serves float32 blocks on MLX's CPU backend (`COHORT_HOST_ROPE=0` turns it off).
 fn applies(a: &Array) -> bool {
-    static ON: LazyLock<bool> = LazyLock::new(|| super::cpu_pool::host_route_on("COHORT_HOST_ROPE"));
+    static ON: LazyLock<bool> = LazyLock::new(|| super::cpu::cpu_pool::host_route_on("COHORT_HOST_ROPE"));
     *ON && a.dtype() == Dtype::Float32
 }
 

@@ -18,11 +18,11 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::Array;
 
 use super::{DecoderLayer, LlamaModel, MtpModule};
-use crate::model::attention_cpu::RowKv;
 use crate::model::cache::{KvCache, LayerState, RowCache};
-use crate::model::cpu_qmm::PackedMatrix;
+use crate::model::cpu::attention_cpu::RowKv;
+use crate::model::cpu::cpu_qmm::PackedMatrix;
+use crate::model::cpu::host_ops::{add_assign, rms_norm, silu_mul, to_host, token_ids, values};
 use crate::model::forward::{ForwardOutput, Logits};
-use crate::model::host_ops::{add_assign, rms_norm, silu_mul, to_host, token_ids, values};
 use crate::model::kv_slots::{self, HostQkv, RopeSpec};
 use crate::model::linear::Linear;
 use crate::model::norm::RmsNorm;
@@ -32,7 +32,7 @@ use crate::model::norm::RmsNorm;
 pub const HOST_MAX_ROWS: usize = 16;
 
 static ON: std::sync::LazyLock<std::sync::atomic::AtomicBool> = std::sync::LazyLock::new(|| {
-    std::sync::atomic::AtomicBool::new(crate::model::cpu_pool::host_route_on("COHORT_HOST_LAYERS"))
+    std::sync::atomic::AtomicBool::new(crate::model::cpu::cpu_pool::host_route_on("COHORT_HOST_LAYERS"))
 });
 
 /// On by default on MLX's CPU backend (`COHORT_HOST_LAYERS=0` starts a process with it off).

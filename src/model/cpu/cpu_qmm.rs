@@ -17,7 +17,7 @@ use std::ops::Range;
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::config::QuantSpec;
+use crate::model::config::QuantSpec;
 
 /// Codes are dequantized in sub-blocks of this many values (one group holds one or more).
 const SUB: usize = 32;
