@@ -272,7 +272,7 @@ fn served_route(model: &dyn LanguageModel) -> Result<String> {
     if !model.has_mtp() {
         return Ok(format!("{:?} (no MTP weights: AR only)", linear::route()));
     }
-    let decision = crate::engine::probe::gate(model, super::probe::allow_inexact())?;
+    let decision = crate::engine::probe::gate(model, crate::engine::probe::allow_inexact())?;
     if !decision.mtp_allowed {
         return Ok(format!("MTP declined ({}); the B8 cycles below are not served", decision.summary));
     }

@@ -65,7 +65,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     if !model.has_mtp() {
         bail!("{name} has no MTP weights: nothing to probe");
     }
-    let mut decision = probe::gate(model.as_ref(), allow_inexact())?;
+    let mut decision = probe::gate(model.as_ref(), probe::allow_inexact())?;
     let construction = if decision.mtp_allowed {
         let batched = decision.batched_route();
         let widths: Vec<usize> = (2..=crate::engine::cohort::FIXED_WIDTH).collect();
@@ -131,10 +131,4 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// `COHORT_MTP_ALLOW_INEXACT=1` keeps MTP on the fast batched route whatever the probe finds
-/// (it still runs and reports the difference).
-pub fn allow_inexact() -> bool {
-    std::env::var("COHORT_MTP_ALLOW_INEXACT").is_ok_and(|v| v == "1")
 }

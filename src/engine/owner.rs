@@ -95,7 +95,7 @@ pub fn run_owner(
             None => GenerationMode::Ar,
         };
         if mode == GenerationMode::Mtp {
-            let decision = probe::gate(model, crate::cli::probe::allow_inexact())?;
+            let decision = probe::gate(model, probe::allow_inexact())?;
             tracing::info!("{}", decision.summary);
             if !decision.mtp_allowed {
                 mode = GenerationMode::Ar;

@@ -154,6 +154,12 @@ impl GateDecision {
     }
 }
 
+/// `COHORT_MTP_ALLOW_INEXACT=1` keeps MTP on the fast batched route whatever the probe finds
+/// (it still runs and reports the difference).
+pub fn allow_inexact() -> bool {
+    std::env::var("COHORT_MTP_ALLOW_INEXACT").is_ok_and(|v| v == "1")
+}
+
 /// Probe the fast route. On any difference: with `allow_inexact` (COHORT_MTP_ALLOW_INEXACT=1)
 /// keep MTP on the fast route and say by how much it differs; otherwise, where cohort's
 /// row-invariant kernels serve (CUDA), probe the invariant route and keep it if it is
