@@ -1,4 +1,4 @@
-//! The residual sum and RMSNorm kernel (kernels/add_rms_norm.cu, src/model/add_norm.rs) against a
+//! The residual sum and RMSNorm kernel (kernels/add_rms_norm.cu, src/model/cuda/add_norm.rs) against a
 //! float64 reference of the sum and its norm over the same rounded inputs, and against MLX's own
 //! add and rms_norm. The kernel needs MLX's CUDA backend; its reference is checked against MLX's
 //! ops on whatever backend runs, so the device check rests on a checked reference.
@@ -7,7 +7,7 @@ mod common;
 
 use common::cuda_here;
 
-use cohort::model::add_norm::{self, check};
+use cohort::model::cuda::add_norm::{self, check};
 use mlx_rs::{Array, Dtype};
 
 fn tolerance(dtype: Dtype) -> f64 {

@@ -8,11 +8,11 @@
 mod common;
 
 use cohort::engine::probe::{self, Verdict};
-use cohort::model::attention_kernel::{self, Shape};
 use cohort::model::config::QuantSpec;
+use cohort::model::cuda::attention_kernel::{self, Shape};
+use cohort::model::cuda::row_invariant;
 use cohort::model::forward::{LanguageModel, Logits};
 use cohort::model::linear::{self, LinearRoute};
-use cohort::model::row_invariant;
 use common::*;
 use mlx_rs::{Array, Dtype};
 

@@ -1,5 +1,5 @@
 //! The MoE router kernel (kernels/moe_router.cu) against a float64 reference of softmax, top-k
-//! and renormalisation (src/model/moe_router.rs), at Qwen3.6-35B-A3B's 256 experts top-8. The
+//! and renormalisation (src/model/cuda/moe_router.rs), at Qwen3.6-35B-A3B's 256 experts top-8. The
 //! kernel needs MLX's CUDA backend; elsewhere the ops route serves and the compiled_blocks and
 //! qwen35_reference tests cover it against mlx-lm (on the GPU machine the same check runs as
 //! `cohort device --check-kernels`), and the MoE products it feeds against a float64 product
@@ -82,9 +82,9 @@ fn two_layer_model(dtype: Dtype, seed: u64) -> cohort::model::qwen3_5::Qwen35Mod
 
 /// `f` with the expert kernels forced on or off, then back to the default.
 fn with_expert_kernels<T>(on: bool, f: impl FnOnce() -> T) -> T {
-    cohort::model::moe_experts::set_enabled(Some(on));
+    cohort::model::cuda::moe_experts::set_enabled(Some(on));
     let out = f();
-    cohort::model::moe_experts::set_enabled(None);
+    cohort::model::cuda::moe_experts::set_enabled(None);
     out
 }
 

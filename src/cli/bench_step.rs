@@ -647,7 +647,7 @@ fn median_or_nan(v: Vec<f64>) -> f64 {
 
 pub fn run(args: BenchStepArgs) -> Result<()> {
     let routes = if args.gdn_routes.is_empty() {
-        vec![if crate::model::gdn_kernel::enabled() { GdnRoute::Kernel } else { GdnRoute::Ops }]
+        vec![if crate::model::cuda::gdn_kernel::enabled() { GdnRoute::Kernel } else { GdnRoute::Ops }]
     } else {
         args.gdn_routes.clone()
     };
@@ -749,7 +749,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     for route in routes {
         for &attention in &args.attention {
             for &compiled in &compiled_arms {
-                crate::model::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
+                crate::model::cuda::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
                 kv_slots::set_batched_attention(matches!(attention, AttentionPath::Batched));
                 compiled.apply();
                 eprintln!(

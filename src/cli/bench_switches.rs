@@ -67,13 +67,13 @@ impl KernelSwitch {
         let on = setting.map(|s| s == OnOff::On);
         match self {
             KernelSwitch::Fused => {
-                crate::model::moe_router::set_enabled(on);
-                crate::model::gdn_kernel::set_fused_front(on);
+                crate::model::cuda::moe_router::set_enabled(on);
+                crate::model::cuda::gdn_kernel::set_fused_front(on);
             }
-            KernelSwitch::Experts => crate::model::moe_experts::set_enabled(on),
-            KernelSwitch::AddNorm => crate::model::add_norm::set_enabled(on),
-            KernelSwitch::MixerNorm => crate::model::gdn_kernel::set_fused_norm(on),
-            KernelSwitch::Attention => crate::model::attention_kernel::set_enabled(on),
+            KernelSwitch::Experts => crate::model::cuda::moe_experts::set_enabled(on),
+            KernelSwitch::AddNorm => crate::model::cuda::add_norm::set_enabled(on),
+            KernelSwitch::MixerNorm => crate::model::cuda::gdn_kernel::set_fused_norm(on),
+            KernelSwitch::Attention => crate::model::cuda::attention_kernel::set_enabled(on),
         }
     }
 }

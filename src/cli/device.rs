@@ -355,7 +355,7 @@ fn rounded_output_tolerance(dtype: mlx_rs::Dtype) -> f64 {
 fn check_add_norm() -> Result<()> {
     for (name, n) in [("B1 step", 1), ("B8 verify", 16), ("prefill block", 512)] {
         for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float32] {
-            let r = crate::model::add_norm::check(n, 2048, dtype, true, 13)?;
+            let r = crate::model::cuda::add_norm::check(n, 2048, dtype, true, 13)?;
             println!(
                 "add-norm kernel, {name} ({dtype:?}, {n} x 2048): sum {:.2e}, normed {:.2e}, against MLX's ops {:.2e}",
                 r.sum, r.normed, r.against_ops
@@ -373,7 +373,7 @@ fn check_add_norm() -> Result<()> {
 /// The short-block cohort attention kernel (off by default) at the real geometry's attention
 /// heads, B8 rows at the start, middle and end of a 1024-position buffer, against float64.
 fn check_short_attention() -> Result<()> {
-    use crate::model::attention_kernel::{Shape, check};
+    use crate::model::cuda::attention_kernel::{Shape, check};
     for queries in [2, 1] {
         for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float32] {
             let s = Shape { queries, ..Shape::REAL };

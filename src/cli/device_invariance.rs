@@ -7,9 +7,9 @@
 use anyhow::{Result, ensure};
 use mlx_rs::Dtype;
 
-use crate::model::attention_kernel::{self, Shape};
 use crate::model::config::QuantSpec;
-use crate::model::row_invariant;
+use crate::model::cuda::attention_kernel::{self, Shape};
+use crate::model::cuda::row_invariant;
 
 /// Largest relative error a product may show against float64: float32 accumulation over at
 /// most a few thousand inputs, then the output rounded to its dtype.

@@ -92,7 +92,7 @@ pub fn run(dtype: Dtype) -> Result<Vec<NodeCost>> {
     if crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda {
         kinds.push((
             "add-norm kernel [1, 2048] (one CustomKernel node)",
-            Box::new(|_| Ok(crate::model::add_norm::add_rms_norm(&x, &x, &norm_w, 1e-6)?.1)),
+            Box::new(|_| Ok(crate::model::cuda::add_norm::add_rms_norm(&x, &x, &norm_w, 1e-6)?.1)),
         ));
     }
     kinds.iter().map(|(kind, make)| measure(kind, make.as_ref())).collect()

@@ -12,7 +12,7 @@ use mlx_rs::{Array, Dtype};
 use super::cache::{GdnState, gather_rows};
 use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
 use super::config::{QuantSpec, Qwen35Config};
-use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
+use super::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
 use super::linear::{Linear, fuse_outputs, split_widths, stack_kind_enabled, stacked_enabled};
 use super::ops::{scalar_like, slice_axis};
 use super::weights::Weights;

@@ -5,8 +5,8 @@
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
+use super::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
 use super::gated_delta::recur_ops;
-use super::gdn_kernel::{self, Recurrence, RecurrenceInputs};
 use super::ops::{host_f32, relative_error};
 use crate::engine::sampler::Rng;
 

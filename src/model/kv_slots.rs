@@ -223,7 +223,7 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     for (cache, qr) in caches.iter().zip(&queries) {
         let whole = || cache.view_first(cache.capacity());
         outs.push(if let Some((keys, values)) = invariant_buffer(qr, whole)? {
-            super::attention_kernel::attend(qr, &keys, &values, &[cache.offset() - t], scale)?
+            super::cuda::attention_kernel::attend(qr, &keys, &values, &[cache.offset() - t], scale)?
         } else if padded_block(t) {
             let len = cache.capacity();
             let (kall, vall) = cache.view_first(len)?;
@@ -261,8 +261,8 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
         let buf = buffer.borrow();
         (buf.keys.clone(), buf.values.clone())
     };
-    let out = if super::attention_kernel::serves(&qr, &all_keys, &all_values) {
-        super::attention_kernel::attend(&qr, &all_keys, &all_values, &offsets, scale)?
+    let out = if super::cuda::attention_kernel::serves(&qr, &all_keys, &all_values) {
+        super::cuda::attention_kernel::attend(&qr, &all_keys, &all_values, &offsets, scale)?
     } else {
         let len = if padded_block(t) { all_keys.shape()[2] } else { longest };
         let (keys, values) = (slice_axis(&all_keys, 2, 0, len)?, slice_axis(&all_values, 2, 0, len)?);
@@ -411,7 +411,7 @@ fn invariant_buffer(q: &Array, whole: impl FnOnce() -> Result<(Array, Array)>) -
         return Ok(None);
     }
     let (keys, values) = whole()?;
-    Ok(super::attention_kernel::serves(q, &keys, &values).then_some((keys, values)))
+    Ok(super::cuda::attention_kernel::serves(q, &keys, &values).then_some((keys, values)))
 }
 
 /// The shared buffer when `caches` are exactly its slots in order and a batched route (MLX's

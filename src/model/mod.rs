@@ -1,19 +1,16 @@
 //! Model loading and layers: one file per family or layer kind.
 
-pub mod add_norm;
 pub mod attention;
-pub mod attention_kernel;
 pub mod cache;
 pub mod compiled;
 pub mod config;
 pub mod cpu;
-pub mod cuda_kernel;
+pub mod cuda;
 pub mod files;
 pub mod forward;
 pub mod gated_delta;
 pub mod gdn_batch;
 pub mod gdn_check;
-pub mod gdn_kernel;
 pub mod gguf;
 pub mod gguf_import;
 pub mod gguf_tokenizer;
@@ -24,15 +21,12 @@ pub mod load;
 pub mod mlp;
 pub mod moe;
 pub mod moe_check;
-pub mod moe_experts;
 pub mod moe_graph;
-pub mod moe_router;
 pub mod norm;
 pub mod ops;
 pub mod product;
 pub mod qwen3_5;
 pub mod rope_cpu;
-pub mod row_invariant;
 pub mod sanitize;
 pub mod switches;
 pub mod synth;

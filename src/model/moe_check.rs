@@ -200,7 +200,7 @@ pub fn check_router(n: i32, experts: i32, extra: i32, k: i32, dtype: Dtype, seed
     let logits = Array::from_slice(&host, &[n, width]).as_dtype(dtype)?;
     logits.eval()?;
     let seen = host_f32(&logits)?;
-    let (indices, scores) = super::moe_router::route(&logits, experts, k, true)?;
+    let (indices, scores) = super::cuda::moe_router::route(&logits, experts, k, true)?;
     let got_ids: Vec<u32> = host_u32(&indices)?;
     let got_scores = host_f32(&scores)?;
     let (mut equal, mut worst, mut largest) = (true, 0.0f64, 0.0f64);
@@ -328,7 +328,7 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
         let logit = gs[(t * gate_columns + gate_columns - 1) as usize] as f64;
         add(1.0 / (1.0 + (-logit).exp()), &act, &sdn, 0);
     }
-    let weights = super::moe_experts::ExpertWeights {
+    let weights = super::cuda::moe_experts::ExpertWeights {
         gate_up,
         down,
         shared_gate_up,
@@ -336,7 +336,7 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
         spec: super::config::QuantSpec { bits, group_size: group },
     };
     let product = || match route {
-        ExpertsRoute::Kernel => super::moe_experts::apply(&x, &ids_array, &scores, &gate, &weights),
+        ExpertsRoute::Kernel => super::cuda::moe_experts::apply(&x, &ids_array, &scores, &gate, &weights),
         ExpertsRoute::Ops => experts_by_ops(&x, &ids_array, &scores, &gate, &weights),
     };
     Ok(QmmReport {
@@ -354,7 +354,7 @@ fn experts_by_ops(
     ids: &Array,
     scores: &Array,
     gate: &Array,
-    w: &super::moe_experts::ExpertWeights,
+    w: &super::cuda::moe_experts::ExpertWeights,
 ) -> Result<Array> {
     use crate::model::product::quantized;
     use mlx_rs::ops::gather_qmm;

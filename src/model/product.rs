@@ -152,8 +152,8 @@ fn invariant_packed(x: &Array, arrays: &[Array], spec: QuantSpec, out: i32) -> O
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
     let serves = super::linear::route() == super::linear::LinearRoute::Invariant
-        && super::row_invariant::serves_affine(rows, shape[shape.len() - 1], spec, x.dtype());
-    serves.then(|| super::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], spec, out))
+        && super::cuda::row_invariant::serves_affine(rows, shape[shape.len() - 1], spec, x.dtype());
+    serves.then(|| super::cuda::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], spec, out))
 }
 
 /// A packed weight's quantization and the projection's own output width (a padded weight's
@@ -193,9 +193,9 @@ pub fn dense(x: &Array, weight: &Array) -> Result<Array> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
     if super::linear::route() == super::linear::LinearRoute::Invariant
-        && super::row_invariant::serves_dense(rows, shape[shape.len() - 1], weight.dtype(), x.dtype())
+        && super::cuda::row_invariant::serves_dense(rows, shape[shape.len() - 1], weight.dtype(), x.dtype())
     {
-        return super::row_invariant::dense_product(x, weight);
+        return super::cuda::row_invariant::dense_product(x, weight);
     }
     as_rows(x, |rows| Ok(mlx_rs::ops::matmul(rows, weight.t())?))
 }

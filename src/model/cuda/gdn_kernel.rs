@@ -11,7 +11,7 @@ use mlx_rs::{Array, Dtype};
 use super::cuda_kernel::{self, CudaKernel, Launch};
 use crate::engine::runtime::Backend;
 
-const SOURCE: &str = include_str!("../../kernels/gated_delta.cu");
+const SOURCE: &str = include_str!("../../../kernels/gated_delta.cu");
 const INPUTS: [&str; 6] = ["q", "k", "v", "g", "beta", "state_in"];
 const OUTPUTS: [&str; 3] = ["y", "state_out", "states"];
 /// Value channels per thread block (one warp each).
@@ -106,14 +106,14 @@ pub fn recur(x: &RecurrenceInputs, capture: bool) -> Result<Recurrence> {
     Ok(Recurrence { y, state, per_position })
 }
 
-const FUSED_SOURCE: &str = include_str!("../../kernels/gated_delta_fused.cu");
+const FUSED_SOURCE: &str = include_str!("../../../kernels/gated_delta_fused.cu");
 /// Rounding to the model's element type, which the body sees only as a pointer.
-const FUSED_HEADER: (&str, &str) = ("round_to.cuh", include_str!("../../kernels/round_to.cuh"));
+const FUSED_HEADER: (&str, &str) = ("round_to.cuh", include_str!("../../../kernels/round_to.cuh"));
 const FUSED_INPUTS: [&str; 7] = ["proj", "tail", "conv_w", "a_log", "dt_bias", "state_in", "norm_w"];
 const FUSED_OUTPUTS: [&str; 5] = ["y", "state_out", "states", "conv_in", "out"];
 
-static FUSED_FRONT: super::compiled::Switch = super::compiled::Switch::new("COHORT_GDN_FUSED_FRONT");
-static FUSED_NORM: super::compiled::Switch = super::compiled::Switch::new("COHORT_GDN_FUSED_NORM");
+static FUSED_FRONT: crate::model::compiled::Switch = crate::model::compiled::Switch::new("COHORT_GDN_FUSED_FRONT");
+static FUSED_NORM: crate::model::compiled::Switch = crate::model::compiled::Switch::new("COHORT_GDN_FUSED_NORM");
 
 /// Force the fused front ([`recur_fused`]) on or off (`None`: back to the default, on wherever
 /// the recurrence kernel serves); benchmarks and tests.

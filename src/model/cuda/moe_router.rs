@@ -9,10 +9,10 @@ use std::sync::OnceLock;
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::compiled::Switch;
 use super::cuda_kernel::{self, CudaKernel, Launch};
+use crate::model::compiled::Switch;
 
-const SOURCE: &str = include_str!("../../kernels/moe_router.cu");
+const SOURCE: &str = include_str!("../../../kernels/moe_router.cu");
 
 /// The kernel's block holds one thread per expert.
 const MAX_EXPERTS: i32 = 1024;

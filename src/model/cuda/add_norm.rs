@@ -17,14 +17,14 @@ use std::sync::OnceLock;
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::compiled::Switch;
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use super::ops::{host_f32, relative_error};
 use crate::engine::sampler::Rng;
+use crate::model::compiled::Switch;
+use crate::model::ops::{host_f32, relative_error};
 
-const SOURCE: &str = include_str!("../../kernels/add_rms_norm.cu");
+const SOURCE: &str = include_str!("../../../kernels/add_rms_norm.cu");
 /// Rounding to the inputs' element type, which the body sees only as a pointer.
-const HEADER: (&str, &str) = ("round_to.cuh", include_str!("../../kernels/round_to.cuh"));
+const HEADER: (&str, &str) = ("round_to.cuh", include_str!("../../../kernels/round_to.cuh"));
 
 /// Threads a block at most; each holds `D / THREADS` sums in registers.
 const MAX_THREADS: i32 = 256;

@@ -17,14 +17,14 @@ use std::sync::OnceLock;
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::compiled::{Storage, Switch};
-use super::config::QuantSpec;
 use super::cuda_kernel::{self, CudaKernel, Launch};
+use crate::model::compiled::{Storage, Switch};
+use crate::model::config::QuantSpec;
 
-const UP_SOURCE: &str = include_str!("../../kernels/moe_experts_up.cu");
-const DOWN_SOURCE: &str = include_str!("../../kernels/moe_experts_down.cu");
+const UP_SOURCE: &str = include_str!("../../../kernels/moe_experts_up.cu");
+const DOWN_SOURCE: &str = include_str!("../../../kernels/moe_experts_down.cu");
 /// The affine dot product both kernels share.
-const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../kernels/affine_dot.cuh"));
+const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../../kernels/affine_dot.cuh"));
 const UP_INPUTS: [&str; 8] = ["x", "ids", "gu_w", "gu_s", "gu_b", "sgu_w", "sgu_s", "sgu_b"];
 const DOWN_INPUTS: [&str; 10] = ["act", "ids", "scores", "gate", "d_w", "d_s", "d_b", "sd_w", "sd_s", "sd_b"];
 

@@ -17,14 +17,14 @@ use std::sync::OnceLock;
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::compiled::Switch;
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use super::ops::{host_f32, relative_error, slice_axis};
 use crate::engine::sampler::Rng;
+use crate::model::compiled::Switch;
+use crate::model::ops::{host_f32, relative_error, slice_axis};
 
-const SOURCE: &str = include_str!("../../kernels/attention_short.cu");
+const SOURCE: &str = include_str!("../../../kernels/attention_short.cu");
 /// load_floats and warp_sum, shared with the expert kernels.
-const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../kernels/affine_dot.cuh"));
+const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../../kernels/affine_dot.cuh"));
 
 /// Floats of shared memory the warps' parts take at most (32 KB: WARPS x T x D).
 const SHARED_FLOATS: i32 = 8192;
@@ -91,7 +91,7 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
 /// does not see, and the warps' parts meet in one order, which the exactness gate needs of a
 /// verify); on CUDA; and a layout it holds.
 pub fn serves(q: &Array, keys: &Array, values: &Array) -> bool {
-    let wanted = SWITCH.forced_on() || super::linear::route() == super::linear::LinearRoute::Invariant;
+    let wanted = SWITCH.forced_on() || crate::model::linear::route() == crate::model::linear::LinearRoute::Invariant;
     wanted && crate::engine::runtime::Backend::is_cuda() && fits(q, keys, values)
 }
 
@@ -162,7 +162,7 @@ pub fn check(s: Shape, offsets: &[i32], dtype: Dtype, kernel: bool, seed: u64) -
     let got = if kernel {
         attend(&q, &keys, &values, offsets, scale)?
     } else {
-        let mask = super::kv_slots::visibility(offsets, t, cap);
+        let mask = crate::model::kv_slots::visibility(offsets, t, cap);
         mlx_rs::fast::scaled_dot_product_attention(
             &q,
             &keys,

@@ -5,7 +5,7 @@
 //! so in bf16 a T=2 verify differs from the two single-token steps it stands for and a B8 row
 //! from the same row alone (issue 41: 216,412 of 294,912 logits differed on the H200). This
 //! kernel serves every projection of a step-sized block, LM head included, on the invariant
-//! linear route ([`super::linear::LinearRoute::Invariant`]), which the exactness gate chooses
+//! linear route ([`crate::model::linear::LinearRoute::Invariant`]), which the exactness gate chooses
 //! when it finds the batched route inexact.
 //!
 //! [`check`] holds it to a float64 host product and to itself: every row of a block must equal,
@@ -16,14 +16,14 @@ use std::sync::OnceLock;
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::config::QuantSpec;
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use super::ops::{host_f32, relative_error, slice_axis};
+use crate::model::config::QuantSpec;
+use crate::model::ops::{host_f32, relative_error, slice_axis};
 
-const SOURCE: &str = include_str!("../../kernels/affine_rows.cu");
-const DENSE_SOURCE: &str = include_str!("../../kernels/dense_rows.cu");
+const SOURCE: &str = include_str!("../../../kernels/affine_rows.cu");
+const DENSE_SOURCE: &str = include_str!("../../../kernels/dense_rows.cu");
 /// The affine dot product it shares with the MoE expert kernels.
-const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../kernels/affine_dot.cuh"));
+const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../../kernels/affine_dot.cuh"));
 
 /// Rows a launch takes at most (a B8 verify's 16 positions).
 pub const MAX_ROWS: i32 = 16;
