@@ -9,6 +9,7 @@
 //! along inert: after every cycle they are put back exactly as they were (keep = 0), so their
 //! offsets and states never move.
 
+#[cfg(feature = "testing")]
 use std::cell::Cell;
 use std::time::Instant;
 
@@ -29,6 +30,7 @@ use crate::model::tokenizer::TextTokenizer;
 /// The physical width every cohort runs at.
 pub const FIXED_WIDTH: usize = 8;
 
+#[cfg(feature = "testing")]
 thread_local! {
     /// Test hook: make cycle N (1-based, counted on this thread from the call) fail.
     static FAIL_AT_CYCLE: Cell<usize> = const { Cell::new(0) };
@@ -37,6 +39,7 @@ thread_local! {
 
 /// Make the Nth cohort cycle run on this thread from now fail (0 = off). The owner thread sets
 /// it from its own commands, so tests can reach it through the engine handle too.
+#[cfg(feature = "testing")]
 pub fn inject_fault_at_cycle(n: usize) {
     CYCLES_RUN.set(0);
     FAIL_AT_CYCLE.set(n);
@@ -167,12 +170,19 @@ fn state_of(run: &RowRun) -> RowState {
 }
 
 /// The test hook: fail when this thread reaches the cycle `inject_fault_at_cycle` named.
+#[cfg(feature = "testing")]
 pub(crate) fn fault_hook() -> Result<()> {
     let n = CYCLES_RUN.get() + 1;
     CYCLES_RUN.set(n);
     if FAIL_AT_CYCLE.get() == n {
         bail!("injected fault in cohort cycle {n}");
     }
+    Ok(())
+}
+
+/// Without the test hooks a cycle never fails on purpose.
+#[cfg(not(feature = "testing"))]
+pub(crate) fn fault_hook() -> Result<()> {
     Ok(())
 }
 

@@ -280,9 +280,8 @@ fn draft(
         model.mtp_forward(&mlx_rs::ops::concatenate(&hidden, 0)?, &tokens(&ids, width as i32, t), &mut all)?;
     let vocab = *q_logits.shape().last().unwrap();
     let q_last = slice_axis(&q_logits, 1, t - 1, t)?.reshape(&[width as i32, vocab])?;
-    let scripted: Vec<Option<u32>> = (0..width)
-        .map(|b| if slots.active[b] { runs[b].draft_script.as_mut().and_then(|q| q.pop_front()) } else { None })
-        .collect();
+    let scripted: Vec<Option<u32>> =
+        (0..width).map(|b| if slots.active[b] { scripted_draft(&mut runs[b]) } else { None }).collect();
     let x0 = tokens(&primary, width as i32, 1);
     let (cfgs, pens) = slots.samplers(runs);
     if cfgs.iter().all(SamplerConfig::is_greedy) {
@@ -312,6 +311,17 @@ fn draft(
     }
     let pairs: Vec<u32> = (0..width).flat_map(|b| [primary[b], ds[b]]).collect();
     Ok(Drafts { verify_tokens: tokens(&pairs, width as i32, 2), sampled: Some((q, ds)), on_device: None })
+}
+
+/// A row's next scripted draft (a test hook, feature `testing`), which replaces the module's.
+#[cfg(feature = "testing")]
+fn scripted_draft(run: &mut RowRun) -> Option<u32> {
+    run.draft_script.as_mut().and_then(|q| q.pop_front())
+}
+
+#[cfg(not(feature = "testing"))]
+fn scripted_draft(_: &mut RowRun) -> Option<u32> {
+    None
 }
 
 /// Phase Verify: the target model reads [x0, d] for every slot (M = 2 x width), capturing the

@@ -90,6 +90,7 @@ impl EngineHandle {
     }
 
     /// Test hook: fail the Nth cohort cycle the owner runs from now.
+    #[cfg(feature = "testing")]
     pub fn inject_fault_at_cycle(&self, n: usize) {
         let _ = self.tx.send(OwnerCommand::InjectFault(n));
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::cohort::{CohortConfig, FIXED_WIDTH, inject_fault_at_cycle, run_cohort};
+use super::cohort::{CohortConfig, FIXED_WIDTH, run_cohort};
 use super::construction::check_batched;
 use super::lane::{Lane, LaneConfig, Pending};
 use super::prepare::prepare;
@@ -66,6 +66,8 @@ pub enum OwnerCommand {
         events: mpsc::Sender<RowEvent>,
         arrived: Instant,
     },
+    /// Test hook (feature `testing`): fail the Nth cycle the owner runs from now.
+    #[cfg(feature = "testing")]
     InjectFault(usize),
     /// Seal every request alone (the benchmark's serial arm) or batch again.
     SetSerial(bool),
@@ -227,7 +229,8 @@ fn apply(cmd: OwnerCommand, queue: &mut VecDeque<Pending>, serial: &mut bool, sh
         OwnerCommand::Submit { req, cancel, events, arrived } => {
             queue.push_back(Pending { req, cancel, events, arrived })
         }
-        OwnerCommand::InjectFault(n) => inject_fault_at_cycle(n),
+        #[cfg(feature = "testing")]
+        OwnerCommand::InjectFault(n) => super::cohort::inject_fault_at_cycle(n),
         OwnerCommand::SetSerial(on) => *serial = on,
         OwnerCommand::Shutdown => *shutting_down = true,
     }

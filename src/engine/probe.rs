@@ -37,10 +37,19 @@ pub struct ProbeReport {
 const DRAWS: u64 = 3;
 
 /// Test hook: perturb the block's logits so the probe sees a divergence on every route.
+#[cfg(feature = "testing")]
 static FORCE_DIVERGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+#[cfg(feature = "testing")]
 pub fn force_divergence_for_tests(on: bool) {
     FORCE_DIVERGE.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn forced_divergence() -> bool {
+    #[cfg(feature = "testing")]
+    return FORCE_DIVERGE.load(std::sync::atomic::Ordering::SeqCst);
+    #[cfg(not(feature = "testing"))]
+    false
 }
 /// Beyond this (relative to the logits' scale) a difference is not rounding.
 const LOCALIZED_BOUND: f32 = 1e-3;
@@ -63,7 +72,7 @@ pub fn probe(model: &dyn LanguageModel) -> Result<ProbeReport> {
         let t = Instant::now();
         let block = model.forward(&Array::from_slice(&[x0, x1], &[1, 2]), &mut [&mut block_row], Logits::All, true)?;
         let mut block_logits = block.logits.unwrap();
-        if FORCE_DIVERGE.load(std::sync::atomic::Ordering::SeqCst) {
+        if forced_divergence() {
             block_logits = block_logits.add(Array::from_f32(0.5))?;
         }
         block_logits.eval()?;

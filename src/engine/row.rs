@@ -98,6 +98,7 @@ pub struct RowRun {
     pub pending_mtp: Option<(Array, u32)>,
     /// Test hook: drafts to propose instead of the MTP module's, one per cycle (the module still
     /// runs, so its history advances exactly as in a real cycle).
+    #[cfg(feature = "testing")]
     pub draft_script: Option<std::collections::VecDeque<u32>>,
     /// The terminal result has been sent (cancelled rows report before their cohort ends).
     pub delivered: bool,
@@ -127,6 +128,7 @@ impl RowRun {
             primary: None,
             hidden_last: None,
             pending_mtp: None,
+            #[cfg(feature = "testing")]
             draft_script: None,
             delivered: false,
         }
