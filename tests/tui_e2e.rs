@@ -439,3 +439,42 @@ fn pane_settings_apply_and_come_back_on_resume_and_cancel_all_stops_every_pane()
     assert!(record.contains("\"system\":\"Be terse.\"") && record.contains("\"max_tokens\":5"), "{record}");
     assert!(pane1.contains("\"completion_tokens\":5"), "pane 1's answer stopped at its max_tokens:\n{pane1}");
 }
+
+/// Issue 40 (item 3): while two panes decode, alt+i drills into pane 1's row (its offsets and
+/// its drafts charted as they happen), down moves to pane 2's row, esc comes back and hides the
+/// inspector the drill-down opened; the queue panel and the charts carry their scales.
+#[test]
+fn the_inspector_drills_into_a_running_row() {
+    let launched =
+        launch(Launch { tag: "drill", size: (200, 50), max_tokens: 2000, env: "", args: "--panes 2", after: "" });
+    let Some((_home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(120);
+    tmux.type_text("tell me a long story");
+    tmux.keys(&["F5"]);
+    tmux.wait_for("both panes to decode", slow, |s| s.contains("1 · decoding") && s.contains("2 · decoding"));
+    tmux.keys(&["M-i"]);
+    let first = tmux.wait_for("pane 1's row, with drafts", slow, |s| {
+        s.contains("· pane 1 · decoding") && s.contains("target committed") && s.contains("acc ┤")
+    });
+    assert!(first.contains("row 0 of the lane's 2"), "the bottom bar says which row:\n{first}");
+    let committed = |s: &str| -> Option<u32> {
+        let line = s.lines().find(|l| l.contains("target committed"))?;
+        line.split("target committed ").nth(1)?.split_whitespace().next()?.parse().ok()
+    };
+    let before = committed(&first).unwrap();
+    tmux.wait_for("the row's offsets to move on", slow, |s| committed(s).is_some_and(|c| c > before));
+    tmux.keys(&["Down"]);
+    tmux.wait_for("pane 2's row", slow, |s| s.contains("· pane 2 · decoding") && s.contains("row 1 of the lane's 2"));
+    tmux.keys(&["Escape"]);
+    let back = tmux.wait_for("the drill-down to close", slow, |s| !s.contains("target committed"));
+    assert!(!back.contains("┌ rows"), "the inspector the drill-down opened is hidden again:\n{back}");
+    tmux.keys(&["C-t"]);
+    let inspector = tmux.wait_for("the inspector", slow, |s| s.contains("┌ queue"));
+    for scale in ["recent drafts: █ accepted", "└─", "now", "waiting "] {
+        assert!(inspector.contains(scale), "{scale:?} missing:\n{inspector}");
+    }
+    tmux.keys(&["F8"]);
+    tmux.wait_for("both answers cancelled", slow, |s| s.contains("1 · cancelled") && s.contains("2 · cancelled"));
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+}

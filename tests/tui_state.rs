@@ -1027,3 +1027,61 @@ fn profiles_carry_each_panes_own_settings() {
     assert_eq!(saved.system.as_deref(), Some("Answer in French."));
     assert_eq!(saved.sampler.as_ref().and_then(|s| s.top_k), Some(5));
 }
+
+/// Issue 40 (item 3): alt+i drills into the focused pane's row of the inspector (opening the
+/// inspector if hidden), up/down move to the other rows, esc (or alt+i again) comes back and
+/// hides an inspector it opened; typing does not reach the input meanwhile. With no row yet it
+/// says so.
+#[test]
+fn a_row_of_the_inspector_can_be_drilled_into() {
+    let mut app = fixture::app(2, "dark");
+    assert!(app.handle_key(alt(KeyCode::Char('i'))).is_empty());
+    assert_eq!(app.overlay, None);
+    let notice = app.notice.as_ref().unwrap();
+    assert!(notice.error && notice.text.contains("no row to inspect"), "{notice:?}");
+
+    let mut app = fixture::mixed(4, "dark");
+    let ids: Vec<String> = app.telemetry.rows.iter().map(|r| r.id.clone()).collect();
+    assert_eq!(ids.len(), 4);
+    app.handle_key(alt(KeyCode::Char('2')));
+    app.handle_key(alt(KeyCode::Char('i')));
+    assert_eq!(app.overlay, Some(Overlay::Row { id: ids[1].clone(), opened: true }), "the focused pane's row");
+    assert_eq!(app.inspector, Some(InspectorPanel::All), "the inspector opens to show it");
+    app.handle_key(key(KeyCode::Down));
+    assert!(matches!(&app.overlay, Some(Overlay::Row { id, .. }) if *id == ids[2]));
+    for _ in 0..5 {
+        app.handle_key(key(KeyCode::Up));
+    }
+    assert!(matches!(&app.overlay, Some(Overlay::Row { id, .. }) if *id == ids[0]), "the first row stops it");
+    type_text(&mut app, "x");
+    assert!(app.panes[1].input.text().is_empty(), "keys stay in the drill-down");
+    // A new snapshot keeps the row it shows, and the last one seen once the row has gone.
+    let mut later = fixture::telemetry(&app);
+    later.rows[0].tokens = 99;
+    app.update(Action::Telemetry(Box::new(later.clone())));
+    assert_eq!(app.row_seen.as_ref().map(|r| r.tokens), Some(99));
+    later.rows.remove(0);
+    app.update(Action::Telemetry(Box::new(later)));
+    assert_eq!(app.row_seen.as_ref().map(|r| (r.id.as_str(), r.tokens)), Some((ids[0].as_str(), 99)));
+    app.handle_key(key(KeyCode::Esc));
+    assert_eq!((app.overlay.as_ref(), app.inspector), (None, None), "back, and the inspector it opened hides");
+
+    app.handle_key(ctrl('t'));
+    app.handle_key(key(KeyCode::F(12)));
+    assert!(matches!(app.overlay, Some(Overlay::Row { opened: false, .. })));
+    app.handle_key(alt(KeyCode::Char('i')));
+    assert_eq!((app.overlay.as_ref(), app.inspector), (None, Some(InspectorPanel::All)), "it stays open");
+}
+
+/// Issue 40 (item 3): a sent message remembers when (in ticks), so the queue panel can say how
+/// long each waits.
+#[test]
+fn a_request_remembers_when_it_was_sent() {
+    let mut app = fixture::app(1, "dark");
+    for _ in 0..45 {
+        app.update(Action::Tick);
+    }
+    type_text(&mut app, "hello");
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!(app.panes[0].in_flight.as_ref().map(|f| f.sent_tick), Some(45));
+}

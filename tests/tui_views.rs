@@ -514,3 +514,78 @@ fn a_pane_shows_its_settings() {
     let narrow = draw(&app, 44, 16);
     insta::assert_snapshot!("a_pane_shows_its_settings_narrow", narrow.backend());
 }
+
+/// Issue 40 (item 3): drilling into one row: its request and pane, offsets (target and MTP
+/// history, committed and physical), tokens, drafts, the route, the admission wait, and its
+/// acceptance history as charts with their scales; the bottom bar says which row and the keys.
+#[test]
+fn inspector_row_drill_down() {
+    let mut app = fixture::mixed(8, "dark");
+    for (i, r) in app.telemetry.rows.iter_mut().enumerate() {
+        (r.admission_wait_s, r.joined_at_cycle) = (0.05 * i as f64, 40 * i as u64);
+    }
+    app.telemetry.lane_cycles = 310;
+    app.focus = 1;
+    app.handle_key(alt_key('i'));
+    insta::assert_snapshot!(draw(&app, 200, 50).backend());
+    // Below the panes on a narrow screen: figures and charts side by side.
+    insta::assert_snapshot!("inspector_row_drill_down_in_a_band", draw(&app, 110, 30).backend());
+}
+
+/// Issue 40 (item 3): a row that has left the lane still shows, as last seen, and says so.
+#[test]
+fn a_drilled_row_that_has_left_shows_as_last_seen() {
+    let mut app = fixture::mixed(4, "dark");
+    app.focus = 0;
+    app.handle_key(alt_key('i'));
+    let mut t = fixture::telemetry(&app);
+    t.rows.remove(0);
+    app.update(cohort::tui::action::Action::Telemetry(Box::new(t)));
+    let screen = draw(&app, 200, 50);
+    let text: String = (0..50).map(|y| row_text(screen.backend().buffer(), y)).collect::<Vec<_>>().join("\n");
+    assert!(text.contains("row - · pane 1 · done · left the lane (last seen)"), "{text}");
+    assert!(text.contains("target committed 39"), "{text}");
+}
+
+/// Issue 40 (item 3): every chart has its scale: the memory chart its bytes (0 to the highest
+/// sample) and its time span, the width histogram its axis, the rows' draft sparklines a legend.
+#[test]
+fn inspector_charts_have_scales() {
+    let mut app = fixture::mixed(4, "dark");
+    app.inspector = Some(InspectorPanel::Memory);
+    insta::assert_snapshot!("inspector_memory_panel_alone", draw(&app, 120, 30).backend());
+    app.inspector = Some(InspectorPanel::All);
+    let screen = draw(&app, 200, 50);
+    let text: String = (0..50).map(|y| row_text(screen.backend().buffer(), y)).collect::<Vec<_>>().join("\n");
+    let top = cohort::engine::runtime::human_bytes(*app.memory_history.iter().max().unwrap() as usize);
+    for scale in [top.as_str(), "now", "width", "█ accepted", "0 "] {
+        assert!(text.contains(scale), "{scale:?} missing:\n{text}");
+    }
+}
+
+/// Issue 40 (item 3): the queue as it is: each waiting request in order, with its pane, how
+/// long it has waited and its prompt; rows still reading their prompts; what waits for the model.
+#[test]
+fn inspector_queue_panel_lists_the_queue() {
+    let mut app = fixture::mixed(4, "dark");
+    for _ in 0..90 {
+        app.update(cohort::tui::action::Action::Tick);
+    }
+    app.focus = 0;
+    app.panes[0].input.set("a question that waits for a free row");
+    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
+    for _ in 0..75 {
+        app.update(cohort::tui::action::Action::Tick);
+    }
+    let waiting = app.panes[0].in_flight.as_ref().unwrap().id.clone();
+    let mut t = fixture::telemetry(&app);
+    t.rows.retain(|r| r.id != waiting);
+    t.queued = vec![waiting, "script-7".into()];
+    // Pane 2's row has been admitted and still reads its prompt.
+    t.rows[0].state = cohort::engine::telemetry::RowState::Prefill;
+    (t.rows[0].prefill_done, t.rows[0].prefill_total) = (512, 2048);
+    app.update(cohort::tui::action::Action::Telemetry(Box::new(t)));
+    app.notice = None;
+    app.inspector = Some(InspectorPanel::Queue);
+    insta::assert_snapshot!(draw(&app, 120, 30).backend());
+}

@@ -37,6 +37,8 @@ pub enum Command {
     Zoom,
     Inspector,
     InspectorPanel,
+    /// Drill into one row of the inspector.
+    InspectRow,
     Help,
     Copy,
     /// Pick any message of the focused pane to copy.
@@ -83,6 +85,7 @@ impl Command {
             Command::Zoom,
             Command::Inspector,
             Command::InspectorPanel,
+            Command::InspectRow,
             Command::Help,
             Command::Copy,
             Command::Select,
@@ -125,6 +128,7 @@ impl Command {
             Command::Zoom => "zoom",
             Command::Inspector => "inspector",
             Command::InspectorPanel => "inspector_panel",
+            Command::InspectRow => "inspect_row",
             Command::Help => "help",
             Command::Copy => "copy",
             Command::Select => "select",
@@ -173,6 +177,9 @@ impl Command {
             Command::Zoom => "zoom the focused pane to full screen (again: back to the grid)",
             Command::Inspector => "show or hide the inspector",
             Command::InspectorPanel => "inspector: all panels, or rows / cohort / memory / queue alone",
+            Command::InspectRow => {
+                "drill into one row of the inspector, the focused pane's (up/down other rows, esc back)"
+            }
             Command::Help => "this help",
             Command::Copy => "copy the focused pane's last answer (OSC 52 and a file)",
             Command::Select => "pick any message of the focused pane to copy (up/down choose, enter copies, esc back)",
@@ -221,6 +228,7 @@ impl Command {
             Command::Zoom => vec!["ctrl+z", "f11"],
             Command::Inspector => vec!["ctrl+t", "f3"],
             Command::InspectorPanel => vec!["f4"],
+            Command::InspectRow => vec!["alt+i", "f12"],
             Command::Help => vec!["f1"],
             Command::Copy => vec!["ctrl+y"],
             Command::Select => vec!["alt+y", "f7"],

@@ -21,7 +21,7 @@ use crate::config::theme::Theme;
 use crate::engine::request::{FinishReason, Prompt, Request, RequestResult};
 use crate::engine::row::RowEvent;
 use crate::engine::scheduler::Numerics;
-use crate::engine::telemetry::{RowState, Telemetry};
+use crate::engine::telemetry::{RowState, RowTelemetry, Telemetry};
 
 /// Render ticks per second (the event loop's tick is 1000 / TICKS_PER_S ms).
 pub const TICKS_PER_S: u64 = 30;
@@ -73,6 +73,12 @@ pub enum Overlay {
     },
     /// A pane's settings form.
     Settings(Box<SettingsForm>),
+    /// The inspector drilled into one row (by request id); `opened`: the drill-down showed the
+    /// inspector, and hides it again on the way back.
+    Row {
+        id: String,
+        opened: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +111,9 @@ pub struct App {
     pub telemetry: Telemetry,
     /// MLX active memory over time, oldest first.
     pub memory_history: VecDeque<u64>,
+    /// The row the inspector is drilled into, as last seen (it stays on screen after the row
+    /// has left the lane).
+    pub row_seen: Option<RowTelemetry>,
     pub profiles: Vec<ProfileEntry>,
     pub notice: Option<Notice>,
     /// Why transcripts are not being saved, while they are not (shown until they are again).
@@ -139,6 +148,7 @@ impl App {
             engine: EngineStatus::Loading { model, since_tick: 0 },
             telemetry: Telemetry::default(),
             memory_history: VecDeque::new(),
+            row_seen: None,
             profiles: Vec::new(),
             notice: None,
             transcript_error: None,
@@ -335,6 +345,7 @@ impl App {
             Command::InspectorPanel => {
                 self.inspector = Some(self.inspector.map(InspectorPanel::next).unwrap_or(InspectorPanel::All))
             }
+            Command::InspectRow => self.inspect_row(),
             Command::Help => self.overlay = Some(Overlay::Help { scroll: 0 }),
             Command::Copy => match self.focused().last_answer() {
                 Some(text) => fx.push(Effect::Copy { text: text.to_owned() }),
@@ -516,6 +527,7 @@ impl App {
         pane.in_flight = Some(InFlight {
             id: id.clone(),
             sent: Instant::now(),
+            sent_tick: self.tick,
             first_token: None,
             last_token: None,
             tokens: 0,
@@ -766,6 +778,34 @@ impl App {
                 Some(Overlay::Select { index: index.min(last) })
             }
             Overlay::Settings(form) => self.settings_key(form, key, fx),
+            Overlay::Row { id, opened } => {
+                let back = self.keymap.keys_for(Command::InspectRow).iter().any(|c| c.matches(&key));
+                if back || matches!(key.code, KeyCode::Esc | KeyCode::Char('q')) {
+                    if opened {
+                        self.inspector = None;
+                    }
+                    return None;
+                }
+                let rows = &self.telemetry.rows;
+                let at = rows.iter().position(|r| r.id == id);
+                let to = match key.code {
+                    KeyCode::Up | KeyCode::Char('k') => at.map(|i| i.saturating_sub(1)).or(rows.len().checked_sub(1)),
+                    KeyCode::Down | KeyCode::Char('j') => {
+                        at.map(|i| (i + 1).min(rows.len().saturating_sub(1))).or(Some(0))
+                    }
+                    KeyCode::Home | KeyCode::Char('g') => Some(0),
+                    KeyCode::End | KeyCode::Char('G') => rows.len().checked_sub(1),
+                    _ => None,
+                };
+                let id = match to.and_then(|i| rows.get(i)) {
+                    Some(row) if row.id != id => {
+                        self.row_seen = Some(row.clone());
+                        row.id.clone()
+                    }
+                    _ => id,
+                };
+                Some(Overlay::Row { id, opened })
+            }
             Overlay::SaveProfile { mut name } => match key.code {
                 KeyCode::Esc => None,
                 KeyCode::Enter => match check_profile_name(name.text()) {
@@ -970,7 +1010,33 @@ impl App {
         }
     }
 
+    /// Drill into the focused pane's row of the inspector (else the first row), opening the
+    /// inspector if it is hidden.
+    fn inspect_row(&mut self) {
+        let rows = &self.telemetry.rows;
+        let pane = self.focused();
+        let mine = [pane.in_flight.as_ref().map(|f| f.id.as_str()), pane.turns.last().map(|t| t.request_id.as_str())];
+        let row = mine.iter().flatten().find_map(|id| rows.iter().find(|r| r.id == *id)).or(rows.first());
+        let Some(row) = row.cloned() else {
+            let send = self.keymap.describe_keys(Command::Send);
+            return self.notify(format!("no row to inspect yet: the lane has had no request ({send} sends one)"), true);
+        };
+        let opened = self.inspector.is_none();
+        if opened {
+            self.inspector = Some(InspectorPanel::All);
+        }
+        // The bottom bar shows the drill-down's keys.
+        self.notice = None;
+        self.overlay = Some(Overlay::Row { id: row.id.clone(), opened });
+        self.row_seen = Some(row);
+    }
+
     fn on_telemetry(&mut self, telemetry: Telemetry) {
+        if let Some(Overlay::Row { id, .. }) = &self.overlay
+            && let Some(row) = telemetry.rows.iter().find(|r| r.id == *id)
+        {
+            self.row_seen = Some(row.clone());
+        }
         for pane in &mut self.panes {
             let Some(flight) = &pane.in_flight else { continue };
             let Some(index) = telemetry.rows.iter().position(|r| r.id == flight.id) else { continue };

@@ -28,7 +28,7 @@ use crate::engine::owner::EngineSetup;
 use crate::engine::request::{Prompt, Request};
 
 /// Telemetry is copied every this many ticks (it clones every row's figures).
-const TELEMETRY_EVERY: u64 = 4;
+pub const TELEMETRY_EVERY: u64 = 4;
 /// Without new events the screen is still redrawn this often (spinner, loading clock).
 const IDLE_REDRAW_EVERY: u64 = 6;
 /// How long quitting waits for cancelled rows to report, so their transcripts get a final line.

@@ -63,6 +63,8 @@ pub(crate) struct RenderCache {
 pub struct InFlight {
     pub id: String,
     pub sent: Instant,
+    /// The app's tick when it was sent (the queue panel's waiting time, from state alone).
+    pub sent_tick: u64,
     pub first_token: Option<Instant>,
     pub last_token: Option<Instant>,
     pub tokens: usize,

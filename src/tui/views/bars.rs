@@ -90,6 +90,22 @@ pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(Line::from(spans)), area);
         return;
     }
+    if let Some(Overlay::Row { id, .. }) = &app.overlay {
+        let rows = &app.telemetry.rows;
+        let place = match rows.iter().position(|r| r.id == *id) {
+            Some(i) => format!(" row {i} of the lane's {}  ", rows.len()),
+            None => " a row that has left the lane  ".to_owned(),
+        };
+        let spans = vec![
+            Span::styled(place, s.accent),
+            Span::styled("↑/↓", s.key),
+            Span::styled(" other rows  ", s.muted),
+            Span::styled("esc", s.key),
+            Span::styled(" back", s.muted),
+        ];
+        frame.render_widget(Paragraph::new(Line::from(spans)), area);
+        return;
+    }
     let first = |c: Command| app.keymap.keys_for(c).first().map(ToString::to_string);
     let hints = [
         (Command::Send, "send"),

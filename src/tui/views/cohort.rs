@@ -51,7 +51,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     };
     let width = inner.width as usize;
     let mut lines = Vec::new();
-    let full_height = 9 + t.real_width_histogram.len().max(1) + usize::from(t.construction_check.is_some());
+    // The histogram's bars, and its header and scale when it has any.
+    let hist_rows = if t.real_width_histogram.is_empty() { 1 } else { t.real_width_histogram.len() + 2 };
+    let full_height = 9 + hist_rows + usize::from(t.construction_check.is_some());
     if (inner.height as usize) < full_height {
         // Short on room (an 80x24 terminal): the histogram inline, the most telling figures first.
         let widths: Vec<String> = t.real_width_histogram.iter().map(|(w, n)| format!("{w}:{n}")).collect();
@@ -89,7 +91,15 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         if t.real_width_histogram.is_empty() {
             lines.push(Line::from(Span::styled("   none yet", s.muted)));
         }
-        lines.extend(histogram::bars(&t.real_width_histogram, |w| format!("{w}"), width, s.histogram, s.base));
+        let counted = if lane { "cycles" } else { "groups" };
+        lines.extend(histogram::bars(
+            &t.real_width_histogram,
+            |w| format!("{w}"),
+            width,
+            s.histogram,
+            s.base,
+            ("width", counted),
+        ));
         lines.push(line(vec![pair("fixed-width cycles", fixed, s.base)]));
         lines.push(line(vec![
             pair("verify cycles", t.verify_cycles.to_string(), s.base),

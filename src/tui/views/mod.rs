@@ -2,6 +2,7 @@
 //! or changes state (beyond the panes' render caches and last-seen page sizes).
 
 pub mod bars;
+pub mod chart;
 pub mod cohort;
 pub mod help;
 pub mod histogram;
@@ -11,6 +12,7 @@ pub mod pane;
 pub mod picker;
 pub mod popup;
 pub mod queue;
+pub mod row;
 pub mod rows;
 pub mod settings;
 pub mod spark;
@@ -38,7 +40,8 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Some(Overlay::Profiles { selected }) => picker::draw_profiles(frame, area, app, *selected),
         Some(Overlay::SaveProfile { name }) => picker::draw_save(frame, area, app, name),
         Some(Overlay::Settings(form)) => settings::draw(frame, area, app, form),
-        // Drawn in the pane itself (the picked message highlighted) and the bottom bar.
-        Some(Overlay::Select { .. }) | None => {}
+        // Drawn in the pane itself (the picked message highlighted), or the inspector (the
+        // drilled row), and the bottom bar.
+        Some(Overlay::Select { .. } | Overlay::Row { .. }) | None => {}
     }
 }

@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph};
 
 use super::spark;
-use crate::engine::telemetry::RowTelemetry;
+use crate::engine::telemetry::{RECENT, RowTelemetry};
 use crate::tui::app::App;
 use crate::tui::style::state_label;
 
@@ -54,7 +54,7 @@ fn acceptance(r: &RowTelemetry) -> Option<f64> {
 }
 
 /// The pane whose request is (or was) this row.
-fn pane_of(app: &App, request_id: &str) -> Option<usize> {
+pub fn pane_of(app: &App, request_id: &str) -> Option<usize> {
     app.panes.iter().position(|p| {
         p.in_flight.as_ref().is_some_and(|f| f.id == request_id)
             || p.turns.last().is_some_and(|t| t.request_id == request_id)
@@ -112,6 +112,16 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         let ids = t.queued.iter().map(|id| pane_of(app, id).map(|p| format!("pane {}", p + 1)).unwrap_or(id.clone()));
         let text = format!(" queued ({}): {}", t.queued.len(), ids.collect::<Vec<_>>().join(", "));
         lines.push(Line::from(Span::styled(text, s.muted)));
+    }
+    // The sparklines' scale.
+    if show_spark && !t.rows.is_empty() {
+        lines.push(Line::from(vec![
+            Span::styled(" recent drafts: ", s.muted),
+            Span::styled("█", s.spark),
+            Span::styled(" accepted ", s.muted),
+            Span::styled("▁", s.spark),
+            Span::styled(format!(" rejected, newest right (last {RECENT})"), s.muted),
+        ]));
     }
     frame.render_widget(Paragraph::new(lines), inner);
 }
