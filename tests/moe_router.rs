@@ -3,13 +3,13 @@
 //! kernel needs MLX's CUDA backend; elsewhere the ops route serves and the compiled_blocks and
 //! qwen35_reference tests cover it against mlx-lm (on the GPU machine the same check runs as
 //! `cohort device --check-kernels`), and the MoE products it feeds against a float64 product
-//! over weights dequantized on the host (src/model/moe_check.rs), on whatever backend runs.
+//! over weights dequantized on the host (src/model/checks/moe_check.rs), on whatever backend runs.
 
 mod common;
 
 use common::cuda_here;
 
-use cohort::model::moe_check::check_router;
+use cohort::model::checks::moe_check::check_router;
 use mlx_rs::Dtype;
 
 #[test]
@@ -25,7 +25,7 @@ fn the_router_kernel_matches_the_reference() {
 
 #[test]
 fn the_moe_products_match_a_float64_product_on_this_backend() {
-    use cohort::model::moe_check::{GatherShape, check_gather, check_qmm};
+    use cohort::model::checks::moe_check::{GatherShape, check_gather, check_qmm};
     // The fixtures' sizes: hidden 64, 8 experts top-2, one quantization group a row.
     let shape =
         GatherShape { tokens: 5, top_k: 2, experts: 8, input: 64, output: 64, bits: 4, group: 64, per_pair: false };
@@ -43,7 +43,7 @@ fn the_moe_products_match_a_float64_product_on_this_backend() {
 /// route composes them (so the device check of the kernels rests on a checked reference).
 #[test]
 fn the_experts_reference_matches_mlx_products() {
-    use cohort::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
+    use cohort::model::checks::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
     // Wider than the fixtures, with the shared expert twice a routed one's width.
     let shape = ExpertsShape { tokens: 3, hidden: 128, ..ExpertsShape::FIXTURE };
     for s in [shape, ExpertsShape { bits: 8, group: 32, gate_columns: 1, ..shape }] {
@@ -54,7 +54,7 @@ fn the_experts_reference_matches_mlx_products() {
 
 #[test]
 fn the_expert_kernels_match_the_reference() {
-    use cohort::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
+    use cohort::model::checks::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
     if !cuda_here("the expert kernels") {
         return;
     }

@@ -141,7 +141,7 @@ fn time_attention(shape: &[usize], iters: usize) -> Result<()> {
 const KERNEL_TOLERANCE: f64 = 1e-4;
 
 fn check_kernels() -> Result<()> {
-    use crate::model::gdn_check::{Route, check, real_geometries};
+    use crate::model::checks::gdn_check::{Route, check, real_geometries};
     let dtype = crate::model::load::default_dtype();
     let mut routes = vec![Route::Ops];
     if runtime::Backend::detect() == runtime::Backend::Cuda {
@@ -196,7 +196,7 @@ fn scaled_error(error: f64, dtype: mlx_rs::Dtype) -> f64 {
 /// real width stand in for 256: the kernels index the ones routed to), against float64: MLX's
 /// own products everywhere, the expert kernels (`model/moe_experts.rs`) on CUDA.
 fn check_experts(dtype: mlx_rs::Dtype) -> Result<()> {
-    use crate::model::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
+    use crate::model::checks::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
     let (fixture, real) = (ExpertsShape::FIXTURE, ExpertsShape::REAL);
     let mut routes = vec![ExpertsRoute::Ops];
     if runtime::Backend::detect() == runtime::Backend::Cuda {
@@ -239,7 +239,7 @@ fn check_experts(dtype: mlx_rs::Dtype) -> Result<()> {
 /// dtype, each also repeated for bitwise equality. Reports every case; the tolerance and any
 /// unrepeatable run decide the exit status.
 fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
-    use crate::model::moe_check::{GatherShape, check_gather};
+    use crate::model::checks::moe_check::{GatherShape, check_gather};
     let fixture =
         GatherShape { tokens: 32, top_k: 2, experts: 8, input: 64, output: 64, bits: 4, group: 64, per_pair: false };
     let real = GatherShape {
@@ -292,7 +292,7 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
         for &(output, bits) in &products {
             for tokens in tokens {
                 for dt in checked_dtypes(dtype) {
-                    let r = crate::model::moe_check::check_qmm(tokens, input, output, bits, 64, dt, 5)?;
+                    let r = crate::model::checks::moe_check::check_qmm(tokens, input, output, bits, 64, dt, 5)?;
                     worst = worst.max(scaled_error(r.error, dt));
                     unrepeatable += r.unrepeatable;
                     println!(
@@ -316,11 +316,11 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
 /// The fused front (convolution to recurrence in one kernel) at the real geometry, with
 /// Qwen3.6's 4-tap convolution.
 fn check_fused_front(dtype: mlx_rs::Dtype) -> Result<()> {
-    for (name, geo) in crate::model::gdn_check::real_geometries() {
+    for (name, geo) in crate::model::checks::gdn_check::real_geometries() {
         let t = std::time::Instant::now();
-        let r = crate::model::gdn_check::check_fused(geo, 4, dtype, 2)?;
+        let r = crate::model::checks::gdn_check::check_fused(geo, 4, dtype, 2)?;
         let rec = r.recurrence;
-        let gated_tolerance = crate::model::gdn_check::gated_tolerance(dtype);
+        let gated_tolerance = crate::model::checks::gdn_check::gated_tolerance(dtype);
         let gated = match (r.gated, r.gated_recurrence) {
             (Some(g), Some(gr)) => format!("; with the norm folded in, gated output {g:.2e}, state {:.2e}", gr.state),
             _ => String::new(),
@@ -399,7 +399,7 @@ fn check_router() -> Result<()> {
         ("B8 verify, stacked with the shared expert gate", 16, 1, mlx_rs::Dtype::Bfloat16),
         ("prefill block, float32", 512, 1, mlx_rs::Dtype::Float32),
     ] {
-        let r = crate::model::moe_check::check_router(n, 256, extra, 8, dtype, 11)?;
+        let r = crate::model::checks::moe_check::check_router(n, 256, extra, 8, dtype, 11)?;
         println!(
             "router kernel, {name} ({dtype:?}, {n} tokens): experts as the reference's: {}, scores {:.2e}",
             r.indices_equal, r.scores

@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod cache;
+pub mod checks;
 pub mod compiled;
 pub mod config;
 pub mod cpu;
@@ -10,7 +11,6 @@ pub mod files;
 pub mod forward;
 pub mod gated_delta;
 pub mod gdn_batch;
-pub mod gdn_check;
 pub mod gguf;
 pub mod gguf_import;
 pub mod gguf_tokenizer;
@@ -20,7 +20,6 @@ pub mod llama;
 pub mod load;
 pub mod mlp;
 pub mod moe;
-pub mod moe_check;
 pub mod moe_graph;
 pub mod norm;
 pub mod ops;

@@ -7,7 +7,7 @@
 //! which `COHORT_` switch turns it on or off; the layers' ops route stays the route on the CPU and
 //! Metal and the fallback. `add_norm`, `attention_kernel` and `row_invariant` carry their own
 //! `check` against a float64 host reference (`cohort device --check-kernels`,
-//! `--check-invariance`); the recurrence's and the MoE kernels' are `gdn_check` and `moe_check`.
+//! `--check-invariance`); the recurrence's and the MoE kernels' are in [`super::checks`].
 
 pub mod add_norm;
 pub mod attention_kernel;

@@ -9,9 +9,9 @@
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
-use super::moe_graph::RowIndices;
-use super::ops::{host_f32, host_u32, relative_error};
 use crate::engine::sampler::Rng;
+use crate::model::moe_graph::RowIndices;
+use crate::model::ops::{host_f32, host_u32, relative_error};
 
 /// One expert product's sizes: `tokens` rows routed to `top_k` of `experts` experts, each a
 /// [`output`, `input`] matrix quantized at `bits` with groups of `group`.
@@ -200,7 +200,7 @@ pub fn check_router(n: i32, experts: i32, extra: i32, k: i32, dtype: Dtype, seed
     let logits = Array::from_slice(&host, &[n, width]).as_dtype(dtype)?;
     logits.eval()?;
     let seen = host_f32(&logits)?;
-    let (indices, scores) = super::cuda::moe_router::route(&logits, experts, k, true)?;
+    let (indices, scores) = crate::model::cuda::moe_router::route(&logits, experts, k, true)?;
     let got_ids: Vec<u32> = host_u32(&indices)?;
     let got_scores = host_f32(&scores)?;
     let (mut equal, mut worst, mut largest) = (true, 0.0f64, 0.0f64);
@@ -328,15 +328,15 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
         let logit = gs[(t * gate_columns + gate_columns - 1) as usize] as f64;
         add(1.0 / (1.0 + (-logit).exp()), &act, &sdn, 0);
     }
-    let weights = super::cuda::moe_experts::ExpertWeights {
+    let weights = crate::model::cuda::moe_experts::ExpertWeights {
         gate_up,
         down,
         shared_gate_up,
         shared_down,
-        spec: super::config::QuantSpec { bits, group_size: group },
+        spec: crate::model::config::QuantSpec { bits, group_size: group },
     };
     let product = || match route {
-        ExpertsRoute::Kernel => super::cuda::moe_experts::apply(&x, &ids_array, &scores, &gate, &weights),
+        ExpertsRoute::Kernel => crate::model::cuda::moe_experts::apply(&x, &ids_array, &scores, &gate, &weights),
         ExpertsRoute::Ops => experts_by_ops(&x, &ids_array, &scores, &gate, &weights),
     };
     Ok(QmmReport {
@@ -354,14 +354,14 @@ fn experts_by_ops(
     ids: &Array,
     scores: &Array,
     gate: &Array,
-    w: &super::cuda::moe_experts::ExpertWeights,
+    w: &crate::model::cuda::moe_experts::ExpertWeights,
 ) -> Result<Array> {
     use crate::model::product::quantized;
     use mlx_rs::ops::gather_qmm;
     let (g, b) = (w.spec.group_size, w.spec.bits);
     let swiglu = |both: Array| -> Result<Array> {
         let half = both.shape().last().copied().unwrap_or(0) / 2;
-        let parts = super::linear::split_widths(&both, &[half, half])?;
+        let parts = crate::model::linear::split_widths(&both, &[half, half])?;
         Ok(mlx_rs::nn::silu(&parts[0])?.multiply(&parts[1])?)
     };
     let [gw, gs, gb] = &w.gate_up;
@@ -373,6 +373,6 @@ fn experts_by_ops(
     let [tw, ts, tb] = &w.shared_down;
     let shared = quantized(&swiglu(quantized(x, sw, ss, sb, g, b)?)?, tw, ts, tb, g, b)?;
     let width = gate.shape()[1];
-    let weight = mlx_rs::ops::sigmoid(super::ops::slice_axis(gate, 1, width - 1, width)?)?;
+    let weight = mlx_rs::ops::sigmoid(crate::model::ops::slice_axis(gate, 1, width - 1, width)?)?;
     Ok(routed.add(shared.multiply(weight)?)?)
 }

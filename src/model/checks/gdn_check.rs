@@ -5,10 +5,10 @@
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
-use super::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
-use super::gated_delta::recur_ops;
-use super::ops::{host_f32, relative_error};
 use crate::engine::sampler::Rng;
+use crate::model::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
+use crate::model::gated_delta::recur_ops;
+use crate::model::ops::{host_f32, relative_error};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Geometry {
