@@ -30,7 +30,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// The serial-vs-cohort benchmark (8 marker prompts, seeds 4200-4207, paired rounds).
     Bench(cli::bench::BenchArgs),
-    /// Time one step (prefill, B1 AR, B8 draft/verify/commit) against its bandwidth floor.
+    /// Time one step (prefill, B1 AR, the B8 cycle's phases) against its bandwidth floor (lab).
+    #[cfg(feature = "lab")]
     BenchStep(Box<cli::bench_step::BenchStepArgs>),
     /// Import a GGUF file (Llama family) as an MLX-format checkpoint.
     ImportGguf(cli::import::ImportArgs),
@@ -85,9 +86,12 @@ fn run(cli: Cli) -> Result<u8> {
     }
     cohort::model::switches::check_environment()?;
     match cli.command {
+        // `cohort "prompt"`: one answer to stdout, then exit.
+        None if cli.tui.prompt.is_some() => cli::oneshot::run(cli.tui, &paths),
         None => cohort::tui::run(cli.tui, &paths).map(|()| exit::OK),
         Some(Command::Generate(args)) => cli::generate::run(args),
         Some(Command::Bench(args)) => cli::bench::run(args).map(|()| exit::OK),
+        #[cfg(feature = "lab")]
         Some(Command::BenchStep(args)) => cli::bench_step::run(*args).map(|()| exit::OK),
         Some(Command::ImportGguf(args)) => cli::import::run(args).map(|()| exit::OK),
         Some(Command::TrainMtp(args)) => cli::train::run(*args).map(|()| exit::OK),

@@ -63,3 +63,25 @@ fn bench_step_names_the_served_route_and_labels_projections() {
     assert!(stdout.contains("B8 MTP cohort as the engine serves it (untimed cycles): "), "{stdout}");
     assert!(!stdout.contains("  projected B8"), "an unlabelled projection: {stdout}");
 }
+
+/// Counts the machine cannot hold, or that measure nothing, are refused by name before anything
+/// loads (issue 37: `--prefill 18446744073709551615` aborted on a 17 GB allocation; `--iters 0`
+/// reported "0 tok/s (measured)").
+#[test]
+fn impossible_counts_are_refused_by_name() {
+    for (flag, value) in
+        [("--prefill", "18446744073709551615"), ("--prefill", "0"), ("--iters", "0"), ("--iters", "1000000")]
+    {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["bench-step", "--synthetic", "qwen35-moe-small", "--layers", "1", flag, value])
+            .env("COHORT_HOME", tempfile::tempdir().unwrap().path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("must be a whole number from 1 to"),
+            "{flag} {value}: {stderr}"
+        );
+    }
+}

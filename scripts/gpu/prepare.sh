@@ -44,7 +44,7 @@ if [ -n "${KOLD_REV:-}" ]; then
   rm -rf .gpu/kold && mkdir -p .gpu/kold
   git archive "$KOLD_REV" kernels | tar -x --strip-components=1 -C .gpu/kold
 fi
-cargo build --release
+cargo build --release --features lab
 strip -o /tmp/cohort.stripped target/release/cohort
 xz -T2 -c /tmp/cohort.stripped > .gpu/bin/cohort.xz
 for t in "$@"; do

@@ -38,11 +38,11 @@ pub struct BenchStepArgs {
     /// Activation dtype (float32, bfloat16; default: the backend's).
     #[arg(long)]
     dtype: Option<String>,
-    /// Prompt length for the prefill measurement.
-    #[arg(long, default_value_t = 2048)]
+    /// Prompt length for the prefill measurement (1 to 131,072).
+    #[arg(long, default_value_t = 2048, value_parser = parse_count::<131_072>)]
     prefill: usize,
-    /// Timed repetitions (medians are reported).
-    #[arg(long, default_value_t = 20)]
+    /// Timed repetitions, medians reported (1 to 10,000).
+    #[arg(long, default_value_t = 20, value_parser = parse_count::<10_000>)]
     pub(super) iters: usize,
     /// Gated DeltaNet recurrence routes to measure one after the other on the same model
     /// (`kernel,ops` compares the fused CUDA kernel with the plain-ops loop side by side);
@@ -257,6 +257,14 @@ struct Figures {
     /// over all eight rows, and the share of drafts accepted (random weights accept few).
     served_tok_s: f64,
     served_acceptance: f64,
+}
+
+/// A count from 1 to MAX: a prompt length or a repetition count the machine can hold.
+fn parse_count<const MAX: usize>(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX).contains(&n) => Ok(n),
+        _ => Err(format!("must be a whole number from 1 to {MAX}")),
+    }
 }
 
 pub(super) fn ms(t: Instant) -> f64 {

@@ -2,8 +2,11 @@
 
 pub mod bench;
 pub mod bench_arrivals;
+#[cfg(feature = "lab")]
 mod bench_b8;
+#[cfg(feature = "lab")]
 pub mod bench_step;
+#[cfg(feature = "lab")]
 mod bench_switches;
 pub mod device;
 mod device_invariance;
@@ -11,6 +14,8 @@ pub mod generate;
 pub mod import;
 pub mod inspect;
 pub mod model_args;
+pub mod oneshot;
+#[cfg(feature = "lab")]
 pub mod node_costs;
 pub mod probe;
 pub mod serve;

@@ -3,8 +3,10 @@
 pub mod ar;
 pub mod cohort;
 pub mod construction;
+#[cfg(feature = "lab")]
 pub mod cuda_profiler;
 pub mod cycle;
+#[cfg(feature = "lab")]
 pub mod graph_stats;
 pub mod handle;
 pub mod lane;
