@@ -86,6 +86,8 @@ fn run(cli: Cli) -> Result<u8> {
     }
     cohort::model::switches::check_environment()?;
     match cli.command {
+        // `cohort "prompt"`: one answer to stdout, then exit.
+        None if cli.tui.prompt.is_some() => cli::oneshot::run(cli.tui, &paths),
         None => cohort::tui::run(cli.tui, &paths).map(|()| exit::OK),
         Some(Command::Generate(args)) => cli::generate::run(args),
         Some(Command::Bench(args)) => cli::bench::run(args).map(|()| exit::OK),

@@ -14,6 +14,7 @@ pub mod generate;
 pub mod import;
 pub mod inspect;
 pub mod model_args;
+pub mod oneshot;
 #[cfg(feature = "lab")]
 pub mod node_costs;
 pub mod probe;

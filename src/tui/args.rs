@@ -6,6 +6,11 @@ use crate::config::profile::Overrides;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct TuiArgs {
+    /// Ask PROMPT once instead of opening the TUI: the answer streams to stdout, then cohort
+    /// exits (no terminal needed). `-` reads the prompt from stdin. A prompt that is a
+    /// subcommand's name, or starts with `-`, goes after `--`: `cohort -- bench`.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Option<String>,
     /// Profile: a name (built in: throughput, balanced, b1-exact, latency; or one of yours in
     /// <config dir>/profiles) or a path to a .toml file. Default: your "default" profile, else
     /// throughput.
