@@ -14,9 +14,9 @@ pub mod generate;
 pub mod import;
 pub mod inspect;
 pub mod model_args;
-pub mod oneshot;
 #[cfg(feature = "lab")]
 pub mod node_costs;
+pub mod oneshot;
 pub mod probe;
 pub mod serve;
 pub mod stdout;
