@@ -14,10 +14,10 @@ use cohort::config::theme::{self, COLOR_KEYS};
 use cohort::engine::request::RequestLine;
 use cohort::engine::sampler::SamplerConfig;
 use cohort::model::config::Qwen35Config;
-use cohort::model::gguf::GgufFile;
-use cohort::model::gguf_import::import_gguf;
+use cohort::model::formats::gguf::GgufFile;
+use cohort::model::formats::gguf_import::import_gguf;
+use cohort::model::formats::weights::validate_safetensors;
 use cohort::model::tokenizer::{ChatMessage, TextTokenizer};
-use cohort::model::weights::validate_safetensors;
 use cohort::server::api::{Defaults, Endpoint, parse};
 use proptest::prelude::*;
 

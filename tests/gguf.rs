@@ -7,9 +7,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use cohort::model::gguf::{GgmlType, GgufFile, GgufValue};
-use cohort::model::gguf_import::import_gguf;
-use cohort::model::gguf_tokenizer::load_tokenizer;
+use cohort::model::formats::gguf::{GgmlType, GgufFile, GgufValue};
+use cohort::model::formats::gguf_import::import_gguf;
+use cohort::model::formats::gguf_tokenizer::load_tokenizer;
 use common::smollm2_gguf;
 use half::f16;
 use safetensors::SafeTensors;

@@ -12,7 +12,7 @@ mod common;
 use std::path::PathBuf;
 
 use cohort::engine::ar;
-use cohort::model::gguf_import::import_gguf;
+use cohort::model::formats::gguf_import::import_gguf;
 use cohort::model::llama::{LanguageModel, LlamaModel, Logits};
 use common::*;
 use mlx_rs::{Array, Dtype};

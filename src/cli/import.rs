@@ -38,7 +38,7 @@ pub fn run(args: ImportArgs) -> Result<()> {
     };
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     eprintln!("importing {} into {} ...", args.file.display(), out.display());
-    let report = crate::model::gguf_import::import_gguf(&args.file, &out)?;
+    let report = crate::model::formats::gguf_import::import_gguf(&args.file, &out)?;
     println!(
         "imported {} ({} tensors, {:.1} M parameters, {:.1} MiB) into {}",
         report.architecture,
@@ -62,7 +62,7 @@ pub fn run(args: ImportArgs) -> Result<()> {
 /// Only its header is read, bounded as the model's own files are (a file without end, such as a
 /// link to /dev/zero, was read whole and grew memory until allocation failed).
 fn check_mtp_head(path: &std::path::Path) -> Result<()> {
-    let tensors = crate::model::weights::validate_safetensors(path)
+    let tensors = crate::model::formats::weights::validate_safetensors(path)
         .map_err(|e| anyhow::anyhow!("{} is not an MTP head (not a safetensors file: {e:#})", path.display()))?;
     let names: Vec<&String> = tensors.keys().collect();
     if let Some(other) = names.iter().find(|n| !n.starts_with("mtp.")) {

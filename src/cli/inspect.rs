@@ -5,8 +5,8 @@ use clap::Args;
 
 use crate::engine::runtime::human_bytes;
 use crate::model::config::{LayerKind, Qwen35Config};
+use crate::model::formats::weights::{shard_files, validate_safetensors};
 use crate::model::load::auto_weight_policy;
-use crate::model::weights::{shard_files, validate_safetensors};
 
 #[derive(Args)]
 pub struct InspectArgs {

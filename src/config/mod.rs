@@ -11,5 +11,5 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// A profile or theme file as text, refused past [`MAX_CONFIG_BYTES`]: a file without end (a link
 /// to /dev/zero) or a huge one is named, not read until memory runs out.
 pub fn read_config_text(path: &std::path::Path) -> anyhow::Result<String> {
-    crate::model::files::read_bounded(path, MAX_CONFIG_BYTES)
+    crate::model::formats::files::read_bounded(path, MAX_CONFIG_BYTES)
 }

@@ -113,7 +113,7 @@ impl Qwen35Config {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let text = super::files::read_text(path)?;
+        let text = super::formats::files::read_text(path)?;
         let root: Value =
             serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
         Self::from_json(&root).with_context(|| format!("in {}", path.display()))

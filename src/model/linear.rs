@@ -5,8 +5,8 @@ use mlx_rs::{Array, Dtype};
 
 use super::config::QuantSpec;
 use super::cpu::cpu_qmm::PackedMatrix;
+use super::formats::weights::Weights;
 use super::product::Layout;
-use super::weights::Weights;
 
 /// How linear layers treat a block of several rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]

@@ -11,12 +11,12 @@ use serde_json::Value;
 
 use super::cache::{KvCache, LayerState, RowCache};
 use super::config::{LayerKind, QuantSpec, Quantization, parse_quantization};
+use super::formats::weights::Weights;
 pub use super::forward::{ForwardOutput, LanguageModel, Logits};
 use super::kv_slots::{self, Block, RopeSpec};
 use super::linear::{Embedding, Linear};
 use super::mlp::Mlp;
 use super::norm::RmsNorm;
-use super::weights::Weights;
 
 mod host;
 pub use host::{
@@ -45,7 +45,7 @@ pub struct LlamaConfig {
 
 impl LlamaConfig {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = super::files::read_text(path)?;
+        let text = super::formats::files::read_text(path)?;
         let root: Value =
             serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
         Self::from_json(&root).with_context(|| format!("in {}", path.display()))
@@ -435,14 +435,14 @@ fn quantization_beside(dir: &Path) -> Result<Option<Quantization>> {
     if !path.exists() {
         return Ok(None);
     }
-    let text = super::files::read_text(&path)?;
+    let text = super::formats::files::read_text(&path)?;
     let json: Value = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
     Ok(Some(parse_quantization(json.get("quantization")).with_context(|| format!("in {}", path.display()))?))
 }
 
 /// True when `dir/config.json` names the llama architecture.
 pub fn is_llama_dir(dir: &Path) -> bool {
-    super::files::read_text(&dir.join("config.json"))
+    super::formats::files::read_text(&dir.join("config.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())
         .and_then(|v| v.get("model_type").and_then(Value::as_str).map(|s| s == "llama"))

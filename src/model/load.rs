@@ -87,7 +87,7 @@ fn download(repo_id: &str) -> Result<PathBuf> {
     let mut files = vec!["tokenizer.json".to_owned(), "tokenizer_config.json".to_owned()];
     match repo.get("model.safetensors.index.json") {
         Ok(index) => {
-            let json: serde_json::Value = serde_json::from_str(&super::files::read_text(&index)?)?;
+            let json: serde_json::Value = serde_json::from_str(&super::formats::files::read_text(&index)?)?;
             let mut shards: Vec<String> = json["weight_map"]
                 .as_object()
                 .map(|m| m.values().filter_map(|v| v.as_str().map(str::to_owned)).collect())
@@ -111,7 +111,7 @@ fn download(repo_id: &str) -> Result<PathBuf> {
 /// The model_type a directory declares.
 pub fn model_type(dir: &Path) -> Result<String> {
     let path = dir.join("config.json");
-    let text = super::files::read_text(&path)?;
+    let text = super::formats::files::read_text(&path)?;
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
     Ok(json.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_owned())
@@ -155,13 +155,13 @@ pub fn auto_weight_policy(dir: &Path) -> WeightPolicy {
 
 /// Logical parameter count from the safetensors headers (packed words count 32/bits weights).
 pub fn estimate_parameters(dir: &Path) -> Result<u64> {
-    let mut files = super::weights::shard_files(dir)?;
+    let mut files = super::formats::weights::shard_files(dir)?;
     if dir.join("mtp.safetensors").exists() {
         files.push(dir.join("mtp.safetensors"));
     }
     let mut n = 0u64;
     for f in files {
-        for (name, (dtype, shape)) in super::weights::validate_safetensors(&f)? {
+        for (name, (dtype, shape)) in super::formats::weights::validate_safetensors(&f)? {
             if name.ends_with(".scales") || name.ends_with(".biases") {
                 continue;
             }

@@ -4,8 +4,8 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::config::QuantSpec;
+use super::formats::weights::Weights;
 use super::linear::Linear;
-use super::weights::Weights;
 
 pub struct Mlp {
     pub(crate) gate_proj: Linear,

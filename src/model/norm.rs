@@ -3,7 +3,7 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::weights::Weights;
+use super::formats::weights::Weights;
 
 pub struct RmsNorm {
     pub weight: Array,

@@ -10,13 +10,13 @@ use mlx_rs::{Array, Dtype};
 use super::attention::Attention;
 use super::cache::{KvCache, LayerState, RowCache};
 use super::config::{LayerKind, QuantSpec, Qwen35Config};
+use super::formats::weights::Weights;
 pub use super::forward::{ForwardOutput, LanguageModel, Logits};
 use super::gated_delta::GatedDeltaNet;
 use super::linear::{Embedding, Linear};
 use super::mlp::Mlp;
 use super::moe::SparseMoe;
 use super::norm::RmsNorm;
-use super::weights::Weights;
 
 enum Mixer {
     Linear(GatedDeltaNet),
@@ -299,7 +299,7 @@ fn mtp_quantization(dir: &Path) -> Result<Option<super::config::Quantization>> {
     if !path.exists() {
         return Ok(None);
     }
-    let text = super::files::read_text(&path)?;
+    let text = super::formats::files::read_text(&path)?;
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
     Ok(Some(

@@ -5,8 +5,8 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
+use super::formats::weights::Weights;
 use super::ops::slice_axis;
-use super::weights::Weights;
 
 const PLUS_ONE_SUFFIXES: [&str; 5] = [
     ".input_layernorm.weight",

@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::config::{QuantSpec, Qwen35Config};
-use super::weights::Weights;
+use super::formats::weights::Weights;
 
 /// Qwen3.6-35B-A3B's text geometry (see ../shared/notes/reference-systems.md), with `layers`
 /// decoder layers (40 in the real model).

@@ -62,7 +62,7 @@ pub fn save(
 
 /// Read a head file (any storage) back as float32 parameters, checked against `dims`.
 pub fn load(path: &Path, dims: &HeadDims) -> Result<Params> {
-    crate::model::weights::validate_safetensors(path)?;
+    crate::model::formats::weights::validate_safetensors(path)?;
     let mut raw = Array::load_safetensors(path).map_err(|e| anyhow::anyhow!("{}: cannot load: {e}", path.display()))?;
     let origin = path.display().to_string();
     let mut p = Params::new();

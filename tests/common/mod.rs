@@ -72,7 +72,7 @@ pub fn smollm2_imported(test: &str) -> Option<tempfile::TempDir> {
         return None;
     };
     let dir = tempfile::tempdir().unwrap();
-    cohort::model::gguf_import::import_gguf(&gguf, dir.path()).unwrap();
+    cohort::model::formats::gguf_import::import_gguf(&gguf, dir.path()).unwrap();
     Some(dir)
 }
 
