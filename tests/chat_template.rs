@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use cohort::model::tokenizer::{ChatMessage, TextTokenizer};
+use cohort::model::text::tokenizer::{ChatMessage, TextTokenizer};
 use common::fixture;
 
 /// The fixture's tokenizer with `template` as its chat template.
@@ -77,7 +77,7 @@ fn the_fixture_templates_still_render_long_conversations() {
 /// abort the process ("memory allocation of … bytes failed", under the 3 GB address-space cap
 /// used here; without it they take the machine's memory) and the third holds the owner thread
 /// for about a minute while it builds 2 GB. Run with `--ignored`; the fix belongs in
-/// src/model/tokenizer.rs (docs/reliability.md, "Open").
+/// src/model/text/tokenizer.rs (docs/reliability.md, "Open").
 #[test]
 #[ignore = "open (issue 37): a template value's size is not bounded; see the comment"]
 fn a_template_that_builds_one_huge_string_fails_its_request_alone() {

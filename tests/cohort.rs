@@ -14,7 +14,7 @@ use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::qwen3_5::Qwen35Model;
-use cohort::model::tokenizer::TextTokenizer;
+use cohort::model::text::tokenizer::TextTokenizer;
 use common::*;
 use mlx_rs::Dtype;
 

@@ -18,7 +18,7 @@ use cohort::model::compiled::{GraphKey, Storage, compiled_here};
 use cohort::model::forward::LanguageModel;
 use cohort::model::moe_graph::Stacking;
 use cohort::model::qwen3_5::Qwen35Model;
-use cohort::model::tokenizer::TextTokenizer;
+use cohort::model::text::tokenizer::TextTokenizer;
 use cohort::model::{gated_delta, linear, moe_graph, product};
 use common::*;
 use mlx_rs::Dtype;

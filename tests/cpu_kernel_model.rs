@@ -152,7 +152,7 @@ fn on_the_host_path_every_cohort_row_equals_its_solo_run() {
     let tiny = fixture_copy("llama/tiny_llama_mlx", dir.path());
     std::fs::copy(llama("tiny_mtp.safetensors"), tiny.join("mtp.safetensors")).unwrap();
     let model = load(&tiny, WeightPolicy::Kernel);
-    let tok = cohort::model::tokenizer::TextTokenizer::load(&tiny).unwrap();
+    let tok = cohort::model::text::tokenizer::TextTokenizer::load(&tiny).unwrap();
     let r = refs("tiny_llama.json");
     let p = |k: &str| ids(&r["mlx_prompts"][k]["prompt_ids"]);
     // Rows of different lengths; a long one whose prefill runs in MLX chunks before decoding on

@@ -219,7 +219,7 @@ fn a_budget_that_would_wrap_is_refused_naming_the_window() {
     use cohort::engine::row::CancelFlag;
     let dir = fixture("qwen35_moe_4bit");
     let model = cohort::model::load::load(&dir, mlx_rs::Dtype::Float32).unwrap();
-    let tok = cohort::model::tokenizer::TextTokenizer::load(&dir).unwrap();
+    let tok = cohort::model::text::tokenizer::TextTokenizer::load(&dir).unwrap();
     for max_tokens in [usize::MAX, usize::MAX - 1, usize::MAX / 2 + 1] {
         let mut req = request(0, 10);
         req.max_tokens = max_tokens;
@@ -303,7 +303,7 @@ fn an_engine_whose_lane_cannot_start_fails_its_start() {
             assert!(model.vocab_size() > 0);
             Ok(cohort::engine::owner::Loaded {
                 model: Box::new(Unrunnable(model)),
-                tokenizer: cohort::model::tokenizer::TextTokenizer::load(&dir)?,
+                tokenizer: cohort::model::text::tokenizer::TextTokenizer::load(&dir)?,
                 family: "llama".into(),
                 dir,
                 weights: Default::default(),

@@ -17,7 +17,7 @@ use cohort::model::config::Qwen35Config;
 use cohort::model::formats::gguf::GgufFile;
 use cohort::model::formats::gguf_import::import_gguf;
 use cohort::model::formats::weights::validate_safetensors;
-use cohort::model::tokenizer::{ChatMessage, TextTokenizer};
+use cohort::model::text::tokenizer::{ChatMessage, TextTokenizer};
 use cohort::server::api::{Defaults, Endpoint, parse};
 use proptest::prelude::*;
 

@@ -20,7 +20,7 @@ use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::forward::LanguageModel;
 use cohort::model::linear::{LinearRoute, WeightPolicy};
-use cohort::model::tokenizer::TextTokenizer;
+use cohort::model::text::tokenizer::TextTokenizer;
 use common::*;
 use mlx_rs::Dtype;
 

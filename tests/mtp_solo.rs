@@ -11,7 +11,7 @@ use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::model::forward::LanguageModel;
 use cohort::model::qwen3_5::Qwen35Model;
-use cohort::model::tokenizer::TextTokenizer;
+use cohort::model::text::tokenizer::TextTokenizer;
 use common::*;
 use mlx_rs::Dtype;
 

@@ -18,7 +18,7 @@ use crate::engine::runtime::median;
 use crate::engine::sampler::SamplerConfig;
 use crate::engine::scheduler::{Numerics, Preset};
 use crate::engine::solo::GenerationMode;
-use crate::model::tokenizer::ChatMessage;
+use crate::model::text::tokenizer::ChatMessage;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -129,7 +129,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         serial: false,
     };
     let engine = args.model.start_engine(setup)?;
-    let chat = crate::model::tokenizer::TextTokenizer::load(&engine.info.dir)?.has_chat_template();
+    let chat = crate::model::text::tokenizer::TextTokenizer::load(&engine.info.dir)?.has_chat_template();
     eprintln!(
         "bench: {} mode {:?}, numerics {:?}, {} rounds x 8 requests x {} tokens",
         engine.info.dir.display(),

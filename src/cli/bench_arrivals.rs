@@ -20,7 +20,7 @@ use crate::engine::row::RowEvent;
 use crate::engine::sampler::SamplerConfig;
 use crate::engine::scheduler::{Numerics, Preset, SchedulerConfig, WidthPolicy};
 use crate::engine::solo::GenerationMode;
-use crate::model::tokenizer::ChatMessage;
+use crate::model::text::tokenizer::ChatMessage;
 
 /// A submitted request as a client sees it: when it was sent, when each token arrived, its end.
 struct Watched {

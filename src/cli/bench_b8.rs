@@ -27,7 +27,7 @@ use crate::model::cache::RowCache;
 use crate::model::forward::LanguageModel;
 use crate::model::kv_slots::{self, SlotHandle};
 use crate::model::qwen3_5::Qwen35Model;
-use crate::model::tokenizer::TextTokenizer;
+use crate::model::text::tokenizer::TextTokenizer;
 
 /// The B8 figures: each MTP cycle phase's times and handovers, the AR cycles', and what the
 /// untimed cycles emitted.

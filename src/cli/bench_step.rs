@@ -20,7 +20,7 @@ use crate::model::config::{LayerKind, Qwen35Config};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::kv_slots;
 use crate::model::qwen3_5::Qwen35Model;
-use crate::model::tokenizer::TextTokenizer;
+use crate::model::text::tokenizer::TextTokenizer;
 
 #[derive(Args)]
 pub struct BenchStepArgs {

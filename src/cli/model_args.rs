@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::model::forward::LanguageModel;
-use crate::model::tokenizer::TextTokenizer;
+use crate::model::text::tokenizer::TextTokenizer;
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {

@@ -17,7 +17,7 @@ use crate::config::profile::{Settings, load_startup_profile};
 use crate::engine::owner::EngineSetup;
 use crate::engine::request::{FinishReason, Prompt, Request};
 use crate::engine::row::RowEvent;
-use crate::model::tokenizer::ChatMessage;
+use crate::model::text::tokenizer::ChatMessage;
 use crate::tui::TuiArgs;
 
 /// The largest prompt `-` reads from stdin.

@@ -25,7 +25,7 @@ use super::telemetry::{RowState, RowTelemetry, SharedTelemetry, push_recent};
 use crate::model::cache::RowCache;
 use crate::model::forward::LanguageModel;
 use crate::model::kv_slots;
-use crate::model::tokenizer::TextTokenizer;
+use crate::model::text::tokenizer::TextTokenizer;
 
 /// The physical width every cohort runs at.
 pub const FIXED_WIDTH: usize = 8;

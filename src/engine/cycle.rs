@@ -31,7 +31,7 @@ use super::solo::{draft_inputs, restore_from_capture};
 use crate::model::cache::RowCache;
 use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
 use crate::model::ops::{host_u32, slice_axis};
-use crate::model::tokenizer::TextTokenizer;
+use crate::model::text::tokenizer::TextTokenizer;
 
 /// A part of a decode cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

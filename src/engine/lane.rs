@@ -28,7 +28,7 @@ use crate::model::cache::RowCache;
 use crate::model::forward::{LanguageModel, last_position, prefill_chunk};
 use crate::model::kv_slots::{self, SlotHandle};
 use crate::model::linear::{self, LinearRoute};
-use crate::model::tokenizer::TextTokenizer;
+use crate::model::text::tokenizer::TextTokenizer;
 
 /// A request waiting for a row.
 pub struct Pending {

@@ -22,7 +22,7 @@ use super::solo::{GenerationMode, route_id, run_solo};
 use super::telemetry::{FinalizeScope, SharedTelemetry};
 use crate::model::forward::LanguageModel;
 use crate::model::linear::{self, LinearRoute};
-use crate::model::tokenizer::TextTokenizer;
+use crate::model::text::tokenizer::TextTokenizer;
 
 /// What the loader hands the owner.
 pub struct Loaded {

@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use super::request::{Prompt, Request};
 use super::row::{CancelFlag, RowRun};
 use crate::model::forward::LanguageModel;
-use crate::model::tokenizer::TextTokenizer;
+use crate::model::text::tokenizer::TextTokenizer;
 
 /// Room a verify block may write past the last emitted token.
 pub const VERIFY_SLACK: usize = 2;

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::sampler::SamplerConfig;
-use crate::model::tokenizer::ChatMessage;
+use crate::model::text::tokenizer::ChatMessage;
 
 /// What to generate from.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,7 +12,7 @@ use mlx_rs::Array;
 
 use super::request::{FinishReason, Request, RequestResult, Stats};
 use super::sampler::{Dist, PenaltyState, Rng, SamplerConfig};
-use crate::model::tokenizer::{StreamDecoder, TextTokenizer};
+use crate::model::text::tokenizer::{StreamDecoder, TextTokenizer};
 
 /// Streamed to whoever submitted the request.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ use crate::model::cache::{LayerState, RowCache};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::gated_delta::PositionStates;
 use crate::model::ops::slice_axis;
-use crate::model::tokenizer::TextTokenizer;
+use crate::model::text::tokenizer::TextTokenizer;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

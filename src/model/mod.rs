@@ -26,4 +26,4 @@ pub mod rope_cpu;
 pub mod sanitize;
 pub mod switches;
 pub mod synth;
-pub mod tokenizer;
+pub mod text;

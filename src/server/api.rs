@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::error::ApiError;
 use crate::engine::request::{FinishReason, Prompt, Request, RequestResult};
 use crate::engine::sampler::SamplerConfig;
-use crate::model::tokenizer::ChatMessage;
+use crate::model::text::tokenizer::ChatMessage;
 
 /// Which endpoint a body came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

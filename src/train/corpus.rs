@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use crate::engine::sampler::Rng;
-use crate::model::tokenizer::{ChatMessage, TextTokenizer};
+use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 
 /// What `--data` paths hold, split by kind.
 #[derive(Debug, Default)]

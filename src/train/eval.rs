@@ -16,7 +16,7 @@ use crate::engine::solo::{GenerationMode, run_solo};
 use crate::model::forward::LanguageModel;
 use crate::model::linear::{WeightPolicy, set_weight_policy, weight_policy};
 use crate::model::llama::LlamaModel;
-use crate::model::tokenizer::{ChatMessage, TextTokenizer};
+use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 
 /// One sampler's totals over the prompts.
 #[derive(Debug, Clone, Default, Serialize)]

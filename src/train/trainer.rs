@@ -30,7 +30,7 @@ use crate::model::forward::LanguageModel;
 use crate::model::linear::{WeightPolicy, set_weight_policy};
 use crate::model::llama::LlamaModel;
 use crate::model::ops::slice_axis;
-use crate::model::tokenizer::{ChatMessage, TextTokenizer};
+use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -9,7 +9,7 @@ use ratatui::text::Line;
 use super::input::InputLine;
 use crate::engine::request::{FinishReason, Stats};
 use crate::engine::telemetry::RowState;
-use crate::model::tokenizer::ChatMessage;
+use crate::model::text::tokenizer::ChatMessage;
 
 /// One exchange: what the user sent and what came back (so far).
 #[derive(Debug, Clone, Default)]

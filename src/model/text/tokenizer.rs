@@ -44,12 +44,13 @@ impl TextTokenizer {
         if !path.exists() {
             bail!("no tokenizer.json in {}", dir.display());
         }
-        let text = super::formats::files::read_bounded(&path, super::formats::files::MAX_TOKENIZER_BYTES)?;
+        let text =
+            crate::model::formats::files::read_bounded(&path, crate::model::formats::files::MAX_TOKENIZER_BYTES)?;
         let inner = tokenizers::Tokenizer::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{}: cannot read tokenizer: {e}", path.display()))?;
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg: Value = if cfg_path.exists() {
-            let text = super::formats::files::read_text(&cfg_path)?;
+            let text = crate::model::formats::files::read_text(&cfg_path)?;
             serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", cfg_path.display()))?
         } else {
             Value::Null
@@ -57,7 +58,7 @@ impl TextTokenizer {
         let mut chat_template = cfg.get("chat_template").and_then(Value::as_str).map(str::to_owned);
         let jinja = dir.join("chat_template.jinja");
         if chat_template.is_none() && jinja.exists() {
-            chat_template = Some(super::formats::files::read_text(&jinja)?);
+            chat_template = Some(crate::model::formats::files::read_text(&jinja)?);
         }
         let bos_token = token_text(cfg.get("bos_token"));
         let eos_token = token_text(cfg.get("eos_token"));
