@@ -5,7 +5,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use cohort::model::qwen3_5::Qwen35Model;
+use cohort::model::families::qwen3_5::Qwen35Model;
 use common::fixture;
 use mlx_rs::{Array, Dtype};
 

@@ -13,7 +13,7 @@ use cohort::engine::row::{CancelFlag, RowEvent, RowRun};
 use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
-use cohort::model::qwen3_5::Qwen35Model;
+use cohort::model::families::qwen3_5::Qwen35Model;
 use cohort::model::text::tokenizer::TextTokenizer;
 use common::*;
 use mlx_rs::Dtype;

@@ -16,7 +16,7 @@ use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::scheduler::{Numerics, WidthPolicy};
 use cohort::engine::solo::GenerationMode;
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
-use cohort::model::qwen3_5::Qwen35Model;
+use cohort::model::families::qwen3_5::Qwen35Model;
 use cohort::model::text::tokenizer::TextTokenizer;
 use common::*;
 use mlx_rs::Dtype;

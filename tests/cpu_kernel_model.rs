@@ -1,7 +1,7 @@
 //! Whole models on the CPU kernel's weight policy (`--weights kernel`, what `auto` picks on an
 //! AVX2 CPU): outputs against mlx-lm's references, and the exactness probe, which the kernel's
 //! row-independent products let pass on the batched route. On MLX's CPU backend the Llama
-//! family's decode-sized blocks take the host decode path (`model::llama`'s `host.rs`); each test
+//! family's decode-sized blocks take the host decode path (`model::families::llama`'s `host.rs`); each test
 //! says which route it checks. Its own test binary: the weight policy a load uses and the host
 //! path switch are process-wide, so tests take turns.
 
@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 
 use cohort::engine::ar;
 use cohort::engine::probe::{self, Verdict};
+use cohort::model::families::llama::{host_blocks_served, host_layers_enabled, set_host_layers};
 use cohort::model::forward::LanguageModel;
 use cohort::model::linear::{LinearRoute, WeightPolicy};
-use cohort::model::llama::{host_blocks_served, host_layers_enabled, set_host_layers};
 use common::*;
 use mlx_rs::Dtype;
 use serde_json::Value;

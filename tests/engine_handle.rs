@@ -247,7 +247,7 @@ fn the_handle_forgets_requests_that_ended() {
 }
 
 /// A model that loads but cannot run a forward pass (a device lost after load): every call fails.
-struct Unrunnable(cohort::model::llama::LlamaModel);
+struct Unrunnable(cohort::model::families::llama::LlamaModel);
 
 impl cohort::model::forward::LanguageModel for Unrunnable {
     fn new_row(&self) -> cohort::model::cache::RowCache {
@@ -299,7 +299,7 @@ fn an_engine_whose_lane_cannot_start_fails_its_start() {
     let dir = fixture("llama").join("tiny_llama_mlx");
     let start = EngineHandle::start(
         move || {
-            let model = cohort::model::llama::LlamaModel::load(&dir, mlx_rs::Dtype::Float32)?;
+            let model = cohort::model::families::llama::LlamaModel::load(&dir, mlx_rs::Dtype::Float32)?;
             assert!(model.vocab_size() > 0);
             Ok(cohort::engine::owner::Loaded {
                 model: Box::new(Unrunnable(model)),

@@ -64,8 +64,9 @@ fn the_fused_front_matches_the_reference_at_real_sizes() {
 #[test]
 fn the_fused_front_gives_the_ops_fronts_logits_and_states_in_the_model() {
     use cohort::model::cuda::gdn_kernel;
+    use cohort::model::families::qwen3_5::Qwen35Model;
     use cohort::model::forward::{LanguageModel, Logits};
-    use cohort::model::{linear, qwen3_5::Qwen35Model};
+    use cohort::model::linear;
     if !cuda_here("the fused front") {
         return;
     }

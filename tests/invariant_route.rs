@@ -75,7 +75,7 @@ fn the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16() {
     let Some(dir) = smollm2_imported("the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16") else { return };
     let head = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
     std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
-    let model = cohort::model::llama::LlamaModel::load(dir.path(), Dtype::Bfloat16).unwrap();
+    let model = cohort::model::families::llama::LlamaModel::load(dir.path(), Dtype::Bfloat16).unwrap();
     let decision = probe::gate(&model, false).unwrap();
     linear::set_route(LinearRoute::Batched);
     assert!(decision.mtp_allowed, "{}", decision.summary);
@@ -95,7 +95,7 @@ fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves(
         return;
     }
     let dir = fixture("llama").join("tiny_llama_mlx");
-    let model = cohort::model::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
+    let model = cohort::model::families::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
     let run = |route: LinearRoute| -> Vec<u32> {
         linear::with_route(route, || {
             let mut rows: Vec<_> = (0..3).map(|_| model.new_row()).collect();
@@ -118,7 +118,7 @@ fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves(
 fn route_costs_are_timed_for_every_route_in_turns() {
     let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
     let dir = fixture("llama").join("tiny_llama_mlx");
-    let model = cohort::model::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
+    let model = cohort::model::families::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
     linear::set_route(LinearRoute::RowByRow);
     let routes = [LinearRoute::Batched, LinearRoute::Invariant];
     let costs = cohort::engine::route_cost::time_routes(&model, &routes, 3, 2).unwrap();

@@ -179,7 +179,7 @@ fn swap_middle(x: &[f32], w: usize, a: usize, b: usize) -> Vec<f32> {
     out
 }
 
-/// The host decode path's attention for one layer (`kv_slots::attend_host`, as `model::llama`'s
+/// The host decode path's attention for one layer (`kv_slots::attend_host`, as `model::families::llama`'s
 /// host path calls it), after one evaluation of the rows' storage. Takes and returns the test's
 /// [w, heads, T, d] layout.
 fn host_block_step(caches: &mut [&mut KvCache], [q, k, v]: [&[f32]; 3], t: usize, rope: RopeSpec) -> Array {

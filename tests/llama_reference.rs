@@ -12,8 +12,8 @@ mod common;
 use std::path::PathBuf;
 
 use cohort::engine::ar;
+use cohort::model::families::llama::{LanguageModel, LlamaModel, Logits};
 use cohort::model::formats::gguf_import::import_gguf;
-use cohort::model::llama::{LanguageModel, LlamaModel, Logits};
 use common::*;
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;

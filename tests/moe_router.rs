@@ -73,11 +73,11 @@ fn the_expert_kernels_match_the_reference() {
 }
 
 /// A two-layer model at the real geometry with random weights, in `dtype`.
-fn two_layer_model(dtype: Dtype, seed: u64) -> cohort::model::qwen3_5::Qwen35Model {
+fn two_layer_model(dtype: Dtype, seed: u64) -> cohort::model::families::qwen3_5::Qwen35Model {
     use cohort::model::synth;
     let cfg = synth::geometry("qwen36-35b-a3b", Some(2), Some(512)).unwrap();
     let mut weights = synth::make_weights(&cfg, dtype, seed).unwrap();
-    cohort::model::qwen3_5::Qwen35Model::from_weights(cfg, &mut weights, dtype).unwrap()
+    cohort::model::families::qwen3_5::Qwen35Model::from_weights(cfg, &mut weights, dtype).unwrap()
 }
 
 /// `f` with the expert kernels forced on or off, then back to the default.
@@ -134,7 +134,7 @@ fn the_ops_route_gives_the_expert_kernels_logits_for_a_verify_sized_block_in_bf1
     }
     let prompt: Vec<u32> = (0..40).map(|i| (i * 29 + 3) % 512).collect();
     let block: Vec<i32> = (0..16).map(|i| (i * 53 + 11) % 512).collect();
-    let run = |model: &cohort::model::qwen3_5::Qwen35Model, kernels: bool| -> Vec<f32> {
+    let run = |model: &cohort::model::families::qwen3_5::Qwen35Model, kernels: bool| -> Vec<f32> {
         with_expert_kernels(kernels, || {
             let mut row = model.new_row();
             model.prefill(&mut row, &prompt, 40, false).unwrap();

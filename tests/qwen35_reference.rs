@@ -4,8 +4,8 @@
 mod common;
 
 use cohort::engine::ar;
+use cohort::model::families::qwen3_5::Qwen35Model;
 use cohort::model::forward::{LanguageModel, Logits};
-use cohort::model::qwen3_5::Qwen35Model;
 use common::*;
 use mlx_rs::{Array, Dtype};
 

@@ -8,8 +8,8 @@ mod common;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use cohort::model::families::llama::LlamaModel;
 use cohort::model::forward::LanguageModel;
-use cohort::model::llama::LlamaModel;
 use cohort::train::eval::load_with_head;
 use cohort::train::frozen::{self, Frozen};
 use cohort::train::functional::head_logits;
@@ -246,7 +246,7 @@ fn the_shipped_smollm2_head_fits_smollm2() {
     let bytes = std::fs::metadata(&path).unwrap().len();
     assert!(bytes <= 10_000_000, "{} is {bytes} bytes, over the 10 MB budget", path.display());
     // SmolLM2-135M-Instruct's geometry (config.json of the imported model).
-    let cfg = cohort::model::llama::LlamaConfig::from_json(&serde_json::json!({
+    let cfg = cohort::model::families::llama::LlamaConfig::from_json(&serde_json::json!({
         "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30, "intermediate_size": 1536,
         "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "rms_norm_eps": 1e-5,
         "vocab_size": 49152, "rope_theta": 100000.0, "tie_word_embeddings": true

@@ -17,9 +17,9 @@ use crate::engine::cycle::Phase;
 use crate::engine::runtime::{MemoryStats, human_bytes, median};
 use crate::model::cache::RowCache;
 use crate::model::config::{LayerKind, Qwen35Config};
+use crate::model::families::qwen3_5::Qwen35Model;
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::kv_slots;
-use crate::model::qwen3_5::Qwen35Model;
 use crate::model::text::tokenizer::TextTokenizer;
 
 #[derive(Args)]

@@ -54,7 +54,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             };
             let cfg = crate::model::synth::geometry(g, args.layers, args.vocab)?;
             let mut w = crate::model::synth::make_weights(&cfg, dtype, 7)?;
-            let model = crate::model::qwen3_5::Qwen35Model::from_weights(cfg, &mut w, dtype)?;
+            let model = crate::model::families::qwen3_5::Qwen35Model::from_weights(cfg, &mut w, dtype)?;
             (Box::new(model), format!("synthetic {g}"))
         }
         None => {

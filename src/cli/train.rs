@@ -129,12 +129,12 @@ pub fn run(args: TrainArgs) -> Result<()> {
         Some(m) => crate::model::load::resolve(m)?,
         None => crate::model::load::default_model()?,
     };
-    if !crate::model::llama::is_llama_dir(&model_dir) {
+    if !crate::model::families::llama::is_llama_dir(&model_dir) {
         bail!("{}: train-mtp supports Llama-family targets (model_type \"llama\")", model_dir.display());
     }
     if args.evaluate_only {
         if let Some(src) = &args.init_head {
-            let cfg = crate::model::llama::LlamaConfig::load(&model_dir.join("config.json"))?;
+            let cfg = crate::model::families::llama::LlamaConfig::load(&model_dir.join("config.json"))?;
             let dims = crate::train::params::HeadDims::from_llama(&cfg);
             let head = crate::train::head_file::load(src, &dims)?;
             let meta = std::collections::HashMap::from([

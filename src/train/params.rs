@@ -7,7 +7,7 @@ use std::rc::Rc;
 use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use crate::model::llama::LlamaConfig;
+use crate::model::families::llama::LlamaConfig;
 
 /// Named head tensors (the keys `LlamaModel` reads from an `mtp.safetensors`).
 pub type Params = HashMap<Rc<str>, Array>;

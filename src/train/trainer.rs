@@ -26,9 +26,9 @@ use super::params::{self, HeadDims, Params};
 use super::progress::Progress;
 use crate::engine::sampler::{Rng, SamplerConfig};
 use crate::engine::solo::GenerationMode;
+use crate::model::families::llama::LlamaModel;
 use crate::model::forward::LanguageModel;
 use crate::model::linear::{WeightPolicy, set_weight_policy};
-use crate::model::llama::LlamaModel;
 use crate::model::ops::slice_axis;
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 

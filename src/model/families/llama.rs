@@ -9,14 +9,14 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
-use super::cache::{KvCache, LayerState, RowCache};
-use super::config::{LayerKind, QuantSpec, Quantization, parse_quantization};
-use super::formats::weights::Weights;
-pub use super::forward::{ForwardOutput, LanguageModel, Logits};
-use super::kv_slots::{self, Block, RopeSpec};
-use super::linear::{Embedding, Linear};
-use super::mlp::Mlp;
-use super::norm::RmsNorm;
+use crate::model::cache::{KvCache, LayerState, RowCache};
+use crate::model::config::{LayerKind, QuantSpec, Quantization, parse_quantization};
+use crate::model::formats::weights::Weights;
+pub use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
+use crate::model::kv_slots::{self, Block, RopeSpec};
+use crate::model::linear::{Embedding, Linear};
+use crate::model::mlp::Mlp;
+use crate::model::norm::RmsNorm;
 
 mod host;
 pub use host::{
@@ -45,7 +45,7 @@ pub struct LlamaConfig {
 
 impl LlamaConfig {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = super::formats::files::read_text(path)?;
+        let text = crate::model::formats::files::read_text(path)?;
         let root: Value =
             serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
         Self::from_json(&root).with_context(|| format!("in {}", path.display()))
@@ -362,7 +362,10 @@ impl LanguageModel for LlamaModel {
 
     fn kv_bytes_per_position(&self) -> usize {
         let layers = self.cfg.num_hidden_layers as usize + usize::from(self.has_mtp());
-        layers * 2 * (self.cfg.num_key_value_heads * self.cfg.head_dim) as usize * super::ops::dtype_bytes(self.dtype())
+        layers
+            * 2
+            * (self.cfg.num_key_value_heads * self.cfg.head_dim) as usize
+            * crate::model::ops::dtype_bytes(self.dtype())
     }
 
     fn eos_ids(&self) -> Vec<u32> {
@@ -407,7 +410,7 @@ impl LanguageModel for LlamaModel {
         let hidden = self.norm.forward(&x)?;
         let logits = match logits {
             Logits::All => Some(self.head(&hidden)?),
-            Logits::Last => Some(self.head(&super::ops::slice_axis(&hidden, 1, t - 1, t)?)?),
+            Logits::Last => Some(self.head(&crate::model::ops::slice_axis(&hidden, 1, t - 1, t)?)?),
             Logits::None => None,
         };
         Ok(ForwardOutput { hidden, logits, captures: (0..self.layers.len()).map(|_| None).collect() })
@@ -435,14 +438,14 @@ fn quantization_beside(dir: &Path) -> Result<Option<Quantization>> {
     if !path.exists() {
         return Ok(None);
     }
-    let text = super::formats::files::read_text(&path)?;
+    let text = crate::model::formats::files::read_text(&path)?;
     let json: Value = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
     Ok(Some(parse_quantization(json.get("quantization")).with_context(|| format!("in {}", path.display()))?))
 }
 
 /// True when `dir/config.json` names the llama architecture.
 pub fn is_llama_dir(dir: &Path) -> bool {
-    super::formats::files::read_text(&dir.join("config.json"))
+    crate::model::formats::files::read_text(&dir.join("config.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())
         .and_then(|v| v.get("model_type").and_then(Value::as_str).map(|s| s == "llama"))

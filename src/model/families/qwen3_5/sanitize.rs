@@ -5,8 +5,8 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::formats::weights::Weights;
-use super::ops::slice_axis;
+use crate::model::formats::weights::Weights;
+use crate::model::ops::slice_axis;
 
 const PLUS_ONE_SUFFIXES: [&str; 5] = [
     ".input_layernorm.weight",
@@ -103,7 +103,7 @@ fn stack_per_expert_weights(w: &mut Weights) -> Result<()> {
 /// Qwen3.5's separate `in_proj_qkv` ([q | k | v], head-major), `in_proj_z`, `in_proj_b` and
 /// `in_proj_a`, so one GDN implementation serves both. Rows are independent (quantization groups
 /// run along the input), so packed weights, scales and biases are permuted alike.
-pub fn split_grouped_projections(w: &mut Weights, cfg: &super::config::Qwen35Config) -> Result<()> {
+pub fn split_grouped_projections(w: &mut Weights, cfg: &crate::model::config::Qwen35Config) -> Result<()> {
     let (nk, dk, nv, dv) =
         (cfg.linear_num_key_heads, cfg.linear_key_head_dim, cfg.linear_num_value_heads, cfg.linear_value_head_dim);
     let r = nv / nk;

@@ -7,16 +7,18 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::attention::Attention;
-use super::cache::{KvCache, LayerState, RowCache};
-use super::config::{LayerKind, QuantSpec, Qwen35Config};
-use super::formats::weights::Weights;
-pub use super::forward::{ForwardOutput, LanguageModel, Logits};
-use super::gated_delta::GatedDeltaNet;
-use super::linear::{Embedding, Linear};
-use super::mlp::Mlp;
-use super::moe::SparseMoe;
-use super::norm::RmsNorm;
+use crate::model::attention::Attention;
+use crate::model::cache::{KvCache, LayerState, RowCache};
+use crate::model::config::{LayerKind, QuantSpec, Qwen35Config};
+use crate::model::formats::weights::Weights;
+pub use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
+use crate::model::gated_delta::GatedDeltaNet;
+use crate::model::linear::{Embedding, Linear};
+use crate::model::mlp::Mlp;
+use crate::model::moe::SparseMoe;
+use crate::model::norm::RmsNorm;
+
+pub mod sanitize;
 
 enum Mixer {
     Linear(GatedDeltaNet),
@@ -91,8 +93,8 @@ impl Qwen35Model {
     pub fn load(dir: &Path, dtype: Dtype) -> Result<Self> {
         let cfg = Qwen35Config::load(&dir.join("config.json"))?;
         let mut w = Weights::load_dir(dir)?;
-        super::sanitize::sanitize(&mut w, cfg.tie_word_embeddings)?;
-        super::sanitize::split_grouped_projections(&mut w, &cfg)?;
+        sanitize::sanitize(&mut w, cfg.tie_word_embeddings)?;
+        sanitize::split_grouped_projections(&mut w, &cfg)?;
         if dtype == Dtype::Float32 {
             w.cast_floats(Dtype::Float32)?;
         }
@@ -198,10 +200,13 @@ impl LanguageModel for Qwen35Model {
 
     fn kv_bytes_per_position(&self) -> usize {
         let full = (0..self.cfg.num_hidden_layers)
-            .filter(|&l| matches!(self.cfg.layer_kind(l), super::config::LayerKind::Full))
+            .filter(|&l| matches!(self.cfg.layer_kind(l), crate::model::config::LayerKind::Full))
             .count();
         let layers = full + usize::from(self.has_mtp());
-        layers * 2 * (self.cfg.num_key_value_heads * self.cfg.head_dim) as usize * super::ops::dtype_bytes(self.dtype())
+        layers
+            * 2
+            * (self.cfg.num_key_value_heads * self.cfg.head_dim) as usize
+            * crate::model::ops::dtype_bytes(self.dtype())
     }
 
     fn eos_ids(&self) -> Vec<u32> {
@@ -263,7 +268,7 @@ impl LanguageModel for Qwen35Model {
         let hidden = normed;
         let logits = match logits {
             Logits::All => Some(self.head(&hidden)?),
-            Logits::Last => Some(self.head(&super::ops::slice_axis(&hidden, 1, t - 1, t)?)?),
+            Logits::Last => Some(self.head(&crate::model::ops::slice_axis(&hidden, 1, t - 1, t)?)?),
             Logits::None => None,
         };
         Ok(ForwardOutput { hidden, logits, captures })
@@ -294,16 +299,16 @@ impl DecoderLayer {
 }
 
 /// The quantization block of `mtp_config.json` beside a sidecar, when there is one.
-fn mtp_quantization(dir: &Path) -> Result<Option<super::config::Quantization>> {
+fn mtp_quantization(dir: &Path) -> Result<Option<crate::model::config::Quantization>> {
     let path = dir.join("mtp_config.json");
     if !path.exists() {
         return Ok(None);
     }
-    let text = super::formats::files::read_text(&path)?;
+    let text = crate::model::formats::files::read_text(&path)?;
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
     Ok(Some(
-        super::config::parse_quantization(json.get("quantization"))
+        crate::model::config::parse_quantization(json.get("quantization"))
             .with_context(|| format!("in {}", path.display()))?,
     ))
 }
