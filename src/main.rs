@@ -72,7 +72,30 @@ fn float32_means_float32() {
     }
 }
 
+/// Commands that only print to stdout end as Unix tools do when their reader goes away (`cohort
+/// inspect M | head -1`): killed quietly by SIGPIPE. Rust ignores SIGPIPE, so otherwise their
+/// next print panics ("failed printing to stdout", exit 101). Not for the TUI, the server (a
+/// closed socket must fail one write, not the process) or commands that handle their own output
+/// (generate, the one-shot prompt).
+fn quiet_on_a_closed_pipe(cli: &Cli) {
+    let prints_only = cli.version
+        || matches!(cli.command, Some(Command::Inspect(_) | Command::Probe(_) | Command::DataDir | Command::Device(_)));
+    #[cfg(unix)]
+    if prints_only {
+        unsafe extern "C" {
+            fn signal(signum: i32, handler: usize) -> usize;
+        }
+        const SIGPIPE: i32 = 13; // Linux and macOS alike
+        const SIG_DFL: usize = 0;
+        // SAFETY: restores the default disposition of one signal, before any thread starts.
+        unsafe { signal(SIGPIPE, SIG_DFL) };
+    }
+    #[cfg(not(unix))]
+    let _ = prints_only;
+}
+
 fn run(cli: Cli) -> Result<u8> {
+    quiet_on_a_closed_pipe(&cli);
     let paths = Paths::resolve()?;
     let _log_guard = cohort::logging::init(&paths.log_dir());
     mlx_rs::Device::set_default(&runtime::default_device());
