@@ -1,4 +1,4 @@
-//! The compiled MoE block and Gated DeltaNet mixer (src/model/compiled.rs) against mlx-lm's own
+//! The compiled MoE block and Gated DeltaNet mixer (src/model/layers/compiled.rs) against mlx-lm's own
 //! outputs on the Qwen3.5-family fixtures (tests/fixtures/references, mlx-lm 0.32.2): forced on,
 //! they must serve (plans get compiled, the verify's capturing mixer among them) and give
 //! mlx-lm's logits and greedy tokens, by AR and by greedy MTP (whose T=2 verify and per-position
@@ -14,12 +14,12 @@ use cohort::engine::request::{Prompt, Request};
 use cohort::engine::row::CancelFlag;
 use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::solo::{GenerationMode, run_solo};
-use cohort::model::compiled::{GraphKey, Storage, compiled_here};
 use cohort::model::families::qwen3_5::Qwen35Model;
 use cohort::model::forward::LanguageModel;
-use cohort::model::moe_graph::Stacking;
+use cohort::model::layers::compiled::{GraphKey, Storage, compiled_here};
+use cohort::model::layers::moe_graph::Stacking;
+use cohort::model::layers::{gated_delta, linear, moe_graph, product};
 use cohort::model::text::tokenizer::TextTokenizer;
-use cohort::model::{gated_delta, linear, moe_graph, product};
 use common::*;
 use mlx_rs::Dtype;
 
@@ -40,7 +40,7 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
         linear::set_stacked(Some(stacked));
         // The others with gather_qmm building its own rows (bench-step's `--moe-rows built`).
         moe_graph::set_built_rows(!stacked);
-        // The quantized fixtures with one of CUDA's load layouts forced (src/model/product.rs):
+        // The quantized fixtures with one of CUDA's load layouts forced (src/model/layers/product.rs):
         // odd widths padded with zero rows (1), narrow products with a dense copy (2); the float
         // ones have nothing to lay out (0).
         let layout = match name {

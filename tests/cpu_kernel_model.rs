@@ -13,7 +13,7 @@ use cohort::engine::ar;
 use cohort::engine::probe::{self, Verdict};
 use cohort::model::families::llama::{host_blocks_served, host_layers_enabled, set_host_layers};
 use cohort::model::forward::LanguageModel;
-use cohort::model::linear::{LinearRoute, WeightPolicy};
+use cohort::model::layers::linear::{LinearRoute, WeightPolicy};
 use common::*;
 use mlx_rs::Dtype;
 use serde_json::Value;
@@ -99,7 +99,7 @@ fn with_the_kernel_the_probe_finds_the_batched_verify_exact() {
         let model = load(&model_dir, WeightPolicy::Kernel);
         assert!(model.has_mtp(), "{}", model_dir.display());
         let decision = probe::gate(&*model, false).unwrap();
-        cohort::model::linear::set_route(LinearRoute::Batched);
+        cohort::model::layers::linear::set_route(LinearRoute::Batched);
         assert_eq!(decision.reports[0].verdict, Verdict::Equal, "{}: {}", model_dir.display(), decision.summary);
         assert!(decision.mtp_allowed && decision.route == LinearRoute::Batched, "{}", decision.summary);
     }
@@ -132,7 +132,7 @@ fn smollm2_on_the_kernel_matches_mlx_lm_and_verifies_exactly_on_the_batched_rout
     // Exact by construction here; on float32 BLAS it depends on the BLAS kernel (~4e-5 on the
     // machine of earlier sessions, which then fell back to row-by-row products).
     let decision = probe::gate(&*model, false).unwrap();
-    cohort::model::linear::set_route(LinearRoute::Batched);
+    cohort::model::layers::linear::set_route(LinearRoute::Batched);
     assert_eq!(decision.reports[0].verdict, Verdict::Equal, "{}", decision.summary);
     assert_eq!(decision.route, LinearRoute::Batched, "{}", decision.summary);
 }

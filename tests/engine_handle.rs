@@ -250,13 +250,13 @@ fn the_handle_forgets_requests_that_ended() {
 struct Unrunnable(cohort::model::families::llama::LlamaModel);
 
 impl cohort::model::forward::LanguageModel for Unrunnable {
-    fn new_row(&self) -> cohort::model::cache::RowCache {
+    fn new_row(&self) -> cohort::model::layers::cache::RowCache {
         self.0.new_row()
     }
     fn forward(
         &self,
         _: &mlx_rs::Array,
-        _: &mut [&mut cohort::model::cache::RowCache],
+        _: &mut [&mut cohort::model::layers::cache::RowCache],
         _: cohort::model::forward::Logits,
         _: bool,
     ) -> anyhow::Result<cohort::model::forward::ForwardOutput> {
@@ -266,7 +266,7 @@ impl cohort::model::forward::LanguageModel for Unrunnable {
         &self,
         _: &mlx_rs::Array,
         _: &mlx_rs::Array,
-        _: &mut [&mut cohort::model::cache::RowCache],
+        _: &mut [&mut cohort::model::layers::cache::RowCache],
     ) -> anyhow::Result<mlx_rs::Array> {
         anyhow::bail!("the device was lost")
     }

@@ -66,7 +66,7 @@ fn the_fused_front_gives_the_ops_fronts_logits_and_states_in_the_model() {
     use cohort::model::cuda::gdn_kernel;
     use cohort::model::families::qwen3_5::Qwen35Model;
     use cohort::model::forward::{LanguageModel, Logits};
-    use cohort::model::linear;
+    use cohort::model::layers::linear;
     if !cuda_here("the fused front") {
         return;
     }
@@ -84,9 +84,10 @@ fn the_fused_front_gives_the_ops_fronts_logits_and_states_in_the_model() {
         let tokens = mlx_rs::Array::from_slice(&[3i32, 11], &[1, 2]);
         let out = model.forward(&tokens, &mut [&mut row], Logits::All, true).unwrap();
         let mut parts = vec![common::to_f32(out.logits.as_ref().unwrap())];
-        let own = |s: &cohort::model::cache::GdnState| [s.conv().unwrap(), s.ssm().unwrap()].into_iter().flatten();
+        let own =
+            |s: &cohort::model::layers::cache::GdnState| [s.conv().unwrap(), s.ssm().unwrap()].into_iter().flatten();
         for layer in &row.layers {
-            if let cohort::model::cache::LayerState::Linear(s) = layer {
+            if let cohort::model::layers::cache::LayerState::Linear(s) = layer {
                 parts.extend(own(s).map(|a| common::to_f32(&a)));
             }
         }

@@ -12,7 +12,7 @@ use cohort::model::config::QuantSpec;
 use cohort::model::cuda::attention_kernel::{self, Shape};
 use cohort::model::cuda::row_invariant;
 use cohort::model::forward::{LanguageModel, Logits};
-use cohort::model::linear::{self, LinearRoute};
+use cohort::model::layers::linear::{self, LinearRoute};
 use common::*;
 use mlx_rs::{Array, Dtype};
 

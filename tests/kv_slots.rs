@@ -1,15 +1,15 @@
-//! A packed cohort's attention (src/model/kv_slots.rs) against a float64 reference written here:
+//! A packed cohort's attention (src/model/layers/kv_slots.rs) against a float64 reference written here:
 //! rotate-half RoPE at each row's own positions and causal softmax attention over the row's own
 //! history, nothing else. Rows sit at different offsets, one crosses a KV growth step, some drop a
 //! rejected position, and a subset of slots takes the per-row path.
 
 mod common;
 
-use cohort::model::cache::{KvCache, LayerState, RowCache};
 use cohort::model::config::LayerKind;
 use cohort::model::cpu::attention_cpu;
-use cohort::model::kv_slots::{self, Block, RopeSpec};
-use cohort::model::linear::{self, LinearRoute};
+use cohort::model::layers::cache::{KvCache, LayerState, RowCache};
+use cohort::model::layers::kv_slots::{self, Block, RopeSpec};
+use cohort::model::layers::linear::{self, LinearRoute};
 use common::{Lcg, to_f32};
 use mlx_rs::Array;
 

@@ -19,7 +19,7 @@ use cohort::engine::scheduler::{Numerics, WidthPolicy};
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::forward::LanguageModel;
-use cohort::model::linear::{LinearRoute, WeightPolicy};
+use cohort::model::layers::linear::{LinearRoute, WeightPolicy};
 use cohort::model::text::tokenizer::TextTokenizer;
 use common::*;
 use mlx_rs::Dtype;

@@ -70,8 +70,8 @@ fn assert_close(a: &mlx_rs::Array, b: &mlx_rs::Array, what: &str) {
 
 /// After MTP decoding, the row must hold exactly what a fresh prefill of its committed tokens
 /// holds: offsets, KV contents, conv tails and recurrent states.
-fn assert_row_matches_fresh_prefill(model: &Qwen35Model, row: &cohort::model::cache::RowCache, run: &RowRun) {
-    use cohort::model::cache::LayerState;
+fn assert_row_matches_fresh_prefill(model: &Qwen35Model, row: &cohort::model::layers::cache::RowCache, run: &RowRun) {
+    use cohort::model::layers::cache::LayerState;
     let mut committed = run.prompt_ids.clone();
     committed.extend_from_slice(&run.tokens[..run.tokens.len() - 1]); // the last token is the un-fed primary
     assert_eq!(row.len as usize, committed.len(), "committed length");

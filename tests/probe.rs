@@ -33,7 +33,7 @@ fn a_probe_forced_to_diverge_declines_mtp_and_says_so() {
 #[test]
 fn allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact() {
     use cohort::engine::probe::{self, Verdict};
-    use cohort::model::linear::LinearRoute;
+    use cohort::model::layers::linear::LinearRoute;
     let _turn = GATE.lock().unwrap_or_else(|e| e.into_inner());
     let test = "allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact";
     let Some(dir) = smollm2_imported(test) else { return };
@@ -42,7 +42,7 @@ fn allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact()
     let model = cohort::model::families::llama::LlamaModel::load(dir.path(), Dtype::Float32).unwrap();
     let exact = probe::gate(&model, false).unwrap();
     let fast = probe::gate(&model, true).unwrap();
-    cohort::model::linear::set_route(LinearRoute::Batched);
+    cohort::model::layers::linear::set_route(LinearRoute::Batched);
     assert!(fast.mtp_allowed && fast.route == LinearRoute::Batched, "{}", fast.summary);
     assert_eq!(fast.reports.len(), 1, "no row-by-row retry once inexact MTP is allowed");
     if exact.reports[0].verdict == Verdict::Equal {

@@ -1,10 +1,10 @@
-//! RoPE on the host (`model::rope_cpu`, the CPU backend's route) against a float64 reference
+//! RoPE on the host (`model::layers::rope`, the CPU backend's route) against a float64 reference
 //! written here and against MLX's own `fast::rope` / `rope_dynamic`.
 
 mod common;
 
-use cohort::model::kv_slots::RopeSpec;
-use cohort::model::rope_cpu::{mlx_rope, rope};
+use cohort::model::layers::kv_slots::RopeSpec;
+use cohort::model::layers::rope::{mlx_rope, rope};
 use mlx_rs::Array;
 
 fn block(shape: &[i32], seed: u64) -> Array {

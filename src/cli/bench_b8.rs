@@ -23,10 +23,10 @@ use crate::engine::row::{CancelFlag, RowRun};
 use crate::engine::runtime::median;
 use crate::engine::sampler::SamplerConfig;
 use crate::engine::solo::prefill_row;
-use crate::model::cache::RowCache;
 use crate::model::families::qwen3_5::Qwen35Model;
 use crate::model::forward::LanguageModel;
-use crate::model::kv_slots::{self, SlotHandle};
+use crate::model::layers::cache::RowCache;
+use crate::model::layers::kv_slots::{self, SlotHandle};
 use crate::model::text::tokenizer::TextTokenizer;
 
 /// The B8 figures: each MTP cycle phase's times and handovers, the AR cycles', and what the

@@ -15,11 +15,11 @@ use crate::engine::cohort::FIXED_WIDTH;
 use crate::engine::cuda_profiler::Window;
 use crate::engine::cycle::Phase;
 use crate::engine::runtime::{MemoryStats, human_bytes, median};
-use crate::model::cache::RowCache;
 use crate::model::config::{LayerKind, Qwen35Config};
 use crate::model::families::qwen3_5::Qwen35Model;
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::kv_slots;
+use crate::model::layers::cache::RowCache;
+use crate::model::layers::kv_slots;
 use crate::model::text::tokenizer::TextTokenizer;
 
 #[derive(Args)]
@@ -201,7 +201,7 @@ pub enum CompiledBlocks {
 
 impl CompiledBlocks {
     fn current() -> Self {
-        match (crate::model::moe_graph::enabled(), crate::model::gated_delta::compiled_enabled()) {
+        match (crate::model::layers::moe_graph::enabled(), crate::model::layers::gated_delta::compiled_enabled()) {
             (false, false) => CompiledBlocks::None,
             (true, false) => CompiledBlocks::Moe,
             (false, true) => CompiledBlocks::Gdn,
@@ -216,8 +216,8 @@ impl CompiledBlocks {
             CompiledBlocks::Gdn => (false, true),
             CompiledBlocks::All => (true, true),
         };
-        crate::model::moe_graph::set_enabled(Some(moe));
-        crate::model::gated_delta::set_compiled(Some(gdn));
+        crate::model::layers::moe_graph::set_enabled(Some(moe));
+        crate::model::layers::gated_delta::set_compiled(Some(gdn));
     }
 }
 
@@ -276,7 +276,7 @@ pub(super) fn ms(t: Instant) -> f64 {
 /// process on the route a B8 MTP cohort is served on, so the cycles timed below are that route's;
 /// what they decided, in words.
 fn served_route(model: &dyn LanguageModel) -> Result<String> {
-    use crate::model::linear;
+    use crate::model::layers::linear;
     if !model.has_mtp() {
         return Ok(format!("{:?} (no MTP weights: AR only)", linear::route()));
     }
@@ -476,7 +476,7 @@ fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, comp
 /// Set an arm's process-wide switches for the steps that follow.
 pub(super) fn set_arm(arm: &Arm) {
     arm.compiled.apply();
-    crate::model::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
+    crate::model::layers::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
     for (switch, setting) in KernelSwitch::ALL.into_iter().zip(arm.kernels) {
         switch.set(setting);
     }
@@ -719,12 +719,12 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let mut models = Vec::new();
     let mut cfg = None;
     for &stacking in &stackings {
-        crate::model::linear::set_stacked(stacking.map(OnOff::on));
+        crate::model::layers::linear::set_stacked(stacking.map(OnOff::on));
         let (m, c) = load()?;
         models.push((stacking, m));
         cfg = Some(c);
     }
-    crate::model::linear::set_stacked(None);
+    crate::model::layers::linear::set_stacked(None);
     let cfg = cfg.expect("at least one model");
     let model = &models[0].1;
     let tok = tokenizer_for(dir.as_deref(), cfg.vocab_size as usize)?;
@@ -783,7 +783,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             Ok(())
         })();
         // The arms' switches are process-wide: back to the engine's defaults, whatever happened.
-        crate::model::moe_graph::set_built_rows(false);
+        crate::model::layers::moe_graph::set_built_rows(false);
         bench_switches::reset();
         interleaved?;
     }

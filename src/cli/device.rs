@@ -282,7 +282,7 @@ fn check_gather(dtype: mlx_rs::Dtype) -> Result<()> {
     // CUDA backend sends to other kernels than real widths) and at the real 2048: the router (8 /
     // 256 outputs, 8-bit), the shared expert gate (1), the two stacked (9 / 257), and a
     // projection (64 / 512, 4-bit as the body is, and 8-bit); one token, a few, and a prefill
-    // chunk or a B8 verify's sixteen. On CUDA the load layouts apply (src/model/product.rs): the
+    // chunk or a B8 verify's sixteen. On CUDA the load layouts apply (src/model/layers/product.rs): the
     // real stacked mixer input (12352 outputs) is padded, and narrow products such as the
     // 2048-wide out-projections take a dense copy from 8 rows on.
     let narrow = |outputs: [i32; 3]| outputs.map(|o| (o, 8));

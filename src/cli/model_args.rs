@@ -29,7 +29,7 @@ pub struct LoadedModel {
     pub dir: PathBuf,
     pub model: Box<dyn LanguageModel>,
     pub tokenizer: TextTokenizer,
-    pub policy: crate::model::linear::WeightPolicy,
+    pub policy: crate::model::layers::linear::WeightPolicy,
 }
 
 impl ModelArgs {

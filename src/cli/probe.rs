@@ -10,7 +10,7 @@ use crate::engine::construction::check_batched;
 use crate::engine::probe;
 use crate::engine::scheduler::Numerics;
 use crate::model::forward::LanguageModel;
-use crate::model::linear::LinearRoute;
+use crate::model::layers::linear::LinearRoute;
 
 #[derive(Args)]
 pub struct ProbeArgs {

@@ -22,9 +22,9 @@ use super::request::FinishReason;
 use super::row::{RowEvent, RowRun};
 use super::solo::{GenerationMode, prefill_row};
 use super::telemetry::{RowState, RowTelemetry, SharedTelemetry, push_recent};
-use crate::model::cache::RowCache;
 use crate::model::forward::LanguageModel;
-use crate::model::kv_slots;
+use crate::model::layers::cache::RowCache;
+use crate::model::layers::kv_slots;
 use crate::model::text::tokenizer::TextTokenizer;
 
 /// The physical width every cohort runs at.
@@ -141,7 +141,7 @@ pub(crate) fn pack_if_it_fits(
     runs: &[RowRun],
     rows: &mut [RowCache],
 ) -> Result<Vec<kv_slots::SlotHandle>> {
-    let step = crate::model::cache::KV_STEP as usize;
+    let step = crate::model::layers::cache::KV_STEP as usize;
     let longest = runs.iter().map(|r| r.prompt_ids.len().saturating_add(r.max_tokens)).max().unwrap_or(0);
     let positions = longest.saturating_add(VERIFY_SLACK).div_ceil(step).saturating_mul(step);
     let needed = rows.len().saturating_mul(positions).saturating_mul(model.kv_bytes_per_position());

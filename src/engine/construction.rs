@@ -12,8 +12,8 @@ use super::sampler::Rng;
 use super::scheduler::Numerics;
 use super::telemetry::ConstructionCheck;
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::kv_slots;
-use crate::model::linear;
+use crate::model::layers::kv_slots;
+use crate::model::layers::linear;
 use crate::model::ops::{host_f32, slice_axis};
 
 /// Bound on |B8 - B1| relative to the largest logit: float32 rounding (observed ~1e-6) is far

@@ -28,8 +28,8 @@ use mlx_rs::{Array, Dtype};
 use super::row::{RowEvent, RowRun};
 use super::sampler::{Decision, Dist, SamplerConfig, decide, distributions};
 use super::solo::{draft_inputs, restore_from_capture};
-use crate::model::cache::RowCache;
 use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
+use crate::model::layers::cache::RowCache;
 use crate::model::ops::{host_u32, slice_axis};
 use crate::model::text::tokenizer::TextTokenizer;
 

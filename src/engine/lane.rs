@@ -24,10 +24,10 @@ use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Numerics, WidthPolicy};
 use super::solo::{GenerationMode, first_token, lone_cycle, prefill_mtp_history, route_id};
 use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry};
-use crate::model::cache::RowCache;
 use crate::model::forward::{LanguageModel, last_position, prefill_chunk};
-use crate::model::kv_slots::{self, SlotHandle};
-use crate::model::linear::{self, LinearRoute};
+use crate::model::layers::cache::RowCache;
+use crate::model::layers::kv_slots::{self, SlotHandle};
+use crate::model::layers::linear::{self, LinearRoute};
 use crate::model::text::tokenizer::TextTokenizer;
 
 /// A request waiting for a row.

@@ -21,7 +21,7 @@ use super::scheduler::{Admission, Numerics, SchedulerConfig};
 use super::solo::{GenerationMode, route_id, run_solo};
 use super::telemetry::{FinalizeScope, SharedTelemetry};
 use crate::model::forward::LanguageModel;
-use crate::model::linear::{self, LinearRoute};
+use crate::model::layers::linear::{self, LinearRoute};
 use crate::model::text::tokenizer::TextTokenizer;
 
 /// What the loader hands the owner.
@@ -32,7 +32,7 @@ pub struct Loaded {
     pub family: String,
     pub dir: PathBuf,
     /// What loading did with quantized weights.
-    pub weights: crate::model::linear::WeightPolicy,
+    pub weights: crate::model::layers::linear::WeightPolicy,
 }
 
 #[derive(Debug, Clone)]
@@ -56,7 +56,7 @@ pub struct EngineInfo {
     pub construction: Option<super::telemetry::ConstructionCheck>,
     pub vocab_size: i32,
     pub max_context: i32,
-    pub weights: crate::model::linear::WeightPolicy,
+    pub weights: crate::model::layers::linear::WeightPolicy,
 }
 
 pub enum OwnerCommand {

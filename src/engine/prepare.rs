@@ -45,7 +45,7 @@ pub fn prepare(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, ca
             window.saturating_sub(ids.len() + VERIFY_SLACK)
         );
     };
-    let step = crate::model::cache::KV_STEP as usize; // KV buffers grow in whole steps
+    let step = crate::model::layers::cache::KV_STEP as usize; // KV buffers grow in whole steps
     let positions = total.div_ceil(step) * step;
     super::memory_guard::ensure_fits(
         (positions * model.kv_bytes_per_position()) as u64,

@@ -10,7 +10,7 @@ use mlx_rs::Array;
 
 use super::sampler::Rng;
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::linear::{self, LinearRoute};
+use crate::model::layers::linear::{self, LinearRoute};
 use crate::model::ops::slice_axis;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -66,7 +66,7 @@ pub fn probe(model: &dyn LanguageModel) -> Result<ProbeReport> {
         let prompt: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
         let (x0, x1) = ((rng.next_u64() % vocab as u64) as i32, (rng.next_u64() % vocab as u64) as i32);
         let mut block_row = model.new_row();
-        crate::model::linear::batched(|| model.prefill(&mut block_row, &prompt, 64, false))?;
+        crate::model::layers::linear::batched(|| model.prefill(&mut block_row, &prompt, 64, false))?;
         let mut chain_row = block_row.clone();
 
         let t = Instant::now();

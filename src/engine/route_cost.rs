@@ -11,8 +11,8 @@ use mlx_rs::Array;
 use super::runtime::median;
 use super::sampler::Rng;
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::kv_slots;
-use crate::model::linear::{self, LinearRoute};
+use crate::model::layers::kv_slots;
+use crate::model::layers::linear::{self, LinearRoute};
 
 /// One route's median times.
 #[derive(Debug, Clone, serde::Serialize)]

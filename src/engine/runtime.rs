@@ -208,12 +208,12 @@ pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Re
     let w = mlx_rs::random::normal::<f32>(&[n, k], None, None, Some(&key))?;
     w.eval()?;
     let wt = w.transpose()?;
-    let kernel = |bits| -> Result<Option<crate::model::linear::Linear>> {
+    let kernel = |bits| -> Result<Option<crate::model::layers::linear::Linear>> {
         let spec = crate::model::config::QuantSpec { bits, group_size: 32 };
         if !crate::model::cpu::cpu_qmm::simd_available() || k % 32 != 0 {
             return Ok(None);
         }
-        Ok(Some(crate::model::linear::Linear::cpu_packed_from(&w, spec)?))
+        Ok(Some(crate::model::layers::linear::Linear::cpu_packed_from(&w, spec)?))
     };
     let (k4, k8) = (kernel(4)?, kernel(8)?);
     let mut out = Vec::new();
@@ -247,9 +247,9 @@ pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Re
         let flipped = time(&|| Ok(mlx_rs::ops::matmul(&w, x.t())?.t().contiguous()?))?;
         let xs = x.try_as_slice::<f32>()?;
         // The product on host buffers, as the host decode path calls it, for the blocks it serves.
-        let on_kernel = |lin: &Option<crate::model::linear::Linear>| -> Result<Option<f64>> {
+        let on_kernel = |lin: &Option<crate::model::layers::linear::Linear>| -> Result<Option<f64>> {
             match lin {
-                Some(crate::model::linear::Linear::CpuPacked { packed, .. })
+                Some(crate::model::layers::linear::Linear::CpuPacked { packed, .. })
                     if m as usize <= crate::model::families::llama::HOST_MAX_ROWS =>
                 {
                     Ok(Some(time(&|| Ok(Array::from_slice(&packed.matmul(xs, m as usize), &[m, n])))?))

@@ -154,8 +154,11 @@ impl Numerics {
     /// B1), the others batched over the rows on `batched`, the batched route the exactness gate
     /// chose at load (MLX's products, or the row-invariant kernels where those are exact and
     /// MLX's are not).
-    pub fn linear_route(self, batched: crate::model::linear::LinearRoute) -> crate::model::linear::LinearRoute {
-        use crate::model::linear::LinearRoute;
+    pub fn linear_route(
+        self,
+        batched: crate::model::layers::linear::LinearRoute,
+    ) -> crate::model::layers::linear::LinearRoute {
+        use crate::model::layers::linear::LinearRoute;
         if self == Numerics::Balanced { LinearRoute::RowByRow } else { batched }
     }
 

@@ -16,9 +16,9 @@ use mlx_rs::Array;
 use super::cycle::{self, Untimed};
 use super::row::{RowEvent, RowRun};
 use super::sampler::{Dist, distributions};
-use crate::model::cache::{LayerState, RowCache};
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::gated_delta::PositionStates;
+use crate::model::layers::cache::{LayerState, RowCache};
+use crate::model::layers::gated_delta::PositionStates;
 use crate::model::ops::slice_axis;
 use crate::model::text::tokenizer::TextTokenizer;
 
@@ -55,7 +55,7 @@ pub fn prefill_row(
     let t0 = Instant::now();
     let total = run.prompt_ids.len();
     events(RowEvent::Prefill { id: run.id.clone(), done: 0, total });
-    let (hidden_last, logits) = crate::model::linear::batched(|| -> Result<_> {
+    let (hidden_last, logits) = crate::model::layers::linear::batched(|| -> Result<_> {
         let id = run.id.clone();
         let mut progress = |done: usize| {
             if done < total {

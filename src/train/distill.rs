@@ -11,9 +11,9 @@ use mlx_rs::{Array, Dtype};
 
 use super::progress::Progress;
 use crate::engine::sampler::{PenaltyState, Rng, SamplerConfig, distributions};
-use crate::model::cache::RowCache;
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::kv_slots;
+use crate::model::layers::cache::RowCache;
+use crate::model::layers::kv_slots;
 use crate::model::ops::{host_u32, slice_axis};
 
 /// Every distilled sequence, concatenated along positions.

@@ -15,7 +15,7 @@ use crate::engine::sampler::SamplerConfig;
 use crate::engine::solo::{GenerationMode, run_solo};
 use crate::model::families::llama::LlamaModel;
 use crate::model::forward::LanguageModel;
-use crate::model::linear::{WeightPolicy, set_weight_policy, weight_policy};
+use crate::model::layers::linear::{WeightPolicy, set_weight_policy, weight_policy};
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 
 /// One sampler's totals over the prompts.

@@ -11,7 +11,7 @@ use mlx_rs::{Array, Dtype};
 use super::params::{self, HeadDims, TargetLayer};
 use crate::model::families::llama::LlamaConfig;
 use crate::model::formats::weights::Weights;
-use crate::model::linear::{Linear, WeightPolicy, set_weight_policy, weight_policy};
+use crate::model::layers::linear::{Linear, WeightPolicy, set_weight_policy, weight_policy};
 
 pub struct Frozen {
     /// [vocab, hidden] float32.

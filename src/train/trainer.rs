@@ -28,7 +28,7 @@ use crate::engine::sampler::{Rng, SamplerConfig};
 use crate::engine::solo::GenerationMode;
 use crate::model::families::llama::LlamaModel;
 use crate::model::forward::LanguageModel;
-use crate::model::linear::{WeightPolicy, set_weight_policy};
+use crate::model::layers::linear::{WeightPolicy, set_weight_policy};
 use crate::model::ops::slice_axis;
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 

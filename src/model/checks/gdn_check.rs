@@ -7,7 +7,7 @@ use mlx_rs::{Array, Dtype};
 
 use crate::engine::sampler::Rng;
 use crate::model::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
-use crate::model::gated_delta::recur_ops;
+use crate::model::layers::gated_delta::recur_ops;
 use crate::model::ops::{host_f32, relative_error};
 
 #[derive(Debug, Clone, Copy)]

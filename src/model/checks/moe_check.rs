@@ -10,7 +10,7 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use crate::engine::sampler::Rng;
-use crate::model::moe_graph::RowIndices;
+use crate::model::layers::moe_graph::RowIndices;
 use crate::model::ops::{host_f32, host_u32, relative_error};
 
 /// One expert product's sizes: `tokens` rows routed to `top_k` of `experts` experts, each a
@@ -43,7 +43,7 @@ pub struct GatherReport {
 /// from the first.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct QmmReport {
-    /// The product as the model takes it ([`crate::model::product::served`], laid out as it
+    /// The product as the model takes it ([`crate::model::layers::product::served`], laid out as it
     /// loads).
     pub error: f64,
     /// A plain product's error with MLX's `quantized_matmul` alone, which the model's route
@@ -141,12 +141,13 @@ pub fn check_qmm(
         .flat_map(|t| (0..output).map(move |o| (t, o)))
         .map(|(t, o)| (0..input).map(|i| xs[(t * input + i) as usize] as f64 * dequantized.at(o, i)).sum())
         .collect();
-    // The model's route: laid out at load as the backend's defaults say (src/model/product.rs),
+    // The model's route: laid out at load as the backend's defaults say (src/model/layers/product.rs),
     // then its product.
     let spec = crate::model::config::QuantSpec { bits, group_size: group };
-    let ([w, s, b], layout) = crate::model::product::lay_out(packed.clone(), scales.clone(), biases.clone(), spec)?;
+    let ([w, s, b], layout) =
+        crate::model::layers::product::lay_out(packed.clone(), scales.clone(), biases.clone(), spec)?;
     let arrays = layout.inputs([&w, &s, &b]);
-    let product = || crate::model::product::served(&x, &arrays, layout.storage(spec));
+    let product = || crate::model::layers::product::served(&x, &arrays, layout.storage(spec));
     let mlx = mlx_rs::ops::quantized_matmul(&x, &packed, &scales, &biases, true, group, bits)?;
     Ok(QmmReport {
         error: relative_error(&host_f32(&product()?)?, &want),
@@ -356,12 +357,12 @@ fn experts_by_ops(
     gate: &Array,
     w: &crate::model::cuda::moe_experts::ExpertWeights,
 ) -> Result<Array> {
-    use crate::model::product::quantized;
+    use crate::model::layers::product::quantized;
     use mlx_rs::ops::gather_qmm;
     let (g, b) = (w.spec.group_size, w.spec.bits);
     let swiglu = |both: Array| -> Result<Array> {
         let half = both.shape().last().copied().unwrap_or(0) / 2;
-        let parts = crate::model::linear::split_widths(&both, &[half, half])?;
+        let parts = crate::model::layers::linear::split_widths(&both, &[half, half])?;
         Ok(mlx_rs::nn::silu(&parts[0])?.multiply(&parts[1])?)
     };
     let [gw, gs, gb] = &w.gate_up;

@@ -19,7 +19,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
 use crate::engine::sampler::Rng;
-use crate::model::compiled::Switch;
+use crate::model::layers::compiled::Switch;
 use crate::model::ops::{host_f32, relative_error};
 
 const SOURCE: &str = include_str!("../../../kernels/add_rms_norm.cu");

@@ -19,7 +19,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
 use crate::engine::sampler::Rng;
-use crate::model::compiled::Switch;
+use crate::model::layers::compiled::Switch;
 use crate::model::ops::{host_f32, relative_error, slice_axis};
 
 const SOURCE: &str = include_str!("../../../kernels/attention_short.cu");
@@ -91,7 +91,8 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
 /// does not see, and the warps' parts meet in one order, which the exactness gate needs of a
 /// verify); on CUDA; and a layout it holds.
 pub fn serves(q: &Array, keys: &Array, values: &Array) -> bool {
-    let wanted = SWITCH.forced_on() || crate::model::linear::route() == crate::model::linear::LinearRoute::Invariant;
+    let wanted = SWITCH.forced_on()
+        || crate::model::layers::linear::route() == crate::model::layers::linear::LinearRoute::Invariant;
     wanted && crate::engine::runtime::Backend::is_cuda() && fits(q, keys, values)
 }
 
@@ -162,7 +163,7 @@ pub fn check(s: Shape, offsets: &[i32], dtype: Dtype, kernel: bool, seed: u64) -
     let got = if kernel {
         attend(&q, &keys, &values, offsets, scale)?
     } else {
-        let mask = crate::model::kv_slots::visibility(offsets, t, cap);
+        let mask = crate::model::layers::kv_slots::visibility(offsets, t, cap);
         mlx_rs::fast::scaled_dot_product_attention(
             &q,
             &keys,

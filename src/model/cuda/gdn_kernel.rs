@@ -112,8 +112,10 @@ const FUSED_HEADER: (&str, &str) = ("round_to.cuh", include_str!("../../../kerne
 const FUSED_INPUTS: [&str; 7] = ["proj", "tail", "conv_w", "a_log", "dt_bias", "state_in", "norm_w"];
 const FUSED_OUTPUTS: [&str; 5] = ["y", "state_out", "states", "conv_in", "out"];
 
-static FUSED_FRONT: crate::model::compiled::Switch = crate::model::compiled::Switch::new("COHORT_GDN_FUSED_FRONT");
-static FUSED_NORM: crate::model::compiled::Switch = crate::model::compiled::Switch::new("COHORT_GDN_FUSED_NORM");
+static FUSED_FRONT: crate::model::layers::compiled::Switch =
+    crate::model::layers::compiled::Switch::new("COHORT_GDN_FUSED_FRONT");
+static FUSED_NORM: crate::model::layers::compiled::Switch =
+    crate::model::layers::compiled::Switch::new("COHORT_GDN_FUSED_NORM");
 
 /// Force the fused front ([`recur_fused`]) on or off (`None`: back to the default, on wherever
 /// the recurrence kernel serves); benchmarks and tests.

@@ -18,8 +18,8 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use crate::model::compiled::{Storage, Switch};
 use crate::model::config::QuantSpec;
+use crate::model::layers::compiled::{Storage, Switch};
 
 const UP_SOURCE: &str = include_str!("../../../kernels/moe_experts_up.cu");
 const DOWN_SOURCE: &str = include_str!("../../../kernels/moe_experts_down.cu");

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use crate::model::compiled::Switch;
+use crate::model::layers::compiled::Switch;
 
 const SOURCE: &str = include_str!("../../../kernels/moe_router.cu");
 

@@ -9,14 +9,14 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
-use crate::model::cache::{KvCache, LayerState, RowCache};
 use crate::model::config::{LayerKind, QuantSpec, Quantization, parse_quantization};
 use crate::model::formats::weights::Weights;
 pub use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
-use crate::model::kv_slots::{self, Block, RopeSpec};
-use crate::model::linear::{Embedding, Linear};
-use crate::model::mlp::Mlp;
-use crate::model::norm::RmsNorm;
+use crate::model::layers::cache::{KvCache, LayerState, RowCache};
+use crate::model::layers::kv_slots::{self, Block, RopeSpec};
+use crate::model::layers::linear::{Embedding, Linear};
+use crate::model::layers::mlp::Mlp;
+use crate::model::layers::norm::RmsNorm;
 
 mod host;
 pub use host::{

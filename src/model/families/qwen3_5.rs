@@ -7,16 +7,16 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use crate::model::attention::Attention;
-use crate::model::cache::{KvCache, LayerState, RowCache};
 use crate::model::config::{LayerKind, QuantSpec, Qwen35Config};
 use crate::model::formats::weights::Weights;
 pub use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
-use crate::model::gated_delta::GatedDeltaNet;
-use crate::model::linear::{Embedding, Linear};
-use crate::model::mlp::Mlp;
-use crate::model::moe::SparseMoe;
-use crate::model::norm::RmsNorm;
+use crate::model::layers::cache::{KvCache, LayerState, RowCache};
+use crate::model::layers::gated_attention::Attention;
+use crate::model::layers::gated_delta::GatedDeltaNet;
+use crate::model::layers::linear::{Embedding, Linear};
+use crate::model::layers::mlp::Mlp;
+use crate::model::layers::moe::SparseMoe;
+use crate::model::layers::norm::RmsNorm;
 
 pub mod sanitize;
 

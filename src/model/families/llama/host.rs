@@ -18,14 +18,14 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::Array;
 
 use super::{DecoderLayer, LlamaModel, MtpModule};
-use crate::model::cache::{KvCache, LayerState, RowCache};
 use crate::model::cpu::attention_cpu::RowKv;
 use crate::model::cpu::cpu_qmm::PackedMatrix;
 use crate::model::cpu::host_ops::{add_assign, rms_norm, silu_mul, to_host, token_ids, values};
 use crate::model::forward::{ForwardOutput, Logits};
-use crate::model::kv_slots::{self, HostQkv, RopeSpec};
-use crate::model::linear::Linear;
-use crate::model::norm::RmsNorm;
+use crate::model::layers::cache::{KvCache, LayerState, RowCache};
+use crate::model::layers::kv_slots::{self, HostQkv, RopeSpec};
+use crate::model::layers::linear::Linear;
+use crate::model::layers::norm::RmsNorm;
 
 /// Blocks of up to this many rows (batch x positions) take the host path: decode steps, drafts
 /// and verifies up to a B8 cohort's 16-row verify. Prefill chunks stay on MLX (BLAS sgemm).

@@ -5,11 +5,11 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::cache::KvCache;
-use super::config::{QuantSpec, Qwen35Config};
-use super::formats::weights::Weights;
 use super::kv_slots::{self, Block, RopeSpec};
 use super::linear::{Linear, fuse_outputs, split_widths, stack_kind_enabled, stacked_enabled};
 use super::norm::RmsNorm;
+use crate::model::config::{QuantSpec, Qwen35Config};
+use crate::model::formats::weights::Weights;
 
 /// The query (with its gate), key and value projections, or one product of their stacked rows.
 enum QkvProj {

@@ -1,4 +1,6 @@
-//! RoPE on the host for MLX's CPU backend.
+//! RoPE for every backend ([`rope`]): on the host for MLX's CPU backend, MLX's own `fast::rope`
+//! elsewhere ([`mlx_rope`]); and the same rotation on host buffers for the host decode path
+//! ([`rope_host`]).
 //!
 //! MLX has no CPU kernel for `fast::rope` (its `RoPE::eval_cpu` is not implemented), so each call
 //! runs a fallback graph of ~15 small ops: 133 us to rotate one 9-head query on this machine, two
@@ -106,7 +108,7 @@ fn rotate(v: &mut [f32], (cos, sin): (&[f32], &[f32]), half: usize, traditional:
 
 /// The host route serves float32 blocks on MLX's CPU backend (`COHORT_HOST_ROPE=0` turns it off).
 fn applies(a: &Array) -> bool {
-    static ON: LazyLock<bool> = LazyLock::new(|| super::cpu::cpu_pool::host_route_on("COHORT_HOST_ROPE"));
+    static ON: LazyLock<bool> = LazyLock::new(|| crate::model::cpu::cpu_pool::host_route_on("COHORT_HOST_ROPE"));
     *ON && a.dtype() == Dtype::Float32
 }
 

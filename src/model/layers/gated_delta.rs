@@ -11,11 +11,11 @@ use mlx_rs::{Array, Dtype};
 
 use super::cache::{GdnState, gather_rows};
 use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
-use super::config::{QuantSpec, Qwen35Config};
-use super::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
-use super::formats::weights::Weights;
 use super::linear::{Linear, fuse_outputs, split_widths, stack_kind_enabled, stacked_enabled};
-use super::ops::{scalar_like, slice_axis};
+use crate::model::config::{QuantSpec, Qwen35Config};
+use crate::model::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
+use crate::model::formats::weights::Weights;
+use crate::model::ops::{scalar_like, slice_axis};
 
 /// The four input projections, or one product of their stacked rows (qkv | z | b | a).
 enum InProj {

@@ -3,10 +3,10 @@
 use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::config::QuantSpec;
-use super::cpu::cpu_qmm::PackedMatrix;
-use super::formats::weights::Weights;
 use super::product::Layout;
+use crate::model::config::QuantSpec;
+use crate::model::cpu::cpu_qmm::PackedMatrix;
+use crate::model::formats::weights::Weights;
 
 /// How linear layers treat a block of several rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -189,7 +189,7 @@ impl Linear {
         if rows > 1 && route() == LinearRoute::RowByRow {
             let flat = x.reshape(&[rows, shape[shape.len() - 1]])?;
             let outs = (0..rows)
-                .map(|r| self.forward_batched(&super::ops::slice_axis(&flat, 0, r, r + 1)?))
+                .map(|r| self.forward_batched(&crate::model::ops::slice_axis(&flat, 0, r, r + 1)?))
                 .collect::<Result<Vec<_>>>()?;
             let y = mlx_rs::ops::concatenate(&outs, 0)?;
             let mut out_shape = shape[..shape.len() - 1].to_vec();
@@ -217,7 +217,7 @@ impl Linear {
             Linear::Quantized { weight, scales, biases, spec, layout } => {
                 let full = mlx_rs::ops::dequantize(weight, scales, biases, spec.group_size, spec.bits)?;
                 match layout {
-                    Layout::Padded { out } => super::ops::slice_axis(&full, 0, 0, *out)?,
+                    Layout::Padded { out } => crate::model::ops::slice_axis(&full, 0, 0, *out)?,
                     _ => full,
                 }
             }

@@ -11,8 +11,8 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
-use super::cuda::moe_experts::ExpertWeights;
 use super::linear::split_widths;
+use crate::model::cuda::moe_experts::ExpertWeights;
 
 /// Everything about a block that is not an array: the storage of its projections in input order
 /// (router, experts gate/up/down, shared expert gate/up/down, shared expert gate), top-k.
@@ -23,9 +23,9 @@ pub struct Plan {
     pub norm_topk_prob: bool,
     /// The gather rows come in as inputs ([`RowIndices`]), else `gather_qmm` builds its own.
     pub held_rows: bool,
-    /// The router's softmax and top-k as one CUDA kernel ([`super::cuda::moe_router`]).
+    /// The router's softmax and top-k as one CUDA kernel ([`crate::model::cuda::moe_router`]).
     pub router_kernel: bool,
-    /// Everything after routing in two CUDA kernels ([`super::cuda::moe_experts`]); set only where
+    /// Everything after routing in two CUDA kernels ([`crate::model::cuda::moe_experts`]); set only where
     /// the experts' and the shared expert's gate/up are stacked and all four are quantized alike.
     pub experts_kernel: bool,
 }
@@ -86,10 +86,10 @@ pub struct Block<'a> {
     pub top_k: i32,
     pub norm_topk_prob: bool,
     pub stacking: Stacking,
-    /// Softmax, top-k and renormalisation in one CUDA kernel ([`super::cuda::moe_router`]).
+    /// Softmax, top-k and renormalisation in one CUDA kernel ([`crate::model::cuda::moe_router`]).
     pub router_kernel: bool,
     /// The experts after routing in two CUDA kernels, over these weights
-    /// ([`super::cuda::moe_experts`]); blocks of more tokens than a launch takes keep the ops route.
+    /// ([`crate::model::cuda::moe_experts`]); blocks of more tokens than a launch takes keep the ops route.
     pub experts_kernel: Option<&'a ExpertWeights>,
 }
 
@@ -160,24 +160,25 @@ pub fn block(
     } else {
         (product.shape()[1], Some(linear(Proj::SharedExpertGate, x)?))
     };
-    let (indices, scores) = if router_kernel && x.shape()[0] <= super::cuda::moe_router::MAX_TOKENS {
+    let (indices, scores) = if router_kernel && x.shape()[0] <= crate::model::cuda::moe_router::MAX_TOKENS {
         // Reads the first E columns of the product in place, stacked or not.
-        super::cuda::moe_router::route(&product, e, top_k, norm_topk_prob)?
+        crate::model::cuda::moe_router::route(&product, e, top_k, norm_topk_prob)?
     } else {
-        let logits = if stacking.router_gate { super::ops::slice_axis(&product, 1, 0, e)? } else { product.clone() };
+        let logits =
+            if stacking.router_gate { crate::model::ops::slice_axis(&product, 1, 0, e)? } else { product.clone() };
         let gates = mlx_rs::ops::softmax_axis(logits, -1, true)?;
         let part = mlx_rs::ops::argpartition_axis(&gates, e - top_k, -1)?;
-        let indices = super::ops::slice_axis(&part, 1, e - top_k, e)?;
+        let indices = crate::model::ops::slice_axis(&part, 1, e - top_k, e)?;
         let mut scores = gates.take_along_axis(&indices, -1)?;
         if norm_topk_prob {
             scores = scores.divide(scores.sum_axis(-1, true)?)?;
         }
         (indices, scores)
     };
-    if let Some(weights) = experts_kernel.filter(|_| super::cuda::moe_experts::fits(x.shape()[0], top_k)) {
+    if let Some(weights) = experts_kernel.filter(|_| crate::model::cuda::moe_experts::fits(x.shape()[0], top_k)) {
         // The kernel reads the logit as the last column in place (a split view would be copied
         // to be contiguous).
-        return super::cuda::moe_experts::apply(
+        return crate::model::cuda::moe_experts::apply(
             x,
             &indices,
             &scores,

@@ -6,12 +6,12 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::compiled::{self, Storage};
-use super::config::{QuantSpec, Qwen35Config};
-use super::cuda::moe_experts::{self, ExpertWeights};
-use super::cuda::moe_router;
-use super::formats::weights::Weights;
 use super::linear::{Linear, fuse_outputs, stack_kind_enabled, stacked_enabled};
 use super::moe_graph::{self, Block, Plan, Proj, RowIndices, Stacking};
+use crate::model::config::{QuantSpec, Qwen35Config};
+use crate::model::cuda::moe_experts::{self, ExpertWeights};
+use crate::model::cuda::moe_router;
+use crate::model::formats::weights::Weights;
 
 /// One stacked projection of every expert: [E, out, in] (packed when quantized), held as the
 /// compiled block takes it (`arrays` in [`Storage`]'s order), so both routes read it in place.

@@ -17,7 +17,7 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::cache::{GdnState, row};
-use super::ops::slice_axis;
+use crate::model::ops::slice_axis;
 
 /// The arrays one batched mixer call left for its rows.
 pub struct Batch {
@@ -141,7 +141,7 @@ pub fn whole(states: &[&mut GdnState]) -> Result<Option<(Array, Array)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cache::gather_rows;
+    use crate::model::layers::cache::gather_rows;
 
     fn host(a: &Array) -> Vec<f32> {
         crate::model::ops::host_f32(a).unwrap()

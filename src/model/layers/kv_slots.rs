@@ -13,10 +13,10 @@ use mlx_rs::Array;
 use mlx_rs::fast::ScaledDotProductAttentionMask;
 
 use super::cache::{KvCache, LayerState, RowCache, row, whole_steps};
-use super::cpu::attention_cpu;
 use super::linear::{self, LinearRoute};
-use super::ops::{slice, slice_axis, slice_update};
-use super::rope_cpu;
+use super::rope;
+use crate::model::cpu::attention_cpu;
+use crate::model::ops::{slice, slice_axis, slice_update};
 
 /// One layer's keys and values for every slot.
 pub struct SlotBuffer {
@@ -204,7 +204,7 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     let t = k.shape()[2];
     if attention_cpu::applies(q, t) {
         let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-        let (qr, kr) = (rope_cpu::rope(q, rope, &offsets)?, rope_cpu::rope(k, rope, &offsets)?);
+        let (qr, kr) = (rope::rope(q, rope, &offsets)?, rope::rope(k, rope, &offsets)?);
         for (i, cache) in caches.iter_mut().enumerate() {
             cache.write(&row(&kr, i as i32)?, &row(v, i as i32)?)?;
         }
@@ -215,7 +215,7 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     for (i, cache) in caches.iter_mut().enumerate() {
         let i = i as i32;
         let offset = cache.offset();
-        let rotate = |a: &Array| rope_cpu::rope(a, rope, &[offset]);
+        let rotate = |a: &Array| rope::rope(a, rope, &[offset]);
         queries.push(rotate(&row(q, i)?)?);
         cache.write(&rotate(&row(k, i)?)?, &row(v, i)?)?;
     }
@@ -223,7 +223,7 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     for (cache, qr) in caches.iter().zip(&queries) {
         let whole = || cache.view_first(cache.capacity());
         outs.push(if let Some((keys, values)) = invariant_buffer(qr, whole)? {
-            super::cuda::attention_kernel::attend(qr, &keys, &values, &[cache.offset() - t], scale)?
+            crate::model::cuda::attention_kernel::attend(qr, &keys, &values, &[cache.offset() - t], scale)?
         } else if padded_block(t) {
             let len = cache.capacity();
             let (kall, vall) = cache.view_first(len)?;
@@ -246,7 +246,7 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
     let Block { q, k, v, rope, scale } = *block;
     let t = k.shape()[2];
     let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-    let rotate = |a: &Array| rope_cpu::rope(a, rope, &offsets);
+    let rotate = |a: &Array| rope::rope(a, rope, &offsets);
     let (qr, kr) = (rotate(q)?, rotate(k)?);
     let longest = offsets.iter().max().copied().unwrap_or(0) + t;
     put_block(buffer, &offsets, &kr, v)?;
@@ -261,8 +261,8 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
         let buf = buffer.borrow();
         (buf.keys.clone(), buf.values.clone())
     };
-    let out = if super::cuda::attention_kernel::serves(&qr, &all_keys, &all_values) {
-        super::cuda::attention_kernel::attend(&qr, &all_keys, &all_values, &offsets, scale)?
+    let out = if crate::model::cuda::attention_kernel::serves(&qr, &all_keys, &all_values) {
+        crate::model::cuda::attention_kernel::attend(&qr, &all_keys, &all_values, &offsets, scale)?
     } else {
         let len = if padded_block(t) { all_keys.shape()[2] } else { longest };
         let (keys, values) = (slice_axis(&all_keys, 2, 0, len)?, slice_axis(&all_values, 2, 0, len)?);
@@ -333,8 +333,8 @@ pub fn attend_host(
     let HostQkv { mut q, mut k, v, t, heads, kv_heads, head_dim: d } = qkv;
     let rows = caches.len();
     let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-    rope_cpu::rope_host(&mut q, t, heads, d, rope, &offsets)?;
-    rope_cpu::rope_host(&mut k, t, kv_heads, d, rope, &offsets)?;
+    rope::rope_host(&mut q, t, heads, d, rope, &offsets)?;
+    rope::rope_host(&mut k, t, kv_heads, d, rope, &offsets)?;
     let block = attention_cpu::HostBlock { q: &q, k: &k, v: &v, rows, t, heads, kv_heads, head_dim: d };
     let attended = attention_cpu::attend_host_block(&block, &stored, scale)?;
     // The storage's last readers go before the write, so MLX updates it in place.
@@ -411,7 +411,7 @@ fn invariant_buffer(q: &Array, whole: impl FnOnce() -> Result<(Array, Array)>) -
         return Ok(None);
     }
     let (keys, values) = whole()?;
-    Ok(super::cuda::attention_kernel::serves(q, &keys, &values).then_some((keys, values)))
+    Ok(crate::model::cuda::attention_kernel::serves(q, &keys, &values).then_some((keys, values)))
 }
 
 /// The shared buffer when `caches` are exactly its slots in order and a batched route (MLX's

@@ -18,11 +18,11 @@ use anyhow::Result;
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
-use super::config::QuantSpec;
 use super::gated_delta::GdnPlan;
 use super::linear::LinearRoute;
 use super::moe_graph::Plan as MoePlan;
 use crate::engine::runtime::Backend;
+use crate::model::config::QuantSpec;
 
 /// Blocks of at most this many rows (batch x positions) take a compiled graph: steps, drafts and
 /// verifies, where per-op overhead is the cost. Prefill chunks keep the plain ops: a trace per

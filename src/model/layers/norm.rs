@@ -3,7 +3,7 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::formats::weights::Weights;
+use crate::model::formats::weights::Weights;
 
 pub struct RmsNorm {
     pub weight: Array,
@@ -22,8 +22,8 @@ impl RmsNorm {
     /// The residual sum `x + r` and its norm: one kernel where `add_norm` serves (CUDA, turned
     /// on), the add and the norm otherwise.
     pub fn forward_after_add(&self, x: &Array, r: &Array) -> Result<(Array, Array)> {
-        if super::cuda::add_norm::serves(x, r, &self.weight) {
-            return super::cuda::add_norm::add_rms_norm(x, r, &self.weight, self.eps);
+        if crate::model::cuda::add_norm::serves(x, r, &self.weight) {
+            return crate::model::cuda::add_norm::add_rms_norm(x, r, &self.weight, self.eps);
         }
         let h = x.add(r)?;
         let y = self.forward(&h)?;

@@ -25,8 +25,8 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::compiled::{Storage, Switch};
-use super::config::QuantSpec;
 use crate::engine::runtime::Backend;
+use crate::model::config::QuantSpec;
 
 /// Output width MLX CUDA's tiled quantized kernels work in.
 pub const TILE_N: i32 = 128;
@@ -139,7 +139,7 @@ pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
             // Contiguous, as readers of the result expect (logits read back to the host, a
             // custom kernel's inputs, which MLX would copy anyway).
             let y = quantized(x, &arrays[0], &arrays[1], &arrays[2], q.group_size, q.bits)?;
-            Ok(super::ops::slice_axis(&y, y.ndim() - 1, 0, out)?.contiguous()?)
+            Ok(crate::model::ops::slice_axis(&y, y.ndim() - 1, 0, out)?.contiguous()?)
         }
         Storage::Dense => dense(x, &arrays[0]),
         Storage::Folded => anyhow::bail!("a folded projection has no product of its own"),
@@ -152,8 +152,8 @@ fn invariant_packed(x: &Array, arrays: &[Array], spec: QuantSpec, out: i32) -> O
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
     let serves = super::linear::route() == super::linear::LinearRoute::Invariant
-        && super::cuda::row_invariant::serves_affine(rows, shape[shape.len() - 1], spec, x.dtype());
-    serves.then(|| super::cuda::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], spec, out))
+        && crate::model::cuda::row_invariant::serves_affine(rows, shape[shape.len() - 1], spec, x.dtype());
+    serves.then(|| crate::model::cuda::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], spec, out))
 }
 
 /// A packed weight's quantization and the projection's own output width (a padded weight's
@@ -193,9 +193,9 @@ pub fn dense(x: &Array, weight: &Array) -> Result<Array> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
     if super::linear::route() == super::linear::LinearRoute::Invariant
-        && super::cuda::row_invariant::serves_dense(rows, shape[shape.len() - 1], weight.dtype(), x.dtype())
+        && crate::model::cuda::row_invariant::serves_dense(rows, shape[shape.len() - 1], weight.dtype(), x.dtype())
     {
-        return super::cuda::row_invariant::dense_product(x, weight);
+        return crate::model::cuda::row_invariant::dense_product(x, weight);
     }
     as_rows(x, |rows| Ok(mlx_rs::ops::matmul(rows, weight.t())?))
 }

@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::kv_slots::Slot;
-use super::ops::{slice_axis, slice_update};
+use crate::model::ops::{slice_axis, slice_update};
 
 /// Positions added to a KV buffer at a time (a verify's two-token write rarely reallocates).
 pub const KV_STEP: i32 = 256;
@@ -136,26 +136,26 @@ impl KvCache {
     }
 
     /// The storage a block of `t` positions was just written to, for host attention.
-    pub fn host_kv(&self, t: i32) -> Result<super::cpu::attention_cpu::RowKv> {
+    pub fn host_kv(&self, t: i32) -> Result<crate::model::cpu::attention_cpu::RowKv> {
         self.storage(self.offset - t).ok_or_else(|| anyhow::anyhow!("this KV cache holds nothing yet"))
     }
 
     /// The storage as it stands, with the offset as the count of positions it holds (None when
     /// nothing was written yet).
-    pub fn stored_kv(&self) -> Option<super::cpu::attention_cpu::RowKv> {
+    pub fn stored_kv(&self) -> Option<crate::model::cpu::attention_cpu::RowKv> {
         if self.offset == 0 { None } else { self.storage(self.offset) }
     }
 
     /// The storage (a slot's shared buffer or the row's own arrays), `offset` positions before
     /// the block its reader attends.
-    fn storage(&self, offset: i32) -> Option<super::cpu::attention_cpu::RowKv> {
+    fn storage(&self, offset: i32) -> Option<crate::model::cpu::attention_cpu::RowKv> {
         if let Some(slot) = &self.slot {
             let (keys, values) = slot.storage();
-            return Some(super::cpu::attention_cpu::RowKv { keys, values, slot: slot.index, offset });
+            return Some(crate::model::cpu::attention_cpu::RowKv { keys, values, slot: slot.index, offset });
         }
         match (&self.keys, &self.values) {
             (Some(k), Some(v)) => {
-                Some(super::cpu::attention_cpu::RowKv { keys: k.clone(), values: v.clone(), slot: 0, offset })
+                Some(crate::model::cpu::attention_cpu::RowKv { keys: k.clone(), values: v.clone(), slot: 0, offset })
             }
             _ => None,
         }
@@ -223,12 +223,12 @@ pub struct RowCache {
 }
 
 impl RowCache {
-    pub fn new(kinds: &[super::config::LayerKind]) -> Self {
+    pub fn new(kinds: &[crate::model::config::LayerKind]) -> Self {
         let layers = kinds
             .iter()
             .map(|k| match k {
-                super::config::LayerKind::Full => LayerState::Attention(KvCache::default()),
-                super::config::LayerKind::Linear => LayerState::Linear(GdnState::default()),
+                crate::model::config::LayerKind::Full => LayerState::Attention(KvCache::default()),
+                crate::model::config::LayerKind::Linear => LayerState::Linear(GdnState::default()),
             })
             .collect();
         Self { layers, mtp: KvCache::default(), len: 0 }

@@ -3,9 +3,9 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::config::QuantSpec;
-use super::formats::weights::Weights;
 use super::linear::Linear;
+use crate::model::config::QuantSpec;
+use crate::model::formats::weights::Weights;
 
 pub struct Mlp {
     pub(crate) gate_proj: Linear,
@@ -37,8 +37,8 @@ impl Mlp {
             // MLX's CPU build computes exp at width one, each step a libm fmaf call: its fused
             // silu kernel was ~6% of a prefill (docs/benchmarks.md); glibc's expf is cheaper.
             mlx_rs::transforms::eval([&gate, &up])?;
-            let (mut g, u) = (super::cpu::host_ops::to_host(&gate)?, super::cpu::host_ops::to_host(&up)?);
-            super::cpu::host_ops::silu_mul(&mut g, &u);
+            let (mut g, u) = (crate::model::cpu::host_ops::to_host(&gate)?, crate::model::cpu::host_ops::to_host(&up)?);
+            crate::model::cpu::host_ops::silu_mul(&mut g, &u);
             Array::from_slice(&g, gate.shape())
         } else {
             mlx_rs::nn::silu(gate)?.multiply(up)?
@@ -56,6 +56,6 @@ impl Mlp {
 /// (`COHORT_HOST_GATE=0` off).
 fn host_gate(gate: &Array) -> bool {
     static ON: std::sync::LazyLock<bool> =
-        std::sync::LazyLock::new(|| super::cpu::cpu_pool::host_route_on("COHORT_HOST_GATE"));
+        std::sync::LazyLock::new(|| crate::model::cpu::cpu_pool::host_route_on("COHORT_HOST_GATE"));
     *ON && gate.dtype() == mlx_rs::Dtype::Float32
 }
