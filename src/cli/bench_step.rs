@@ -76,20 +76,20 @@ pub struct BenchStepArgs {
     /// engine's (on for CUDA).
     #[arg(long, value_delimiter = ',')]
     pub(super) fused_kernels: Vec<OnOff>,
-    /// The MoE expert kernels (`model/moe_experts.rs`; on by default on CUDA) on or off in the
+    /// The MoE expert kernels (`model/cuda/moe_experts.rs`; on by default on CUDA) on or off in the
     /// interleaved B1 arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     pub(super) experts_kernel: Vec<OnOff>,
-    /// The residual sum and RMSNorm kernel (`model/add_norm.rs`; off by default) on or off in
+    /// The residual sum and RMSNorm kernel (`model/cuda/add_norm.rs`; off by default) on or off in
     /// the interleaved arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     pub(super) add_norm: Vec<OnOff>,
-    /// The Gated DeltaNet mixer's gated norm folded into its fused front (`model/gdn_kernel.rs`;
+    /// The Gated DeltaNet mixer's gated norm folded into its fused front (`model/cuda/gdn_kernel.rs`;
     /// on by default for blocks of at most 16 positions) on or off in the interleaved arms, each
     /// with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     pub(super) mixer_norm: Vec<OnOff>,
-    /// The short-block cohort attention kernel (`model/attention_kernel.rs`; off by default) on
+    /// The short-block cohort attention kernel (`model/cuda/attention_kernel.rs`; off by default) on
     /// or off in the interleaved B8 arms, each with every other arm setting (B1 rows are not a
     /// packed cohort, so it does not serve them).
     #[arg(long, value_delimiter = ',')]

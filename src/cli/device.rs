@@ -194,7 +194,7 @@ fn scaled_error(error: f64, dtype: mlx_rs::Dtype) -> f64 {
 
 /// The MoE block after routing, at the fixtures' sizes and the real geometry's (16 experts of
 /// real width stand in for 256: the kernels index the ones routed to), against float64: MLX's
-/// own products everywhere, the expert kernels (`model/moe_experts.rs`) on CUDA.
+/// own products everywhere, the expert kernels (`model/cuda/moe_experts.rs`) on CUDA.
 fn check_experts(dtype: mlx_rs::Dtype) -> Result<()> {
     use crate::model::checks::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
     let (fixture, real) = (ExpertsShape::FIXTURE, ExpertsShape::REAL);
