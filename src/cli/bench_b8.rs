@@ -56,11 +56,8 @@ impl B8Times {
 
     /// Median over cycles of the whole cycle (the sum of its phases).
     pub fn cycle_median(times: &BTreeMap<Phase, Vec<f64>>) -> f64 {
-        let n = times.values().map(Vec::len).max().unwrap_or(0);
-        if n == 0 {
-            return f64::NAN;
-        }
-        median((0..n).map(|i| times.values().filter_map(|v| v.get(i)).sum()).collect())
+        let totals = cycle::cycle_totals(times);
+        if totals.is_empty() { f64::NAN } else { median(totals) }
     }
 }
 

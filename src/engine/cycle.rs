@@ -66,6 +66,12 @@ pub trait PhaseClock {
     fn end(&mut self, phase: Phase, outputs: &[&Array]) -> Result<()>;
 }
 
+/// The `i`-th cycle's total over the phases it ran, for each cycle `times` recorded.
+pub fn cycle_totals(times: &BTreeMap<Phase, Vec<f64>>) -> Vec<f64> {
+    let n = times.values().map(Vec::len).max().unwrap_or(0);
+    (0..n).map(|i| times.values().filter_map(|v| v.get(i)).sum()).collect()
+}
+
 /// The engine's clock: nothing is timed and nothing is evaluated early.
 pub struct Untimed;
 
@@ -107,8 +113,7 @@ impl<'a> PhaseTimer<'a> {
 
     /// Each recorded cycle's total over the phases it ran.
     pub fn cycle_totals(&self) -> Vec<f64> {
-        let n = self.times.values().map(Vec::len).max().unwrap_or(0);
-        (0..n).map(|i| self.times.values().filter_map(|v| v.get(i)).sum()).collect()
+        cycle_totals(&self.times)
     }
 
     fn elapsed_ms(&self) -> Result<f64> {
@@ -159,7 +164,8 @@ pub(crate) fn dummy(model: &dyn LanguageModel) -> Result<(RowCache, Inert)> {
     Ok((row, Inert { hidden, primary: 0 }))
 }
 
-fn tokens(ids: &[u32], rows: i32, cols: i32) -> Array {
+/// Token ids as an int32 [rows, cols] array.
+pub(crate) fn tokens(ids: &[u32], rows: i32, cols: i32) -> Array {
     Array::from_slice(&ids.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[rows, cols])
 }
 

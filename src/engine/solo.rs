@@ -39,7 +39,7 @@ pub fn dist_of(run: &RowRun, logits: &Array) -> Result<Dist> {
 }
 
 fn token_array(ids: &[u32]) -> Array {
-    Array::from_slice(&ids.iter().map(|&t| t as i32).collect::<Vec<_>>(), &[1, ids.len() as i32])
+    cycle::tokens(ids, 1, ids.len() as i32)
 }
 
 /// Prefill the row (and its MTP history when `mtp`), then emit the first token.
@@ -150,6 +150,13 @@ pub fn run_solo_on(
             break;
         }
         lone_cycle(model, tok, run, row, mode, events)?;
+        if mtp {
+            // One evaluation a cycle, as a lane does after each of its cycles, so the row carries
+            // no pending graph (verify captures, trimmed KV) into the next.
+            let mut arrays = row.arrays();
+            arrays.extend(run.hidden_last.as_ref());
+            mlx_rs::transforms::eval(arrays)?;
+        }
     }
     run.stats.decode_s = t0.elapsed().as_secs_f64();
     run.stats.route = route_id(mode, 1);
@@ -176,14 +183,10 @@ pub fn lone_cycle(
     let runs = std::slice::from_mut(run);
     let rows = std::slice::from_mut(row);
     let mut events = |_: usize, ev: RowEvent| events(ev);
-    if !(mtp && room_for_two) {
-        return cycle::ar(model, tok, runs, rows, &[], &mut Untimed, &mut events);
+    if mtp && room_for_two {
+        return cycle::mtp(model, tok, runs, rows, &[], &mut Untimed, &mut events);
     }
-    cycle::mtp(model, tok, runs, rows, &[], &mut Untimed, &mut events)?;
-    let mut arrays = rows[0].arrays();
-    arrays.extend(runs[0].hidden_last.as_ref());
-    mlx_rs::transforms::eval(arrays)?;
-    Ok(())
+    cycle::ar(model, tok, runs, rows, &[], &mut Untimed, &mut events)
 }
 
 pub fn route_id(mode: GenerationMode, width: usize) -> String {
