@@ -33,6 +33,23 @@ pub struct LoadedModel {
 }
 
 impl ModelArgs {
+    /// The model and the engine a profile's settings ask for (the TUI and the one-shot prompt
+    /// both start their engine from these).
+    pub fn from_settings(settings: &crate::config::profile::Settings) -> (Self, crate::engine::owner::EngineSetup) {
+        let model = ModelArgs {
+            model: settings.model.clone(),
+            dtype: settings.dtype.clone(),
+            weights: settings.weights.clone(),
+        };
+        let setup = crate::engine::owner::EngineSetup {
+            scheduler: settings.preset.config(),
+            numerics: settings.numerics,
+            mode: settings.mode,
+            serial: false,
+        };
+        (model, setup)
+    }
+
     pub fn load(&self) -> Result<LoadedModel> {
         let dir = match &self.model {
             Some(m) => crate::model::load::resolve(m)?,

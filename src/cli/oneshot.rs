@@ -14,7 +14,6 @@ use super::exit;
 use super::model_args::ModelArgs;
 use crate::config::paths::Paths;
 use crate::config::profile::{Settings, load_startup_profile};
-use crate::engine::owner::EngineSetup;
 use crate::engine::request::{FinishReason, Prompt, Request};
 use crate::engine::row::RowEvent;
 use crate::model::text::tokenizer::ChatMessage;
@@ -49,14 +48,7 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<u8> {
     let loaded = load_startup_profile(args.profile.as_deref(), paths)?;
     let settings = Settings::resolve(&loaded, &args.overrides())?;
     settings.resolve_model()?;
-    let model =
-        ModelArgs { model: settings.model.clone(), dtype: settings.dtype.clone(), weights: settings.weights.clone() };
-    let setup = EngineSetup {
-        scheduler: settings.preset.config(),
-        numerics: settings.numerics,
-        mode: settings.mode,
-        serial: false,
-    };
+    let (model, setup) = ModelArgs::from_settings(&settings);
     let engine = model.start_engine(setup)?;
     let mut messages = Vec::new();
     if let Some(system) = &settings.system {

@@ -24,7 +24,6 @@ use crate::config::paths::Paths;
 use crate::config::profile::{Overrides, Settings, load_profile, save_profile};
 use crate::config::theme::load_theme;
 use crate::engine::handle::EngineHandle;
-use crate::engine::owner::EngineSetup;
 use crate::engine::request::{Prompt, Request};
 
 /// Telemetry is copied every this many ticks (it clones every row's figures).
@@ -294,14 +293,7 @@ fn load_switch(spec: &str, current: &Settings, ctx: &Context) -> Result<ProfileS
 /// Load the model on a blocking thread (the engine then runs on its own owner thread); the
 /// result comes back on `tx`. An old engine is dropped there too, since dropping joins its thread.
 fn start_engine(settings: &Settings, old: Option<EngineHandle>, tx: UnboundedSender<EngineMsg>) {
-    let args =
-        ModelArgs { model: settings.model.clone(), dtype: settings.dtype.clone(), weights: settings.weights.clone() };
-    let setup = EngineSetup {
-        scheduler: settings.preset.config(),
-        numerics: settings.numerics,
-        mode: settings.mode,
-        serial: false,
-    };
+    let (args, setup) = ModelArgs::from_settings(settings);
     tokio::task::spawn_blocking(move || {
         drop(old);
         let started = Instant::now();
