@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use cohort::cli::{self, exit};
-use cohort::config::paths::Paths;
-use cohort::engine::runtime::{self, RuntimeReport};
+use cohort::platform::backend::{self, RuntimeReport};
+use cohort::platform::paths::Paths;
 
 #[derive(Parser)]
 #[command(name = "cohort", about = "Chat with a local LLM in up to eight panes of one batched MTP cohort")]
@@ -97,8 +97,8 @@ fn quiet_on_a_closed_pipe(cli: &Cli) {
 fn run(cli: Cli) -> Result<u8> {
     quiet_on_a_closed_pipe(&cli);
     let paths = Paths::resolve()?;
-    let _log_guard = cohort::logging::init(&paths.log_dir());
-    mlx_rs::Device::set_default(&runtime::default_device());
+    let _log_guard = cohort::platform::logging::init(&paths.log_dir());
+    mlx_rs::Device::set_default(&backend::default_device());
     if cli.version {
         let report = RuntimeReport::collect();
         println!(

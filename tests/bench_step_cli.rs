@@ -9,7 +9,7 @@ use common::cohort_command;
 
 #[test]
 fn forcing_a_cuda_kernel_off_cuda_is_refused_by_name() {
-    if cohort::engine::runtime::Backend::detect() == cohort::engine::runtime::Backend::Cuda {
+    if cohort::platform::backend::Backend::detect() == cohort::platform::backend::Backend::Cuda {
         eprintln!("skipped: this backend has the CUDA kernels");
         return;
     }

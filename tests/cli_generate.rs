@@ -95,7 +95,7 @@ fn inspect_reports_the_weight_policy_auto_picks_here() {
     let out = cohort().args(["inspect", "--json", "-m"]).arg(fixture("qwen35_moe_4bit")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let cpu = cohort::engine::runtime::Backend::detect() == cohort::engine::runtime::Backend::Cpu;
+    let cpu = cohort::platform::backend::Backend::detect() == cohort::platform::backend::Backend::Cpu;
     let want = match (cpu, cohort::model::cpu::cpu_qmm::simd_available()) {
         (false, _) => "quantized",
         (true, true) => "kernel",
@@ -381,7 +381,7 @@ fn switches_the_machine_cannot_honour_are_refused_naming_them() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, "{\"prompt\":\"x\",\"max_tokens\":2}\n").unwrap();
-    let cuda = cohort::engine::runtime::Backend::detect() == cohort::engine::runtime::Backend::Cuda;
+    let cuda = cohort::platform::backend::Backend::detect() == cohort::platform::backend::Backend::Cuda;
     let mut cases = vec![("COHORT_COMPILE_GDN", "yes", "COHORT_COMPILE_GDN=yes")];
     if !cuda {
         cases.push(("COHORT_ADD_NORM_KERNEL", "1", "CUDA"));

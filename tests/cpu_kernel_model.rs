@@ -32,7 +32,7 @@ fn load(dir: &Path, policy: WeightPolicy) -> Box<dyn LanguageModel> {
 
 /// Whether this machine's backend gives the Llama family the host decode path at all.
 fn host_path_here() -> bool {
-    cohort::engine::runtime::Backend::detect() == cohort::engine::runtime::Backend::Cpu
+    cohort::platform::backend::Backend::detect() == cohort::platform::backend::Backend::Cpu
         && std::env::var("COHORT_HOST_LAYERS").map(|v| v != "0").unwrap_or(true)
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cohort::engine::sampler::Rng;
+use cohort::platform::rng::Rng;
 use common::{cohort_command, fixture};
 
 const REQUESTS: usize = 200;

@@ -90,7 +90,7 @@ fn the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16() {
 #[test]
 fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves() {
     let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
-    if cohort::engine::runtime::Backend::is_cuda() {
+    if cohort::platform::backend::Backend::is_cuda() {
         eprintln!("skipped: on CUDA the invariant route's kernels serve (the tests above hold them)");
         return;
     }

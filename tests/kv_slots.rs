@@ -292,7 +292,7 @@ fn mlx_sdpa_matches_the_reference_on_every_path() {
 
 #[test]
 fn on_the_cpu_the_batched_step_equals_the_per_row_step_bit_for_bit() {
-    if cohort::engine::runtime::Backend::detect() != cohort::engine::runtime::Backend::Cpu {
+    if cohort::platform::backend::Backend::detect() != cohort::platform::backend::Backend::Cpu {
         eprintln!("skipped: the bit-for-bit claim is made for MLX's CPU backend");
         return;
     }

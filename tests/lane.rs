@@ -14,13 +14,14 @@ use cohort::engine::lane::{Lane, LaneConfig, Pending};
 use cohort::engine::prepare::prepare;
 use cohort::engine::request::{FinishReason, Prompt, Request, RequestResult};
 use cohort::engine::row::{CancelFlag, RowEvent};
-use cohort::engine::sampler::{Rng, SamplerConfig};
+use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::scheduler::{Numerics, WidthPolicy};
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::forward::LanguageModel;
 use cohort::model::layers::linear::{LinearRoute, WeightPolicy};
 use cohort::model::text::tokenizer::TextTokenizer;
+use cohort::platform::rng::Rng;
 use common::*;
 use mlx_rs::Dtype;
 

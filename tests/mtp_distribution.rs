@@ -8,10 +8,11 @@ mod common;
 
 use std::collections::HashMap;
 
-use cohort::engine::sampler::{Decision, Dist, Rng, SamplerConfig, decide, distributions};
+use cohort::engine::sampler::{Decision, Dist, SamplerConfig, decide, distributions};
 use cohort::engine::solo::prefill_mtp_history;
 use cohort::model::families::qwen3_5::Qwen35Model;
 use cohort::model::forward::{LanguageModel, Logits};
+use cohort::platform::rng::Rng;
 use common::*;
 use mlx_rs::{Array, Dtype};
 

@@ -1,7 +1,7 @@
 //! Out of memory (docs/reliability.md, Faults). On MLX 0.32.2's CPU backend `allocator::malloc`
 //! does not check `std::malloc`'s result (allocator.h), so an allocation it cannot make writes
 //! through a null buffer and the process dies with SIGSEGV, reporting nothing; and the memory
-//! limit is recorded but not enforced. So cohort checks first (src/engine/memory_guard.rs): a
+//! limit is recorded but not enforced. So cohort checks first (src/platform/memory.rs): a
 //! request whose KV cache would not fit in the memory available, or a benchmark whose operands
 //! would not, is refused with an "out of memory" error before MLX allocates; other rows run on.
 
@@ -9,7 +9,7 @@ mod common;
 
 use std::io::Write;
 
-use cohort::engine::runtime::Backend;
+use cohort::platform::backend::Backend;
 use common::{cohort_command, fixture, results_by_id};
 use mlx_rs::Dtype;
 

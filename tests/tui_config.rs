@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use cohort::config::keymap::{KeyList, Keymap};
-use cohort::config::paths::Paths;
 use cohort::config::profile::{self, Overrides, Settings};
 use cohort::config::theme::{self, COLOR_KEYS};
 use cohort::engine::scheduler::{Numerics, Preset};
+use cohort::platform::paths::Paths;
 
 fn temp_paths() -> (tempfile::TempDir, Paths) {
     let dir = tempfile::tempdir().unwrap();

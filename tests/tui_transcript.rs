@@ -137,8 +137,8 @@ fn a_resumed_session_never_reuses_request_ids() {
     assert!(n > 7, "the new turn's id {id} reuses or precedes {used}");
 }
 
-fn temp_paths(root: &std::path::Path) -> cohort::config::paths::Paths {
-    cohort::config::paths::Paths { config_dir: root.join("config"), data_dir: root.join("data") }
+fn temp_paths(root: &std::path::Path) -> cohort::platform::paths::Paths {
+    cohort::platform::paths::Paths { config_dir: root.join("config"), data_dir: root.join("data") }
 }
 
 /// Issue 40: a session records the profile it ran with, and `--resume` without `--profile`

@@ -557,7 +557,7 @@ fn inspector_charts_have_scales() {
     app.inspector = Some(InspectorPanel::All);
     let screen = draw(&app, 200, 50);
     let text: String = (0..50).map(|y| row_text(screen.backend().buffer(), y)).collect::<Vec<_>>().join("\n");
-    let top = cohort::engine::runtime::human_bytes(*app.memory_history.iter().max().unwrap() as usize);
+    let top = cohort::platform::backend::human_bytes(*app.memory_history.iter().max().unwrap() as usize);
     for scale in [top.as_str(), "now", "width", "█ accepted", "0 "] {
         assert!(text.contains(scale), "{scale:?} missing:\n{text}");
     }

@@ -14,11 +14,11 @@ use super::generate::{SchedulerMode, run_all};
 use super::model_args::ModelArgs;
 use crate::engine::owner::EngineSetup;
 use crate::engine::request::{FinishReason, Prompt, Request};
-use crate::engine::runtime::median;
 use crate::engine::sampler::SamplerConfig;
 use crate::engine::scheduler::{Numerics, Preset};
 use crate::engine::solo::GenerationMode;
 use crate::model::text::tokenizer::ChatMessage;
+use crate::platform::timing::median;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -207,7 +207,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let receipt = serde_json::json!({
         "model": engine.info.dir, "mode": engine.info.mode, "numerics": engine.info.numerics, "probe": engine.info.probe,
         "construction_check": engine.info.construction, "max_tokens": args.max_tokens, "rounds": args.rounds,
-        "device": crate::engine::runtime::RuntimeReport::collect(), "runs": runs, "summary": summaries,
+        "device": crate::platform::backend::RuntimeReport::collect(), "runs": runs, "summary": summaries,
     });
     std::fs::write(&args.receipt, serde_json::to_string_pretty(&receipt)?)
         .with_context(|| format!("cannot write {}", args.receipt.display()))?;

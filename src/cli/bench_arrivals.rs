@@ -290,7 +290,7 @@ pub fn run(
     }
     let receipt_json = serde_json::json!({
         "scenarios": "join (7 x 256 tokens, a chat turn at 3 s), pair (384 + 24 tokens), staggered (8 x 128, 0.5 s apart)",
-        "device": crate::engine::runtime::RuntimeReport::collect(), "runs": all, "median": medians,
+        "device": crate::platform::backend::RuntimeReport::collect(), "runs": all, "median": medians,
     });
     std::fs::write(receipt, serde_json::to_string_pretty(&receipt_json)?)
         .with_context(|| format!("cannot write {}", receipt.display()))?;

@@ -20,7 +20,6 @@ use crate::engine::cohort::{FIXED_WIDTH, pack_if_it_fits};
 use crate::engine::cycle::{self, Phase, PhaseClock, PhaseTimer, Untimed};
 use crate::engine::request::{Prompt, Request};
 use crate::engine::row::{CancelFlag, RowRun};
-use crate::engine::runtime::median;
 use crate::engine::sampler::SamplerConfig;
 use crate::engine::solo::prefill_row;
 use crate::model::families::qwen3_5::Qwen35Model;
@@ -28,6 +27,7 @@ use crate::model::forward::LanguageModel;
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots::{self, SlotHandle};
 use crate::model::text::tokenizer::TextTokenizer;
+use crate::platform::timing::median;
 
 /// The B8 figures: each MTP cycle phase's times and handovers, the AR cycles', and what the
 /// untimed cycles emitted.

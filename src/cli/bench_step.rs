@@ -14,13 +14,14 @@ use super::bench_switches::{self, KernelSwitch};
 use crate::engine::cohort::FIXED_WIDTH;
 use crate::engine::cuda_profiler::Window;
 use crate::engine::cycle::Phase;
-use crate::engine::runtime::{MemoryStats, human_bytes, median};
 use crate::model::config::{LayerKind, Qwen35Config};
 use crate::model::families::qwen3_5::Qwen35Model;
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots;
 use crate::model::text::tokenizer::TextTokenizer;
+use crate::platform::backend::{MemoryStats, human_bytes};
+use crate::platform::timing::median;
 
 #[derive(Args)]
 pub struct BenchStepArgs {
@@ -659,7 +660,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     } else {
         args.gdn_routes.clone()
     };
-    let on_cuda = crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda;
+    let on_cuda = crate::platform::backend::Backend::detect() == crate::platform::backend::Backend::Cuda;
     anyhow::ensure!(
         !routes.iter().any(|r| matches!(r, GdnRoute::Kernel)) || on_cuda,
         "the fused Gated DeltaNet kernel needs MLX's CUDA backend"

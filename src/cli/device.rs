@@ -3,7 +3,8 @@
 use anyhow::Result;
 use clap::Args;
 
-use crate::engine::runtime::{self, RuntimeReport};
+use super::device_timing as timing;
+use crate::platform::backend::{self as runtime, RuntimeReport};
 
 #[derive(Args)]
 pub struct DeviceArgs {
@@ -71,7 +72,7 @@ pub fn run(args: DeviceArgs) -> Result<()> {
             args.iters
         );
         let cell = |t: Option<f64>| t.map(|t| format!("{t:8.3}")).unwrap_or_else(|| format!("{:>8}", "-"));
-        for t in runtime::time_linear(k, n, &[1, 2, 4, 8, 9, 12, 16, 24, 32, 64, 128], 8, args.iters)? {
+        for t in timing::time_linear(k, n, &[1, 2, 4, 8, 9, 12, 16, 24, 32, 64, 128], 8, args.iters)? {
             println!(
                 "{:4} | {:8.3} | {:8.3} | {:8.3} | {} | {}",
                 t.m,
@@ -88,12 +89,12 @@ pub fn run(args: DeviceArgs) -> Result<()> {
     if let Some(n) = args.matmul {
         // Two float32 operands and the product.
         let bytes = 3 * (n.max(0) as u64).pow(2) * 4;
-        crate::engine::memory_guard::ensure_fits(bytes, &format!("a {n} x {n} float32 matmul"))?;
+        crate::platform::memory::ensure_fits(bytes, &format!("a {n} x {n} float32 matmul"))?;
     }
     let figures = match args.matmul {
         Some(n) => vec![
-            runtime::time_matmul(n, mlx_rs::Dtype::Float32, args.iters)?,
-            runtime::time_matmul(n, mlx_rs::Dtype::Bfloat16, args.iters)?,
+            timing::time_matmul(n, mlx_rs::Dtype::Float32, args.iters)?,
+            timing::time_matmul(n, mlx_rs::Dtype::Bfloat16, args.iters)?,
         ],
         None => Vec::new(),
     };

@@ -35,9 +35,9 @@ const PRODUCTS: [(i32, i32, i32, i32); 10] = [
 
 pub fn run() -> Result<()> {
     ensure!(
-        crate::engine::runtime::Backend::is_cuda(),
+        crate::platform::backend::Backend::is_cuda(),
         "the row-invariant kernels run only where MLX drives CUDA (this backend: {:?})",
-        crate::engine::runtime::Backend::detect()
+        crate::platform::backend::Backend::detect()
     );
     let mut failures = Vec::new();
     for dtype in [Dtype::Bfloat16, Dtype::Float32] {
@@ -99,9 +99,9 @@ const QUEUED: usize = 32;
 /// microseconds a product with QUEUED of them queued, median of 5.
 pub fn time() -> Result<()> {
     ensure!(
-        crate::engine::runtime::Backend::is_cuda(),
+        crate::platform::backend::Backend::is_cuda(),
         "the row-invariant kernels run only where MLX drives CUDA (this backend: {:?})",
-        crate::engine::runtime::Backend::detect()
+        crate::platform::backend::Backend::detect()
     );
     let dtype = Dtype::Bfloat16;
     println!("us a product, {QUEUED} queued, median of 5, bf16 (invariant route's choice marked *)");
@@ -140,5 +140,5 @@ fn per_product(make: &dyn Fn() -> Result<mlx_rs::Array>) -> Result<f64> {
             times.push(t.elapsed().as_secs_f64() * 1e6 / QUEUED as f64);
         }
     }
-    Ok(crate::engine::runtime::median(times))
+    Ok(crate::platform::timing::median(times))
 }

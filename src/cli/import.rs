@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use crate::config::paths::Paths;
+use crate::platform::paths::Paths;
 
 #[derive(Args)]
 pub struct ImportArgs {

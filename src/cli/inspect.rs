@@ -3,10 +3,10 @@
 use anyhow::Result;
 use clap::Args;
 
-use crate::engine::runtime::human_bytes;
 use crate::model::config::{LayerKind, Qwen35Config};
 use crate::model::formats::weights::{shard_files, validate_safetensors};
 use crate::model::load::auto_weight_policy;
+use crate::platform::backend::human_bytes;
 
 #[derive(Args)]
 pub struct InspectArgs {

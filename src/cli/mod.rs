@@ -10,6 +10,7 @@ pub mod bench_step;
 mod bench_switches;
 pub mod device;
 mod device_invariance;
+pub mod device_timing;
 pub mod generate;
 pub mod import;
 pub mod inspect;

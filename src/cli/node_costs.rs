@@ -89,7 +89,7 @@ pub fn run(dtype: Dtype) -> Result<Vec<NodeCost>> {
     ];
     // The same pair as one of cohort's kernels: whether a custom kernel's node costs the host
     // what MLX's own do.
-    if crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda {
+    if crate::platform::backend::Backend::detect() == crate::platform::backend::Backend::Cuda {
         kinds.push((
             "add-norm kernel [1, 2048] (one CustomKernel node)",
             Box::new(|_| Ok(crate::model::cuda::add_norm::add_rms_norm(&x, &x, &norm_w, 1e-6)?.1)),

@@ -12,11 +12,11 @@ use anyhow::{Context as _, Result, bail};
 
 use super::exit;
 use super::model_args::ModelArgs;
-use crate::config::paths::Paths;
 use crate::config::profile::{Settings, load_startup_profile};
 use crate::engine::request::{FinishReason, Prompt, Request};
 use crate::engine::row::RowEvent;
 use crate::model::text::tokenizer::ChatMessage;
+use crate::platform::paths::Paths;
 use crate::tui::TuiArgs;
 
 /// The largest prompt `-` reads from stdin.

@@ -1,7 +1,6 @@
-//! Profiles, themes, keymaps and the platform paths they live in.
+//! Profiles, themes and keymaps (their folders are `platform::paths`).
 
 pub mod keymap;
-pub mod paths;
 pub mod profile;
 pub mod theme;
 

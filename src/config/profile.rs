@@ -11,12 +11,12 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::keymap::{KeyList, Keymap};
-use super::paths::Paths;
 use super::read_config_text;
 use crate::engine::request::DEFAULT_MAX_TOKENS;
 use crate::engine::sampler::SamplerConfig;
 use crate::engine::scheduler::{Numerics, Preset};
 use crate::engine::solo::GenerationMode;
+use crate::platform::paths::Paths;
 
 /// Built-in profiles: (name, file as shipped in `config/`).
 pub const SHIPPED: &[(&str, &str)] = &[

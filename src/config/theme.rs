@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use ratatui::style::Color;
 use serde::Deserialize;
 
-use super::paths::Paths;
+use crate::platform::paths::Paths;
 
 /// Built-in themes: (name, file as shipped in `themes/`).
 pub const SHIPPED: &[(&str, &str)] =

@@ -16,7 +16,6 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 
 use super::cycle::{self, Inert, Untimed, dummy};
-use super::memory_guard;
 use super::prepare::VERIFY_SLACK;
 use super::request::FinishReason;
 use super::row::{RowEvent, RowRun};
@@ -26,6 +25,7 @@ use crate::model::forward::LanguageModel;
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots;
 use crate::model::text::tokenizer::TextTokenizer;
+use crate::platform::memory;
 
 /// The physical width every cohort runs at.
 pub const FIXED_WIDTH: usize = 8;
@@ -145,7 +145,7 @@ pub(crate) fn pack_if_it_fits(
     let longest = runs.iter().map(|r| r.prompt_ids.len().saturating_add(r.max_tokens)).max().unwrap_or(0);
     let positions = longest.saturating_add(VERIFY_SLACK).div_ceil(step).saturating_mul(step);
     let needed = rows.len().saturating_mul(positions).saturating_mul(model.kv_bytes_per_position());
-    if let Err(e) = memory_guard::ensure_fits(needed as u64, "one KV buffer per layer for the cohort's rows") {
+    if let Err(e) = memory::ensure_fits(needed as u64, "one KV buffer per layer for the cohort's rows") {
         tracing::warn!("{e:#}; the rows keep their own KV and attend one by one");
         return Ok(Vec::new());
     }

@@ -8,13 +8,13 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::cohort::FIXED_WIDTH;
-use super::sampler::Rng;
 use super::scheduler::Numerics;
 use super::telemetry::ConstructionCheck;
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::kv_slots;
 use crate::model::layers::linear;
 use crate::model::ops::{host_f32, slice_axis};
+use crate::platform::rng::Rng;
 
 /// Bound on |B8 - B1| relative to the largest logit: float32 rounding (observed ~1e-6) is far
 /// below 1e-4; bf16 differences of a few ulps are allowed at 2^-6.
@@ -109,7 +109,7 @@ pub fn check_batched(
     let retry = !check.passed
         && batched == linear::LinearRoute::Batched
         && numerics == Numerics::Throughput
-        && crate::engine::runtime::Backend::is_cuda();
+        && crate::platform::backend::Backend::is_cuda();
     if !retry {
         return Ok(BatchedChoice { check, route: batched, note: None });
     }

@@ -75,7 +75,7 @@ impl EngineHandle {
 
     pub fn snapshot(&self) -> Telemetry {
         let mut t = self.telemetry.lock().map(|t| t.clone()).unwrap_or_default();
-        t.memory = super::runtime::MemoryStats::read();
+        t.memory = crate::platform::backend::MemoryStats::read();
         t
     }
 

@@ -47,7 +47,7 @@ pub fn prepare(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, ca
     };
     let step = crate::model::layers::cache::KV_STEP as usize; // KV buffers grow in whole steps
     let positions = total.div_ceil(step) * step;
-    super::memory_guard::ensure_fits(
+    crate::platform::memory::ensure_fits(
         (positions * model.kv_bytes_per_position()) as u64,
         &format!("the KV cache of this request ({} prompt tokens + max_tokens {})", ids.len(), req.max_tokens),
     )?;

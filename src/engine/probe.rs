@@ -8,10 +8,10 @@ use std::time::Instant;
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::sampler::Rng;
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::linear::{self, LinearRoute};
 use crate::model::ops::slice_axis;
+use crate::platform::rng::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Verdict {
@@ -198,7 +198,7 @@ pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecisi
         if fast.block_ms > 0.0 { (exact.block_ms / fast.block_ms - 1.0) * 100.0 } else { 0.0 }
     };
     let mut reports = vec![fast.clone()];
-    if crate::engine::runtime::Backend::is_cuda() {
+    if crate::platform::backend::Backend::is_cuda() {
         linear::set_route(LinearRoute::Invariant);
         let invariant = probe(model)?;
         if invariant.verdict == Verdict::Equal {

@@ -8,11 +8,11 @@ use std::time::Instant;
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::runtime::median;
-use super::sampler::Rng;
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::kv_slots;
 use crate::model::layers::linear::{self, LinearRoute};
+use crate::platform::rng::Rng;
+use crate::platform::timing::median;
 
 /// One route's median times.
 #[derive(Debug, Clone, serde::Serialize)]

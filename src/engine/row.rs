@@ -11,8 +11,9 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::request::{FinishReason, Request, RequestResult, Stats};
-use super::sampler::{Dist, PenaltyState, Rng, SamplerConfig};
+use super::sampler::{Dist, PenaltyState, SamplerConfig};
 use crate::model::text::tokenizer::{StreamDecoder, TextTokenizer};
+use crate::platform::rng::Rng;
 
 /// Streamed to whoever submitted the request.
 #[derive(Debug, Clone)]

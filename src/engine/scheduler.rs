@@ -95,7 +95,7 @@ impl Preset {
         // chunk, and longer ones gain nothing from longer chunks (docs/benchmarks.md). MLX's
         // masked SDPA serves anything longer, and a 1,917-token prompt prefilled at 97 tok/s in
         // one chunk of 2048 against 154 in chunks of 256. GPUs keep long chunks (fewer launches).
-        let prefill_chunk = if super::runtime::Backend::detect() == super::runtime::Backend::Cpu {
+        let prefill_chunk = if crate::platform::backend::Backend::detect() == crate::platform::backend::Backend::Cpu {
             CPU_PREFILL_CHUNK
         } else {
             prefill_chunk
@@ -181,7 +181,7 @@ impl Numerics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::runtime;
+    use crate::platform::backend as runtime;
 
     #[test]
     fn presets_match_the_reference_table() {

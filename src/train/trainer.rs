@@ -24,13 +24,14 @@ use super::loss::{self, Objective, Targets};
 use super::optim::Optim;
 use super::params::{self, HeadDims, Params};
 use super::progress::Progress;
-use crate::engine::sampler::{Rng, SamplerConfig};
+use crate::engine::sampler::SamplerConfig;
 use crate::engine::solo::GenerationMode;
 use crate::model::families::llama::LlamaModel;
 use crate::model::forward::LanguageModel;
 use crate::model::layers::linear::{WeightPolicy, set_weight_policy};
 use crate::model::ops::slice_axis;
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
+use crate::platform::rng::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -20,11 +20,11 @@ use super::transcript::TranscriptWriter;
 use super::{clipboard, editor, export, keys, views};
 use crate::cli::model_args::ModelArgs;
 use crate::config::keymap::Keymap;
-use crate::config::paths::Paths;
 use crate::config::profile::{Overrides, Settings, load_profile, save_profile};
 use crate::config::theme::load_theme;
 use crate::engine::handle::EngineHandle;
 use crate::engine::request::{Prompt, Request};
+use crate::platform::paths::Paths;
 
 /// Telemetry is copied every this many ticks (it clones every row's figures).
 pub const TELEMETRY_EVERY: u64 = 4;

@@ -12,8 +12,8 @@ use crate::config::profile::Settings;
 use crate::config::theme::Theme;
 use crate::engine::request::{FinishReason, RequestResult, Stats};
 use crate::engine::row::RowEvent;
-use crate::engine::runtime::MemoryStats;
 use crate::engine::telemetry::{ConstructionCheck, FinalizeScope, RowTelemetry, Telemetry};
+use crate::platform::backend::MemoryStats;
 
 pub const SESSION: &str = "20260101-120000";
 pub const ROUTE: &str = "qwen35_mtp_batch_b8_t2_m16_throughput";

@@ -33,9 +33,9 @@ use anyhow::{Context as _, Result};
 pub use args::TuiArgs;
 
 use crate::config::keymap::Keymap;
-use crate::config::paths::Paths;
 use crate::config::profile::{LoadedProfile, Settings, list_profiles, load_profile, load_startup_profile};
 use crate::config::theme::load_theme;
+use crate::platform::paths::Paths;
 use app::App;
 use transcript::{
     TranscriptWriter, latest_session, load_session, release_session_if_empty, reserve_session, session_profile,

@@ -126,7 +126,7 @@ impl Lcg {
 /// `COHORT_REQUIRE_CUDA=1` (the GPU machine's scripts set it): there a skip would hide a
 /// misdetected backend, so it fails instead.
 pub fn cuda_here(what: &str) -> bool {
-    use cohort::engine::runtime::Backend;
+    use cohort::platform::backend::Backend;
     let backend = Backend::detect();
     if backend == Backend::Cuda {
         return true;

@@ -12,8 +12,9 @@ use cohort::cli::model_args::ModelArgs;
 use cohort::engine::owner::EngineSetup;
 use cohort::engine::request::{FinishReason, Prompt, Request};
 use cohort::engine::row::RowEvent;
-use cohort::engine::sampler::{Rng, SamplerConfig};
+use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::scheduler::{Numerics, Preset};
+use cohort::platform::rng::Rng;
 
 /// How long one request may go without an event before it counts as hung.
 const HANG: Duration = Duration::from_secs(60);

@@ -5,10 +5,10 @@
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
-use crate::engine::sampler::Rng;
 use crate::model::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
 use crate::model::layers::gated_delta::recur_ops;
 use crate::model::ops::{host_f32, relative_error};
+use crate::platform::rng::Rng;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Geometry {

@@ -9,9 +9,9 @@
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
-use crate::engine::sampler::Rng;
 use crate::model::layers::moe_graph::RowIndices;
 use crate::model::ops::{host_f32, host_u32, relative_error};
+use crate::platform::rng::Rng;
 
 /// One expert product's sizes: `tokens` rows routed to `top_k` of `experts` experts, each a
 /// [`output`, `input`] matrix quantized at `bits` with groups of `group`.

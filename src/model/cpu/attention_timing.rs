@@ -59,7 +59,7 @@ pub fn time_attention(
             }
         }
         let min_ms = times.iter().copied().fold(f64::INFINITY, f64::min);
-        out.push(AttentionTiming { rows, t, context, min_ms, median_ms: crate::engine::runtime::median(times) });
+        out.push(AttentionTiming { rows, t, context, min_ms, median_ms: crate::platform::timing::median(times) });
     }
     Ok(out)
 }

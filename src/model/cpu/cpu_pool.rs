@@ -280,7 +280,7 @@ unsafe impl Sync for Disjoint {}
 /// Whether a host route serves: on MLX's CPU backend, unless the environment variable `switch`
 /// is "0".
 pub fn host_route_on(switch: &str) -> bool {
-    crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cpu
+    crate::platform::backend::Backend::detect() == crate::platform::backend::Backend::Cpu
         && std::env::var(switch).map(|v| v != "0").unwrap_or(true)
 }
 

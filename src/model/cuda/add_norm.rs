@@ -18,9 +18,9 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use crate::engine::sampler::Rng;
 use crate::model::layers::compiled::Switch;
 use crate::model::ops::{host_f32, relative_error};
+use crate::platform::rng::Rng;
 
 const SOURCE: &str = include_str!("../../../kernels/add_rms_norm.cu");
 /// Rounding to the inputs' element type, which the body sees only as a pointer.

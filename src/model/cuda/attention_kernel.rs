@@ -18,9 +18,9 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use crate::engine::sampler::Rng;
 use crate::model::layers::compiled::Switch;
 use crate::model::ops::{host_f32, relative_error, slice_axis};
+use crate::platform::rng::Rng;
 
 const SOURCE: &str = include_str!("../../../kernels/attention_short.cu");
 /// load_floats and warp_sum, shared with the expert kernels.
@@ -93,7 +93,7 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
 pub fn serves(q: &Array, keys: &Array, values: &Array) -> bool {
     let wanted = SWITCH.forced_on()
         || crate::model::layers::linear::route() == crate::model::layers::linear::LinearRoute::Invariant;
-    wanted && crate::engine::runtime::Backend::is_cuda() && fits(q, keys, values)
+    wanted && crate::platform::backend::Backend::is_cuda() && fits(q, keys, values)
 }
 
 /// Row b's queries `q` [B, NH, T, D] over its keys and values [B, NKV, CAP, D] at positions
@@ -274,7 +274,7 @@ mod tests {
         set_enabled(None);
         assert!(!serves(&q, &kv, &kv));
         set_enabled(Some(true));
-        assert_eq!(serves(&q, &kv, &kv), crate::engine::runtime::Backend::is_cuda());
+        assert_eq!(serves(&q, &kv, &kv), crate::platform::backend::Backend::is_cuda());
         set_enabled(None);
     }
 }

@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use crate::engine::runtime::Backend;
+use crate::platform::backend::Backend;
 
 const SOURCE: &str = include_str!("../../../kernels/gated_delta.cu");
 const INPUTS: [&str; 6] = ["q", "k", "v", "g", "beta", "state_in"];

@@ -54,7 +54,7 @@ pub fn set_enabled(on: Option<bool>) {
 /// On only where MLX drives CUDA: the kernels have no other backend, so the switch cannot send
 /// a CPU or Metal run into a launch that fails.
 pub fn enabled() -> bool {
-    SWITCH.enabled() && crate::engine::runtime::Backend::is_cuda()
+    SWITCH.enabled() && crate::platform::backend::Backend::is_cuda()
 }
 
 /// Tokens one launch takes at most (a longer prefill chunk takes the ops route).
@@ -215,7 +215,7 @@ mod tests {
     #[test]
     fn forcing_the_kernels_on_takes_effect_only_on_cuda() {
         set_enabled(Some(true));
-        let cuda = crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda;
+        let cuda = crate::platform::backend::Backend::detect() == crate::platform::backend::Backend::Cuda;
         assert_eq!(enabled(), cuda);
         set_enabled(None);
     }

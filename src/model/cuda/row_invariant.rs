@@ -60,7 +60,7 @@ fn channels_per_warp(out: i32) -> i32 {
 /// weight quantized as `spec`: on CUDA (it has no other backend), a step-sized block, 4- or 8-bit
 /// codes in whole groups.
 pub fn serves_affine(rows: i32, input: i32, spec: QuantSpec, dtype: Dtype) -> bool {
-    crate::engine::runtime::Backend::is_cuda() && holds_affine(rows, input, spec, dtype)
+    crate::platform::backend::Backend::is_cuda() && holds_affine(rows, input, spec, dtype)
 }
 
 fn holds_affine(rows: i32, input: i32, spec: QuantSpec, dtype: Dtype) -> bool {
@@ -77,7 +77,7 @@ fn holds_affine(rows: i32, input: i32, spec: QuantSpec, dtype: Dtype) -> bool {
 /// Whether the dense kernel takes a product of `rows` rows of `dtype` over `input` features
 /// against a float weight of `weight` dtype: on CUDA, a step-sized block, whole 16-byte loads.
 pub fn serves_dense(rows: i32, input: i32, weight: Dtype, dtype: Dtype) -> bool {
-    crate::engine::runtime::Backend::is_cuda() && holds_dense(rows, input, weight, dtype)
+    crate::platform::backend::Backend::is_cuda() && holds_dense(rows, input, weight, dtype)
 }
 
 fn holds_dense(rows: i32, input: i32, weight: Dtype, dtype: Dtype) -> bool {
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn the_kernel_serves_only_cuda() {
-        if !crate::engine::runtime::Backend::is_cuda() {
+        if !crate::platform::backend::Backend::is_cuda() {
             assert!(!serves_affine(2, 576, QuantSpec { bits: 4, group_size: 32 }, Dtype::Bfloat16));
         }
     }

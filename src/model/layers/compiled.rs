@@ -21,8 +21,8 @@ use mlx_rs::error::Exception;
 use super::gated_delta::GdnPlan;
 use super::linear::LinearRoute;
 use super::moe_graph::Plan as MoePlan;
-use crate::engine::runtime::Backend;
 use crate::model::config::QuantSpec;
+use crate::platform::backend::Backend;
 
 /// Blocks of at most this many rows (batch x positions) take a compiled graph: steps, drafts and
 /// verifies, where per-op overhead is the cost. Prefill chunks keep the plain ops: a trace per

@@ -392,7 +392,7 @@ const SHORT_BLOCK: i32 = 16;
 /// plan, change only when the buffer grows (every KV_STEP positions). Elsewhere the keys are
 /// cut to the longest row, which is less work.
 static PADDED_BLOCKS: std::sync::LazyLock<AtomicBool> = std::sync::LazyLock::new(|| {
-    AtomicBool::new(crate::engine::runtime::Backend::detect() == crate::engine::runtime::Backend::Cuda)
+    AtomicBool::new(crate::platform::backend::Backend::detect() == crate::platform::backend::Backend::Cuda)
 });
 
 /// Force the capacity-wide masked attention for short blocks on or off (tests run it on the CPU).
@@ -407,7 +407,7 @@ fn padded_block(t: i32) -> bool {
 /// On the invariant route, a row's whole key and value buffer (from `whole`) when the
 /// short-block kernel holds the block: its attention must be the kernel's alone as in a cohort.
 fn invariant_buffer(q: &Array, whole: impl FnOnce() -> Result<(Array, Array)>) -> Result<Option<(Array, Array)>> {
-    if linear::route() != LinearRoute::Invariant || !crate::engine::runtime::Backend::is_cuda() {
+    if linear::route() != LinearRoute::Invariant || !crate::platform::backend::Backend::is_cuda() {
         return Ok(None);
     }
     let (keys, values) = whole()?;

@@ -194,7 +194,7 @@ pub fn block(
     // On MLX's CUDA backend the down projection given held per-pair rows came out wrong in
     // bf16 at the real geometry (device --check-kernels: relative error 0.56 against float64,
     // 3.0e-3 with the rows gather_qmm builds itself), so there it builds its own.
-    let by_pair = rows.map(|r| &r.by_pair).filter(|_| !crate::engine::runtime::Backend::is_cuda());
+    let by_pair = rows.map(|r| &r.by_pair).filter(|_| !crate::platform::backend::Backend::is_cuda());
     let by_token = rows.map(|r| &r.by_token);
     let act = if stacking.gate_up {
         swiglu(experts(Proj::Gate, &xe, by_token, &indices)?, None)?

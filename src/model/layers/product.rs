@@ -25,8 +25,8 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::compiled::{Storage, Switch};
-use crate::engine::runtime::Backend;
 use crate::model::config::QuantSpec;
+use crate::platform::backend::Backend;
 
 /// Output width MLX CUDA's tiled quantized kernels work in.
 pub const TILE_N: i32 = 128;

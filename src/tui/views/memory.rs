@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Wrap};
 
 use super::{chart, spark};
-use crate::engine::runtime::human_bytes;
+use crate::platform::backend::human_bytes;
 use crate::tui::app::{App, TICKS_PER_S};
 use crate::tui::event::TELEMETRY_EVERY;
 

@@ -5,7 +5,7 @@
 
 use anyhow::{Result, bail};
 
-use super::runtime::{Backend, human_bytes};
+use super::backend::{Backend, human_bytes};
 
 /// Memory available for new allocations: `COHORT_MEMORY_AVAILABLE` (bytes) when set, else on the
 /// CPU backend the kernel's MemAvailable; unknown (no check) on GPUs, whose allocators report
