@@ -23,7 +23,6 @@ use crate::config::keymap::Keymap;
 use crate::config::profile::{Overrides, Settings, load_profile, save_profile};
 use crate::config::theme::load_theme;
 use crate::engine::handle::EngineHandle;
-use crate::engine::request::{Prompt, Request};
 use crate::platform::paths::Paths;
 
 /// Telemetry is copied every this many ticks (it clones every row's figures).
@@ -167,6 +166,7 @@ fn perform(
     let notice = |text: String, error: bool| vec![Action::Notice { text, error }];
     match effect {
         Effect::Submit { pane, request } => {
+            #[cfg(feature = "testing")]
             panic_if_asked(&request);
             bridge.submit(pane, request)
         }
@@ -266,10 +266,12 @@ fn perform(
 }
 
 /// Test hook (tests/tui_e2e.rs): a prompt equal to `COHORT_TUI_PANIC_ON` panics the UI
-/// thread, to show that the panic hook gives the terminal back and transcripts survive.
-fn panic_if_asked(request: &Request) {
+/// thread, to show that the panic hook gives the terminal back and transcripts survive. Built
+/// only with the `testing` feature: the product neither reads the variable nor holds the hook.
+#[cfg(feature = "testing")]
+fn panic_if_asked(request: &crate::engine::request::Request) {
     let Some(word) = std::env::var_os("COHORT_TUI_PANIC_ON") else { return };
-    if let Prompt::Chat(messages) = &request.prompt
+    if let crate::engine::request::Prompt::Chat(messages) = &request.prompt
         && messages.last().is_some_and(|m| word == m.content.as_str())
     {
         panic!("COHORT_TUI_PANIC_ON: a panic on purpose, for the test");

@@ -7,12 +7,16 @@
 pub mod action;
 pub mod app;
 pub mod args;
+/// The frame-time measurement (`cargo test --release --test tui_bench -- --ignored`): lab code.
+#[cfg(feature = "lab")]
 pub mod bench;
 pub mod bridge;
 pub mod clipboard;
 pub mod editor;
 pub mod event;
 pub mod export;
+/// Scripted app states for the view snapshots and the frame bench: test and lab code only.
+#[cfg(any(feature = "testing", feature = "lab"))]
 pub mod fixture;
 pub mod input;
 pub mod keys;
