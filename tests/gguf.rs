@@ -360,6 +360,11 @@ const SYN_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + mess
 /// A one-layer llama GGUF (hidden 32, 2 heads of 16, 1 KV head, FFN 64, vocab 64) covering
 /// every supported type, with random blocks (subnormal, negative and overflow-sized scales).
 fn synthetic_llama(version: u32, alignment: u64) -> Vec<u8> {
+    synthetic_llama_with(version, alignment, |_| {})
+}
+
+/// [`synthetic_llama`] with its metadata edited by `edit` before the file is written.
+fn synthetic_llama_with(version: u32, alignment: u64, edit: impl FnOnce(&mut Vec<(&str, V)>)) -> Vec<u8> {
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let (h, ffn, vocab) = (32u64, 64u64, 64u64);
     let mut tokens: Vec<V> =
@@ -369,7 +374,7 @@ fn synthetic_llama(version: u32, alignment: u64) -> Vec<u8> {
         tokens.push(V::Str((c as char).to_string()));
         types.push(V::I32(1));
     }
-    let kvs: Vec<(&str, V)> = vec![
+    let mut kvs: Vec<(&str, V)> = vec![
         ("general.architecture", V::Str("llama".into())),
         ("general.alignment", V::U32(alignment as u32)),
         ("general.name", V::Str("synthetic".into())),
@@ -402,6 +407,7 @@ fn synthetic_llama(version: u32, alignment: u64) -> Vec<u8> {
         ("test.f32s", V::Arr(6, vec![V::F32(0.5), V::F32(-2.25)])),
         ("test.empty", V::Arr(4, vec![])),
     ];
+    edit(&mut kvs);
     let mut tensors = Vec::new();
     let mut t = |name: &str, dims: Vec<u64>, ty: u32, large: bool| {
         let n = dims.iter().product::<u64>() as usize;
@@ -570,6 +576,59 @@ fn damaged_files_give_clear_errors() {
     // A file that is not there.
     let msg = format!("{:#}", GgufFile::open(&dir.path().join("missing.gguf")).unwrap_err());
     assert!(msg.contains("missing.gguf"), "{msg}");
+}
+
+/// Every error the tokenizer import gives names the GGUF file it came from, through
+/// `import-gguf`'s importer and through `load_tokenizer` alike: a token listed twice, a merge that
+/// is not two vocabulary tokens, an unsupported `tokenizer.ggml.pre` or `tokenizer.ggml.model`,
+/// an id outside the vocabulary, token types that do not match the tokens.
+#[test]
+fn tokenizer_errors_name_the_gguf_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = |kvs: &mut Vec<(&str, V)>, key: &str, v: V| {
+        kvs.iter_mut().find(|(k, _)| *k == key).unwrap().1 = v;
+    };
+    let tokens = |kvs: &mut Vec<(&str, V)>| -> Vec<V> {
+        match &kvs.iter().find(|(k, _)| *k == "tokenizer.ggml.tokens").unwrap().1 {
+            V::Arr(_, t) => t.clone(),
+            _ => unreachable!(),
+        }
+    };
+    type Edit = Box<dyn Fn(&mut Vec<(&str, V)>)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "repeated_token.gguf",
+            Box::new(move |kvs| {
+                let mut t = tokens(kvs);
+                t[10] = t[9].clone();
+                set(kvs, "tokenizer.ggml.tokens", V::Arr(8, t));
+            }),
+            "appears twice",
+        ),
+        (
+            "bad_merge.gguf",
+            Box::new(move |kvs| set(kvs, "tokenizer.ggml.merges", V::Arr(8, vec![V::Str("! nope".into())]))),
+            "merge",
+        ),
+        ("bad_pre.gguf", Box::new(move |kvs| set(kvs, "tokenizer.ggml.pre", V::Str("klingon".into()))), "klingon"),
+        ("bad_model.gguf", Box::new(move |kvs| set(kvs, "tokenizer.ggml.model", V::Str("llama".into()))), "llama"),
+        ("bad_eos.gguf", Box::new(move |kvs| set(kvs, "tokenizer.ggml.eos_token_id", V::U32(9999))), "9999"),
+        (
+            "bad_types.gguf",
+            Box::new(move |kvs| set(kvs, "tokenizer.ggml.token_type", V::Arr(5, vec![V::I32(1)]))),
+            "token types",
+        ),
+    ];
+    for (name, edit, what) in cases {
+        let p = write_tmp(dir.path(), name, &synthetic_llama_with(3, 32, edit));
+        let out = tempfile::tempdir().unwrap();
+        let import = format!("{:#}", import_gguf(&p, out.path()).unwrap_err());
+        let load = format!("{:#}", load_tokenizer(&GgufFile::open(&p).unwrap()).unwrap_err());
+        for msg in [import, load] {
+            assert!(msg.contains(&p.display().to_string()), "{name}: the error does not name the file: {msg}");
+            assert!(msg.contains(what), "{name}: the error does not say what is wrong ({what}): {msg}");
+        }
+    }
 }
 
 fn encode(tok: &tokenizers::Tokenizer, text: &str) -> Vec<u32> {

@@ -13,6 +13,8 @@
 //! Tokens of type CONTROL (3) become special added tokens, USER_DEFINED (4) non-special added
 //! tokens; everything else is the BPE vocabulary. Merges are copied as they are.
 
+use std::path::PathBuf;
+
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
@@ -50,6 +52,8 @@ pub fn pre_tokenizer_for(pre: &str) -> Result<Value> {
 /// The tokenizer facts a GGUF carries.
 #[derive(Debug, Clone)]
 pub struct GgufVocab {
+    /// The GGUF file they were read from, which every error names.
+    pub path: PathBuf,
     pub tokens: Vec<String>,
     pub token_types: Vec<i64>,
     pub merges: Vec<String>,
@@ -96,6 +100,7 @@ impl GgufVocab {
         };
         let flag = |k: &str, d: bool| g.get(k).and_then(|v| v.as_bool()).unwrap_or(d);
         Ok(Self {
+            path: g.path.clone(),
             pre: g.get_str("tokenizer.ggml.pre").unwrap_or("default").to_owned(),
             bos: id("tokenizer.ggml.bos_token_id")?,
             eos: id("tokenizer.ggml.eos_token_id")?,
@@ -116,10 +121,11 @@ impl GgufVocab {
 
     /// `tokenizer.json` for the HF `tokenizers` library.
     pub fn tokenizer_json(&self) -> Result<Value> {
+        let path = self.path.display();
         let mut vocab = serde_json::Map::with_capacity(self.tokens.len());
         for (i, t) in self.tokens.iter().enumerate() {
             if vocab.insert(t.clone(), json!(i)).is_some() {
-                bail!("token {t:?} appears twice in tokenizer.ggml.tokens (second at id {i})");
+                bail!("{path}: token {t:?} appears twice in tokenizer.ggml.tokens (second at id {i})");
             }
         }
         let mut added = Vec::new();
@@ -139,7 +145,9 @@ impl GgufVocab {
         for m in &self.merges {
             let parts: Vec<&str> = m.split(' ').collect();
             if parts.len() != 2 || parts.iter().any(|p| !vocab.contains_key(*p)) {
-                bail!("merge {m:?} is not two vocabulary tokens separated by one space");
+                bail!(
+                    "{path}: merge {m:?} in tokenizer.ggml.merges is not two vocabulary tokens separated by one space"
+                );
             }
         }
         let post_processor = match (self.add_bos, self.bos) {
@@ -163,7 +171,7 @@ impl GgufVocab {
             "padding": null,
             "added_tokens": added,
             "normalizer": null,
-            "pre_tokenizer": pre_tokenizer_for(&self.pre)?,
+            "pre_tokenizer": pre_tokenizer_for(&self.pre).map_err(|e| anyhow::anyhow!("{path}: {e:#}"))?,
             "post_processor": post_processor,
             "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
             "model": {
