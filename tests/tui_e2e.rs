@@ -300,7 +300,8 @@ fn stop_signal_quits_cleanly(signal: &str) {
 
 /// Issue 40: f2 puts the last message back in the box and, sent, it replaces that turn; ctrl+r
 /// asks it again in place of its answer. The transcript reads back as the screen shows it, and
-/// alt+s exports the same conversation as Markdown; alt+y copies any of its messages.
+/// alt+s exports the same conversation as Markdown; alt+y copies any of its messages; alt+b
+/// branches it at its question into a second pane, which asks it again there.
 #[test]
 fn edit_regenerate_export_and_copy_a_conversation() {
     let launched =
@@ -336,6 +337,14 @@ fn edit_regenerate_export_and_copy_a_conversation() {
     tmux.wait_for("the copy", slow, |s| s.contains("copied 16 chars"));
     let copied = std::fs::read_to_string(home.path().join("data").join("clipboard").join("last-answer.txt"));
     assert_eq!(copied.unwrap(), "a first question");
+    // alt+b branches at the question: a new pane with it in the box, which sends from there.
+    tmux.keys(&["M-b"]);
+    tmux.wait_for("the branch picker", slow, |s| s.contains("branch at message 2 of 2"));
+    tmux.keys(&["Up"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the branched pane", slow, |s| s.contains("pane 2 branches pane 1 at message 1"));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the branch's answer", slow, |s| s.contains("1 · done") && s.contains("2 · done"));
     tmux.keys(&["C-q"]);
     tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
     let sessions = home.path().join("data").join("transcripts");
@@ -348,6 +357,10 @@ fn edit_regenerate_export_and_copy_a_conversation() {
     assert!(markdown.contains("## You\n\na first question\n") && !markdown.contains("frist"), "{markdown}");
     let text = std::fs::read_to_string(session.join("pane-1.jsonl")).unwrap();
     assert_eq!(text.matches("\"replaces\"").count(), 2, "the edit and the regeneration are recorded:\n{text}");
+    let branch: Vec<&str> = panes[1].turns.iter().map(|t| t.user.as_str()).collect();
+    assert_eq!(branch, ["a first question"], "the branch asked the question again in its own pane");
+    let text = std::fs::read_to_string(session.join("pane-2.jsonl")).unwrap();
+    assert!(text.contains("\"kind\":\"branch\",\"pane\":1"), "{text}");
 }
 
 /// Issue 40: ctrl+o gives the terminal to $EDITOR (cooked mode, the screen left) with the input

@@ -1085,3 +1085,97 @@ fn a_request_remembers_when_it_was_sent() {
     app.handle_key(key(KeyCode::Enter));
     assert_eq!(app.panes[0].in_flight.as_ref().map(|f| f.sent_tick), Some(45));
 }
+
+/// The records `fx` appends to pane `pane`'s transcript.
+fn records_of(fx: &[Effect], pane: u32) -> Vec<&Record> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Record { pane: p, record } if *p == pane => Some(record),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 40: alt+b picks a message of the focused pane (the newest first; up/down move) and
+/// enter branches there: a new pane, focused, holds the conversation before a picked question
+/// with that question in its box to edit and send, or the conversation up to a picked answer;
+/// its transcript starts with a branch record and the turns it took; the source pane is left as
+/// it was, and the two conversations go their own ways.
+#[test]
+fn a_conversation_branches_into_a_new_pane_at_any_message() {
+    let mut app = fixture::app(1, "dark");
+    assert!(app.handle_key(alt(KeyCode::Char('b'))).is_empty());
+    assert!(app.notice.as_ref().unwrap().text.contains("nothing to branch"), "{:?}", app.notice);
+    assert_eq!(app.overlay, None);
+
+    let mut app = two_turns("second");
+    app.panes[0].settings = Some(app.settings.chat());
+    app.handle_key(alt(KeyCode::Char('b')));
+    assert_eq!(app.overlay, Some(Overlay::Branch { index: 3 }), "the newest answer first");
+    app.handle_key(key(KeyCode::Up));
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert_eq!((app.overlay.as_ref(), app.panes.len(), app.focus), (None, 2, 1));
+    let (source, branch) = (&app.panes[0], &app.panes[1]);
+    assert_eq!(branch.turns.iter().map(|t| t.user.as_str()).collect::<Vec<_>>(), ["first"]);
+    assert_eq!(branch.input.text(), "second", "the picked question waits in the box");
+    assert_eq!((branch.state, branch.settings.clone()), (RowState::Done, source.settings.clone()));
+    assert_eq!(source.turns.len(), 2, "the source pane keeps its conversation");
+    let records = records_of(&fx, branch.id);
+    assert!(
+        matches!(records[0], Record::Branch { pane: 1, request, answer: false } if *request == source.turns[1].request_id),
+        "{records:?}"
+    );
+    assert!(matches!(records[1], Record::Settings { settings: Some(_) }), "{records:?}");
+    assert!(matches!(records[2], Record::User { text, .. } if text == "first"), "{records:?}");
+    assert!(
+        matches!(records[3], Record::Done { text, finish: FinishReason::Stop, .. } if text == "answer one"),
+        "{records:?}"
+    );
+    assert_eq!(records.len(), 4);
+    assert!(app.notice.as_ref().unwrap().text.contains("pane 2 branches pane 1 at message 3"), "{:?}", app.notice);
+
+    // The branch asks its own question with the conversation before it.
+    app.handle_key(ctrl('u'));
+    type_text(&mut app, "a different second");
+    let (_, messages) = the_request(&app.handle_key(key(KeyCode::Enter)));
+    assert_eq!(messages, pairs(&[("user", "first"), ("assistant", "answer one"), ("user", "a different second")]));
+
+    // An answer picked: the branch holds the conversation up to it, and an empty box.
+    app.handle_key(alt(KeyCode::Char('1')));
+    app.handle_key(alt(KeyCode::Char('b')));
+    app.handle_key(key(KeyCode::Char('b')));
+    let branch = &app.panes[2];
+    assert_eq!((app.focus, branch.turns.len(), branch.input.text()), (2, 2, ""));
+    assert_eq!(branch.turns[1].answer, "answer two");
+}
+
+/// A branch is refused (saying why) at eight panes, and from an answer still being written; its
+/// question can be branched from meanwhile. esc leaves the picker with nothing changed.
+#[test]
+fn a_branch_needs_room_and_a_finished_answer() {
+    let mut app = fixture::app(8, "dark");
+    type_text(&mut app, "first");
+    app.handle_key(key(KeyCode::Enter));
+    app.handle_key(alt(KeyCode::Char('b')));
+    assert!(app.handle_key(key(KeyCode::Enter)).is_empty());
+    assert!(app.notice.as_ref().unwrap().text.contains("8 panes at most"), "{:?}", app.notice);
+    assert_eq!((app.panes.len(), app.overlay.as_ref()), (8, None));
+
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "first");
+    app.handle_key(key(KeyCode::Enter));
+    let id = request_id(&app, 0);
+    deliver(&mut app, 0, RowEvent::Delta { id, text: "so far".into(), ids: vec![1] });
+    app.handle_key(alt(KeyCode::Char('b')));
+    assert_eq!(app.overlay, Some(Overlay::Branch { index: 1 }));
+    assert!(app.handle_key(key(KeyCode::Enter)).is_empty());
+    assert!(app.notice.as_ref().unwrap().text.contains("still being written"), "{:?}", app.notice);
+    assert_eq!(app.panes.len(), 1);
+    assert!(app.handle_key(key(KeyCode::Esc)).is_empty());
+    assert_eq!(app.overlay, None);
+    app.handle_key(alt(KeyCode::Char('b')));
+    app.handle_key(key(KeyCode::Up));
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!((app.panes.len(), app.panes[1].turns.len(), app.panes[1].input.text()), (2, 0, "first"));
+    assert!(app.panes[0].is_busy(), "the source pane's answer runs on");
+}

@@ -288,3 +288,43 @@ fn a_resumed_pane_gets_its_own_settings_back() {
     let restored: Vec<_> = app.panes.iter().map(|p| p.settings.clone()).collect();
     assert_eq!(restored, [Some(terse), None, Some(from_profile)], "recorded, reset, the profile's [pane.3]");
 }
+
+/// Issue 40: a branched pane's transcript (its `branch` record, then the turns it took) reads
+/// back as the branch showed them, so `--resume` brings the branch back beside its source.
+#[test]
+fn a_branched_pane_reads_back_with_the_turns_it_took() {
+    use cohort::tui::action::Effect;
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let dir = tempfile::tempdir().unwrap();
+    let session = new_session_name(dir.path());
+    let mut writer = TranscriptWriter::new(dir.path(), &session, "throughput", None);
+    let mut app = fixture::app(1, "dark");
+    let t0 = std::time::Instant::now();
+    let mut effects = Vec::new();
+    for (q, a, finish) in [("first", "one", FinishReason::Stop), ("second", "two, cut", FinishReason::Cancelled)] {
+        app.panes[0].input.set(q);
+        effects.extend(app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send)));
+        let pane = app.panes[0].id;
+        let id = app.panes[0].in_flight.as_ref().unwrap().id.clone();
+        let mut result = cohort::engine::request::RequestResult::ended(&id, finish);
+        result.text = a.into();
+        let event = cohort::engine::row::RowEvent::Done(Box::new(result));
+        effects.extend(app.update(cohort::tui::action::Action::Row { pane, event, at: t0 }));
+    }
+    effects.extend(app.handle_key(KeyEvent::new(KeyCode::Char('b'), KeyModifiers::ALT)));
+    effects.extend(app.handle_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)));
+    for effect in &effects {
+        if let Effect::Record { pane, record } = effect {
+            writer.append(*pane, record).unwrap();
+        }
+    }
+    let text = std::fs::read_to_string(writer.pane_path(2)).unwrap();
+    assert!(text.contains("\"kind\":\"branch\",\"pane\":1"), "{text}");
+    drop(writer);
+    let (_, _, panes) = load_session(dir.path(), &session).unwrap();
+    let turns = |i: usize| -> Vec<(String, String, Option<FinishReason>)> {
+        panes[i].turns.iter().map(|t| (t.user.clone(), t.answer.clone(), t.finish)).collect()
+    };
+    assert_eq!(turns(1), turns(0), "the branch took the whole conversation");
+    assert_eq!(turns(1)[1], ("second".into(), "two, cut".into(), Some(FinishReason::Cancelled)));
+}

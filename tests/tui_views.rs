@@ -126,6 +126,23 @@ fn the_help_overlay_lists_the_mouse() {
     assert!(text.contains("scroll the pane under the pointer"), "{text}");
 }
 
+/// Issue 40: every command is in the help overlay with its keys (scrolled through to the end),
+/// those added for branching, sessions and search included.
+#[test]
+fn the_help_overlay_lists_every_command() {
+    let mut app = fixture::mixed(4, "dark");
+    let mut text = String::new();
+    for scroll in (0..200).step_by(20) {
+        app.overlay = Some(Overlay::Help { scroll });
+        text.push_str(&draw(&app, 100, 48).backend().to_string());
+    }
+    for command in cohort::config::keymap::Command::all() {
+        let keys = app.keymap.describe_keys(command);
+        assert!(text.contains(&format!("│ │ {keys} ")), "{} ({keys}) missing from the help", command.name());
+    }
+    assert!(text.contains("branch: a new pane carries the focused pane's conversation"), "{text}");
+}
+
 #[test]
 fn the_profile_picker() {
     let mut app = fixture::mixed(4, "dark");
@@ -458,6 +475,27 @@ fn a_message_picked_for_copying() {
     assert_eq!(buffer[(4, row)].bg, selected.bg.unwrap(), "the picked message is highlighted");
     let other = (0..buffer.area.height).find(|&y| row_text(buffer, y).contains("Here is a loop")).unwrap();
     assert_ne!(buffer[(4, other)].bg, selected.bg.unwrap(), "its answer is not");
+}
+
+/// Issue 40: branching: the message picked is highlighted as for copying, and the bottom bar
+/// says what enter does; branched at a question, the new pane (focused) shows the conversation
+/// before it and the question in its box.
+#[test]
+fn a_conversation_branched_at_a_question() {
+    let mut app = fixture::app(1, "dark");
+    let t0 = std::time::Instant::now();
+    fixture::play(&mut app, 0, "Write a loop in Rust", fixture::CODE_ANSWER, Some(FinishReason::Stop), t0);
+    fixture::play(&mut app, 0, "Now in Python", "for i in range(3):\n    print(i)", Some(FinishReason::Stop), t0);
+    app.handle_key(alt_key('b'));
+    app.handle_key(plain_key(crossterm::event::KeyCode::Up));
+    let picking = draw(&app, 60, 16);
+    insta::assert_snapshot!("a_message_picked_for_branching", picking.backend());
+    let buffer = picking.backend().buffer();
+    let row = (0..buffer.area.height).find(|&y| row_text(buffer, y).contains("Now in Python")).expect("in view");
+    assert_eq!(buffer[(4, row)].bg, app.styles.selection.bg.unwrap(), "the picked message is highlighted");
+    app.handle_key(plain_key(crossterm::event::KeyCode::Enter));
+    app.notice = None;
+    insta::assert_snapshot!("a_conversation_branched_at_a_question", draw(&app, 100, 16).backend());
 }
 
 fn row_text(buffer: &ratatui::buffer::Buffer, y: u16) -> String {

@@ -43,6 +43,8 @@ pub enum Command {
     Copy,
     /// Pick any message of the focused pane to copy.
     Select,
+    /// Start a new pane from any message of the focused pane's conversation.
+    Branch,
     /// Write the focused pane's conversation to a Markdown file.
     Export,
     /// The focused pane's own settings (system prompt, sampler, max_tokens).
@@ -89,6 +91,7 @@ impl Command {
             Command::Help,
             Command::Copy,
             Command::Select,
+            Command::Branch,
             Command::Export,
             Command::Settings,
             Command::NewPane,
@@ -132,6 +135,7 @@ impl Command {
             Command::Help => "help",
             Command::Copy => "copy",
             Command::Select => "select",
+            Command::Branch => "branch",
             Command::Export => "export",
             Command::Settings => "settings",
             Command::NewPane => "new_pane",
@@ -183,6 +187,10 @@ impl Command {
             Command::Help => "this help",
             Command::Copy => "copy the focused pane's last answer (OSC 52 and a file)",
             Command::Select => "pick any message of the focused pane to copy (up/down choose, enter copies, esc back)",
+            Command::Branch => {
+                "branch: a new pane carries the focused pane's conversation up to a message you pick (up/down choose, \
+                 enter branches, esc back)"
+            }
             Command::Export => "save the focused pane's conversation as Markdown (in the session's folder)",
             Command::Settings => {
                 "the focused pane's settings: system prompt, temperature, top_p, top_k, max_tokens, penalties"
@@ -232,6 +240,7 @@ impl Command {
             Command::Help => vec!["f1"],
             Command::Copy => vec!["ctrl+y"],
             Command::Select => vec!["alt+y", "f7"],
+            Command::Branch => vec!["alt+b"],
             Command::Export => vec!["alt+s", "f9"],
             Command::Settings => vec!["alt+,", "f6"],
             Command::NewPane => vec!["ctrl+n"],

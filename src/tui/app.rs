@@ -71,6 +71,11 @@ pub enum Overlay {
     Select {
         index: usize,
     },
+    /// Picking the message of the focused pane to branch from (`index` into `Pane::messages`):
+    /// a new pane gets the conversation up to it.
+    Branch {
+        index: usize,
+    },
     /// A pane's settings form.
     Settings(Box<SettingsForm>),
     /// The inspector drilled into one row (by request id); `opened`: the drill-down showed the
@@ -359,6 +364,16 @@ impl App {
                     // The bottom bar shows the picker's keys.
                     self.notice = None;
                     self.overlay = Some(Overlay::Select { index: count - 1 });
+                }
+            }
+            Command::Branch => {
+                let count = self.focused().messages().len();
+                if count == 0 {
+                    self.notify("nothing to branch: this pane has no message yet".into(), true);
+                } else {
+                    // The bottom bar shows the picker's keys.
+                    self.notice = None;
+                    self.overlay = Some(Overlay::Branch { index: count - 1 });
                 }
             }
             Command::Export => self.export(fx),
@@ -761,21 +776,22 @@ impl App {
                 }
             }
             Overlay::Select { index } => {
-                let last = self.focused().messages().len().saturating_sub(1);
                 let copy = self.keymap.keys_for(Command::Copy).iter().any(|c| c.matches(&key));
-                let index = match key.code {
-                    KeyCode::Esc | KeyCode::Char('q') => return None,
-                    KeyCode::Enter | KeyCode::Char('y') => return self.copy_message(index, fx),
-                    _ if copy => return self.copy_message(index, fx),
-                    KeyCode::Up | KeyCode::Char('k') => index.saturating_sub(1),
-                    KeyCode::Down | KeyCode::Char('j') => index + 1,
-                    KeyCode::Home | KeyCode::Char('g') => 0,
-                    KeyCode::End | KeyCode::Char('G') => last,
-                    KeyCode::PageUp => index.saturating_sub(5),
-                    KeyCode::PageDown => index + 5,
-                    _ => index,
-                };
-                Some(Overlay::Select { index: index.min(last) })
+                match key.code {
+                    KeyCode::Esc | KeyCode::Char('q') => None,
+                    KeyCode::Enter | KeyCode::Char('y') => self.copy_message(index, fx),
+                    _ if copy => self.copy_message(index, fx),
+                    _ => Some(Overlay::Select { index: self.pick_move(index, &key) }),
+                }
+            }
+            Overlay::Branch { index } => {
+                let again = self.keymap.keys_for(Command::Branch).iter().any(|c| c.matches(&key));
+                match key.code {
+                    KeyCode::Esc | KeyCode::Char('q') => None,
+                    KeyCode::Enter | KeyCode::Char('b') => self.branch(index, fx),
+                    _ if again => self.branch(index, fx),
+                    _ => Some(Overlay::Branch { index: self.pick_move(index, &key) }),
+                }
             }
             Overlay::Settings(form) => self.settings_key(form, key, fx),
             Overlay::Row { id, opened } => {
@@ -909,6 +925,101 @@ impl App {
             )),
         }
         self.notify(text, false);
+    }
+
+    /// A message picker's move: up/down (k/j) one message, home/end (g/G) the first and last,
+    /// pageup/pagedown five; other keys stay.
+    fn pick_move(&self, index: usize, key: &KeyEvent) -> usize {
+        let last = self.focused().messages().len().saturating_sub(1);
+        let index = match key.code {
+            KeyCode::Up | KeyCode::Char('k') => index.saturating_sub(1),
+            KeyCode::Down | KeyCode::Char('j') => index + 1,
+            KeyCode::Home | KeyCode::Char('g') => 0,
+            KeyCode::End | KeyCode::Char('G') => last,
+            KeyCode::PageUp => index.saturating_sub(5),
+            KeyCode::PageDown => index + 5,
+            _ => index,
+        };
+        index.min(last)
+    }
+
+    /// Branch the focused pane at message `index` of `Pane::messages`: a new pane (focused, with
+    /// the pane's settings) holds the conversation before that message and, for an answer, the
+    /// answer's turn too; a question goes into the new pane's box instead, to edit and send. The
+    /// new pane's transcript starts with a `branch` record and the copied turns, so `--resume`
+    /// brings it back. Refused at eight panes, and for an answer still being written.
+    fn branch(&mut self, index: usize, fx: &mut Vec<Effect>) -> Option<Overlay> {
+        let source = self.focus;
+        let Some((turn, answer)) = self.panes[source].messages().get(index).copied() else {
+            self.notify("that message is gone".into(), true);
+            return None;
+        };
+        if self.panes.len() >= MAX_PANES {
+            let close = self.keymap.describe_keys(Command::ClosePane);
+            self.notify(format!("{MAX_PANES} panes at most: close one ({close}) to branch into a new pane"), true);
+            return None;
+        }
+        let from = &self.panes[source];
+        let picked = &from.turns[turn];
+        if answer && from.in_flight.as_ref().is_some_and(|f| f.id == picked.request_id) {
+            self.notify("that answer is still being written: branch from its question, or when it ends".into(), true);
+            return Some(Overlay::Branch { index });
+        }
+        let (copied, question) = if answer {
+            (from.turns[..=turn].to_vec(), None)
+        } else {
+            (from.turns[..turn].to_vec(), Some(picked.user.clone()))
+        };
+        let (from_id, at) = (from.id, picked.request_id.clone());
+        let settings = from.settings.clone();
+        let mut pane = Pane { settings: settings.clone(), ..Pane::new(self.next_pane_id) };
+        self.next_pane_id += 1;
+        pane.state = match copied.last() {
+            Some(t) if t.interrupted => RowState::Cancelled,
+            Some(t) => finish_state(t.finish.unwrap_or(FinishReason::Stop)),
+            None => RowState::Idle,
+        };
+        let id = pane.id;
+        let record = |record| Effect::Record { pane: id, record };
+        fx.push(record(Record::Branch { pane: from_id, request: at, answer }));
+        // Always recorded (null: the profile's), so a resumed branch does not take the
+        // `[pane.N]` of the place it happens to have.
+        fx.push(record(Record::Settings { settings }));
+        for t in &copied {
+            fx.push(record(Record::User { request: t.request_id.clone(), text: t.user.clone(), replaces: None }));
+            match t.finish {
+                Some(finish) => fx.push(record(Record::Done {
+                    request: t.request_id.clone(),
+                    finish,
+                    text: t.answer.clone(),
+                    error: t.error.clone(),
+                    stats: t.stats.clone().unwrap_or_default(),
+                })),
+                // An answer the session ended before: its text so far, still without an end.
+                None if !t.answer.is_empty() => {
+                    fx.push(record(Record::Delta { request: t.request_id.clone(), text: t.answer.clone() }))
+                }
+                None => {}
+            }
+        }
+        pane.turns = copied;
+        if let Some(q) = &question {
+            pane.input.set(q);
+        }
+        let turns = pane.turns.len();
+        self.panes.push(pane);
+        self.focus = self.panes.len() - 1;
+        self.zoomed = false;
+        let plural = if turns == 1 { "" } else { "s" };
+        let what = match question {
+            Some(_) => format!("{turns} turn{plural} before it, and the question in the box to edit and send"),
+            None => format!("{turns} turn{plural}, up to that answer"),
+        };
+        self.notify(
+            format!("pane {} branches pane {} at message {}: {what}", self.focus + 1, source + 1, index + 1),
+            false,
+        );
+        None
     }
 
     /// Copy message `index` of the focused pane (the picker closes).

@@ -52,6 +52,14 @@ pub enum Record {
     },
     /// The user started a new conversation in this pane.
     Clear,
+    /// This pane was branched from pane `pane`'s conversation at the request `request`'s
+    /// question (`answer`: its answer too). The turns it took follow as `user` and `done`
+    /// records.
+    Branch {
+        pane: u32,
+        request: String,
+        answer: bool,
+    },
     /// The pane's own system prompt, sampler and max_tokens from here on (set in the app);
     /// `null`: the profile's again. `--resume` restores the last one.
     Settings {
@@ -298,7 +306,7 @@ pub fn read_pane(path: &Path) -> Result<(Vec<Turn>, Option<Option<ChatSettings>>
             continue;
         };
         match record {
-            Record::Session { .. } => {}
+            Record::Session { .. } | Record::Branch { .. } => {}
             Record::Clear => turns.clear(),
             Record::Settings { settings } => own = Some(settings),
             Record::User { request, text, replaces } => {

@@ -76,14 +76,18 @@ pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(format!(" {}", notice.text)).style(style), area);
         return;
     }
-    if let Some(Overlay::Select { index }) = app.overlay {
+    if let Some(Overlay::Select { index } | Overlay::Branch { index }) = app.overlay {
         let count = app.focused().messages().len();
+        let (lead, enter) = match app.overlay {
+            Some(Overlay::Branch { .. }) => ("branch at ", " branch  "),
+            _ => ("", " copy  "),
+        };
         let spans = vec![
-            Span::styled(format!(" message {} of {count}  ", index + 1), s.accent),
+            Span::styled(format!(" {lead}message {} of {count}  ", index + 1), s.accent),
             Span::styled("↑/↓", s.key),
             Span::styled(" choose  ", s.muted),
             Span::styled("enter", s.key),
-            Span::styled(" copy  ", s.muted),
+            Span::styled(enter, s.muted),
             Span::styled("esc", s.key),
             Span::styled(" back", s.muted),
         ];

@@ -42,6 +42,6 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Some(Overlay::Settings(form)) => settings::draw(frame, area, app, form),
         // Drawn in the pane itself (the picked message highlighted), or the inspector (the
         // drilled row), and the bottom bar.
-        Some(Overlay::Select { .. } | Overlay::Row { .. }) | None => {}
+        Some(Overlay::Select { .. } | Overlay::Branch { .. } | Overlay::Row { .. }) | None => {}
     }
 }

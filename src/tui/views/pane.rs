@@ -51,9 +51,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
     let body_height = inner.height.saturating_sub(input_rows as u16 + 1);
     if body_height > 0 {
         let body = Rect { height: body_height, ..inner };
-        // The message being picked for copying, in the focused pane.
+        // The message being picked for copying or branching, in the focused pane.
         let picked = match app.overlay {
-            Some(Overlay::Select { index }) if focused => pane.messages().get(index).copied(),
+            Some(Overlay::Select { index } | Overlay::Branch { index }) if focused => {
+                pane.messages().get(index).copied()
+            }
             _ => None,
         };
         draw_body(frame, body, app, pane, picked);
