@@ -8,6 +8,7 @@ mod common;
 use common::cuda_here;
 
 use cohort::model::cuda::add_norm::{self, check};
+use cohort::model::routes::{self, Routes};
 use mlx_rs::{Array, Dtype};
 
 fn tolerance(dtype: Dtype) -> f64 {
@@ -44,7 +45,8 @@ fn the_kernel_matches_the_reference_and_mlx() {
 #[test]
 fn the_kernel_serves_only_one_dtype_and_a_row_it_holds() {
     let a = |shape: &[i32], dtype: Dtype| Array::zeros::<f32>(shape).unwrap().as_dtype(dtype).unwrap();
-    add_norm::set_enabled(Some(true));
+    let on = Routes { add_norm_kernel: true, ..routes::current() };
+    let _in_force = routes::enter(on);
     let (x, w) = (a(&[2, 64], Dtype::Bfloat16), a(&[64], Dtype::Bfloat16));
     assert!(add_norm::serves(&x, &x, &w));
     assert!(!add_norm::serves(&x, &a(&[2, 64], Dtype::Float32), &w), "mixed dtypes");
@@ -53,7 +55,7 @@ fn the_kernel_serves_only_one_dtype_and_a_row_it_holds() {
     let wide = add_norm::MAX_WIDTH + 1;
     let xw = a(&[1, wide], Dtype::Bfloat16);
     assert!(!add_norm::serves(&xw, &xw, &a(&[wide], Dtype::Bfloat16)), "wider than a block holds");
-    add_norm::set_enabled(Some(false));
-    assert!(!add_norm::serves(&x, &x, &w), "switched off");
-    add_norm::set_enabled(None);
+    routes::scoped(Routes { add_norm_kernel: false, ..on }, || {
+        assert!(!add_norm::serves(&x, &x, &w), "switched off");
+    });
 }

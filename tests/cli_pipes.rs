@@ -11,7 +11,7 @@ fn a_reader_that_stops_early_ends_the_command_quietly() {
     let home = tempfile::tempdir().unwrap();
     let model = common::fixture("llama");
     let commands: [Vec<&str>; 4] =
-        [vec!["--version"], vec!["data-dir"], vec!["device", "--switches"], vec!["inspect", model.to_str().unwrap()]];
+        [vec!["--version"], vec!["data-dir"], vec!["device", "--routes"], vec!["inspect", model.to_str().unwrap()]];
     for args in commands {
         let mut child = common::cohort_command(home.path())
             .args(&args)

@@ -3,8 +3,7 @@
 //! they must serve (plans get compiled, the verify's capturing mixer among them) and give
 //! mlx-lm's logits and greedy tokens, by AR and by greedy MTP (whose T=2 verify and per-position
 //! state capture run through the compiled mixer), as the plain route does in
-//! tests/qwen35_reference.rs and tests/mtp_solo.rs. One test, so the process-wide switches are
-//! never raced.
+//! tests/qwen35_reference.rs and tests/mtp_solo.rs. Each case runs under its own `Routes` value.
 
 mod common;
 
@@ -18,7 +17,7 @@ use cohort::model::families::qwen3_5::Qwen35Model;
 use cohort::model::forward::LanguageModel;
 use cohort::model::layers::compiled::{GraphKey, Storage, compiled_here};
 use cohort::model::layers::moe_graph::Stacking;
-use cohort::model::layers::{gated_delta, linear, moe_graph, product};
+use cohort::model::routes::{self, Routes};
 use cohort::model::text::tokenizer::TextTokenizer;
 use common::*;
 use mlx_rs::Dtype;
@@ -28,8 +27,8 @@ const WITH_MTP: [&str; 3] = ["qwen35_moe_4bit", "qwen35_dense_8bit", "qwen35_den
 
 #[test]
 fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
-    moe_graph::set_enabled(Some(true));
-    gated_delta::set_compiled(Some(true));
+    let base = routes::current();
+    let compiled = Routes { compile_moe: true, compile_gdn: true, ..base };
     let fixtures = ["qwen35_moe_4bit", "qwen35_moe_hf", "qwen3_next_4bit", "qwen35_dense_8bit", "qwen35_dense_bf16"];
     for (i, name) in fixtures.into_iter().enumerate() {
         // Every other fixture with the projections that share an input stacked into one product
@@ -37,9 +36,7 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
         // block's expert gate/up, shared expert gate/up, router and shared expert gate): the
         // 4-bit MoE, qwen3_next's regrouped projections, bf16.
         let stacked = i % 2 == 0;
-        linear::set_stacked(Some(stacked));
         // The others with gather_qmm building its own rows (bench-step's `--moe-rows built`).
-        moe_graph::set_built_rows(!stacked);
         // The quantized fixtures with one of CUDA's load layouts forced (src/model/layers/product.rs):
         // odd widths padded with zero rows (1), narrow products with a dense copy (2); the float
         // ones have nothing to lay out (0).
@@ -48,8 +45,13 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
             "qwen3_next_4bit" => 2,
             _ => 0,
         };
-        product::set_padded(Some(layout == 1));
-        product::set_dense(Some(layout == 2));
+        let _in_force = routes::enter(Routes {
+            stack_projections: stacked,
+            moe_built_rows: !stacked,
+            pad_products: layout == 1,
+            dense_products: layout == 2,
+            ..compiled
+        });
         let before = compiled_here();
         let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let refs = reference(name);
@@ -114,12 +116,9 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
     }
     // The plain route over stacked projections, as prefill chunks of more than a step's rows
     // run on the CUDA backend.
-    moe_graph::set_enabled(Some(false));
-    gated_delta::set_compiled(Some(false));
-    linear::set_stacked(Some(true));
+    let plain = Routes { compile_moe: false, compile_gdn: false, stack_projections: true, ..base };
     for (j, name) in ["qwen35_moe_4bit", "qwen3_next_4bit", "qwen35_dense_bf16"].into_iter().enumerate() {
-        product::set_padded(Some(j == 1));
-        product::set_dense(Some(j == 0));
+        let _in_force = routes::enter(Routes { pad_products: j == 1, dense_products: j == 0, ..plain });
         let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         for (pname, p) in reference(name)["prompts"].as_object().unwrap() {
             let prompt = ids(&p["prompt_ids"]);
@@ -132,10 +131,4 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
             assert_eq!(got, want, "{name}/{pname}, plain ops, stacked: greedy continuation differs from mlx-lm");
         }
     }
-    moe_graph::set_enabled(None);
-    gated_delta::set_compiled(None);
-    linear::set_stacked(None);
-    moe_graph::set_built_rows(false);
-    product::set_padded(None);
-    product::set_dense(None);
 }

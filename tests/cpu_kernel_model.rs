@@ -11,15 +11,16 @@ use std::path::{Path, PathBuf};
 
 use cohort::engine::ar;
 use cohort::engine::probe::{self, Verdict};
-use cohort::model::families::llama::{host_blocks_served, host_layers_enabled, set_host_layers};
+use cohort::model::families::llama::host_blocks_served;
 use cohort::model::forward::LanguageModel;
 use cohort::model::layers::linear::{LinearRoute, WeightPolicy};
+use cohort::model::routes::{self, Routes};
 use common::*;
 use mlx_rs::Dtype;
 use serde_json::Value;
 
-/// Tests take turns: a load sets the process-wide policy, and the host path switch and its
-/// served counter are process-wide too.
+/// Tests take turns: the host path's served counter is process-wide (the engine's owner thread
+/// counts into it too), so a test that expects it to stay still runs alone.
 static TURNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn turn() -> std::sync::MutexGuard<'static, ()> {
@@ -53,11 +54,9 @@ fn the_kernel_policy_matches_mlx_lm_on_its_own_checkpoint_on_both_decode_routes(
     // The host decode path, then MLX ops between the kernel's products (the route Qwen models
     // and `COHORT_HOST_LAYERS=0` take).
     for host in [true, false] {
-        let was = host_layers_enabled();
-        set_host_layers(host && was);
+        let was = routes::current();
         let before = host_blocks_served();
-        matches_mlx_lm_on_tiny();
-        set_host_layers(was);
+        routes::scoped(Routes { host_layers: host && was.host_layers, ..was }, matches_mlx_lm_on_tiny);
         let served = host_blocks_served() - before;
         if host && host_path_here() {
             assert!(served > 0, "the host decode path served no block");
@@ -99,7 +98,6 @@ fn with_the_kernel_the_probe_finds_the_batched_verify_exact() {
         let model = load(&model_dir, WeightPolicy::Kernel);
         assert!(model.has_mtp(), "{}", model_dir.display());
         let decision = probe::gate(&*model, false).unwrap();
-        cohort::model::layers::linear::set_route(LinearRoute::Batched);
         assert_eq!(decision.reports[0].verdict, Verdict::Equal, "{}: {}", model_dir.display(), decision.summary);
         assert!(decision.mtp_allowed && decision.route == LinearRoute::Batched, "{}", decision.summary);
     }
@@ -132,7 +130,6 @@ fn smollm2_on_the_kernel_matches_mlx_lm_and_verifies_exactly_on_the_batched_rout
     // Exact by construction here; on float32 BLAS it depends on the BLAS kernel (~4e-5 on the
     // machine of earlier sessions, which then fell back to row-by-row products).
     let decision = probe::gate(&*model, false).unwrap();
-    cohort::model::layers::linear::set_route(LinearRoute::Batched);
     assert_eq!(decision.reports[0].verdict, Verdict::Equal, "{}", decision.summary);
     assert_eq!(decision.route, LinearRoute::Batched, "{}", decision.summary);
 }

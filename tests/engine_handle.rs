@@ -20,7 +20,14 @@ fn engine(numerics: Numerics) -> EngineHandle {
 
 fn engine_with(preset: Preset, numerics: Numerics) -> EngineHandle {
     let args = ModelArgs { model: Some(fixture("qwen35_moe_4bit").display().to_string()), dtype: None, weights: None };
-    args.start_engine(EngineSetup { scheduler: preset.config(), numerics, mode: None, serial: false }).unwrap()
+    args.start_engine(EngineSetup {
+        scheduler: preset.config(),
+        numerics,
+        mode: None,
+        serial: false,
+        allow_inexact: false,
+    })
+    .unwrap()
 }
 
 fn request(i: usize, max_tokens: usize) -> Request {
@@ -191,7 +198,13 @@ fn a_long_prompt_reports_prefill_progress_chunk_by_chunk() {
     let mut scheduler = Preset::Solo.config();
     scheduler.prefill_chunk = 64;
     let engine = args
-        .start_engine(EngineSetup { scheduler, numerics: Numerics::Throughput, mode: None, serial: false })
+        .start_engine(EngineSetup {
+            scheduler,
+            numerics: Numerics::Throughput,
+            mode: None,
+            serial: false,
+            allow_inexact: false,
+        })
         .unwrap();
     let mut req = request(0, 2);
     req.prompt = Prompt::Ids((0..200).map(|i| (3 + i % 50) as u32).collect());
@@ -288,6 +301,9 @@ impl cohort::model::forward::LanguageModel for Unrunnable {
     fn dtype(&self) -> mlx_rs::Dtype {
         self.0.dtype()
     }
+    fn routes(&self) -> cohort::model::routes::Routes {
+        self.0.routes()
+    }
 }
 
 /// A continuous engine whose lane cannot start fails its start with the reason, so a server
@@ -314,6 +330,7 @@ fn an_engine_whose_lane_cannot_start_fails_its_start() {
             numerics: Numerics::Throughput,
             mode: None,
             serial: false,
+            allow_inexact: false,
         },
     );
     let err = match start {

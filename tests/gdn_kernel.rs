@@ -63,22 +63,20 @@ fn the_fused_front_matches_the_reference_at_real_sizes() {
 /// reading) cannot.
 #[test]
 fn the_fused_front_gives_the_ops_fronts_logits_and_states_in_the_model() {
-    use cohort::model::cuda::gdn_kernel;
     use cohort::model::families::qwen3_5::Qwen35Model;
     use cohort::model::forward::{LanguageModel, Logits};
-    use cohort::model::layers::linear;
+    use cohort::model::routes::{self, Routes};
     if !cuda_here("the fused front") {
         return;
     }
-    linear::set_stacked(Some(true));
-    let model = Qwen35Model::load(&common::fixture("qwen35_dense_bf16"), Dtype::Float32).unwrap();
-    linear::set_stacked(None);
+    let stacked = Routes { stack_projections: true, ..routes::current() };
+    let model =
+        routes::scoped(stacked, || Qwen35Model::load(&common::fixture("qwen35_dense_bf16"), Dtype::Float32)).unwrap();
     let prompt: Vec<u32> = (0..37).map(|i| (i * 31 + 7) % 200).collect();
     // `fused`: the fused front; `norm`: the gated norm folded into it (reading the stacked
     // product with its load padding, where CUDA's load layouts pad it).
     let run = |fused: bool, norm: bool| -> Vec<Vec<f32>> {
-        gdn_kernel::set_fused_front(Some(fused));
-        gdn_kernel::set_fused_norm(Some(norm));
+        let _in_force = routes::enter(Routes { gdn_fused_front: fused, gdn_fused_norm: norm, ..stacked });
         let mut row = model.new_row();
         model.prefill(&mut row, &prompt, 16, false).unwrap();
         let tokens = mlx_rs::Array::from_slice(&[3i32, 11], &[1, 2]);
@@ -94,8 +92,6 @@ fn the_fused_front_gives_the_ops_fronts_logits_and_states_in_the_model() {
         for states in out.captures.iter().flatten().flatten().flatten() {
             parts.extend(own(states).map(|a| common::to_f32(&a)));
         }
-        gdn_kernel::set_fused_front(None);
-        gdn_kernel::set_fused_norm(None);
         parts
     };
     let ops = run(false, false);

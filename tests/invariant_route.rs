@@ -12,11 +12,10 @@ use cohort::model::config::QuantSpec;
 use cohort::model::cuda::attention_kernel::{self, Shape};
 use cohort::model::cuda::row_invariant;
 use cohort::model::forward::{LanguageModel, Logits};
-use cohort::model::layers::linear::{self, LinearRoute};
+use cohort::model::layers::linear::LinearRoute;
+use cohort::model::routes;
 use common::*;
 use mlx_rs::{Array, Dtype};
-
-static ROUTE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn tolerance(dtype: Dtype) -> f64 {
     if dtype == Dtype::Float32 { 1e-5 } else { 1e-2 }
@@ -68,7 +67,6 @@ fn a_verify_blocks_attention_is_the_single_steps_and_the_lone_rows() {
 /// gate must find the invariant route Equal and keep MTP on it.
 #[test]
 fn the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16() {
-    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
     if !cuda_here("the invariant route") {
         return;
     }
@@ -77,7 +75,6 @@ fn the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16() {
     std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
     let model = cohort::model::families::llama::LlamaModel::load(dir.path(), Dtype::Bfloat16).unwrap();
     let decision = probe::gate(&model, false).unwrap();
-    linear::set_route(LinearRoute::Batched);
     assert!(decision.mtp_allowed, "{}", decision.summary);
     let kept = decision.reports.last().unwrap();
     assert_eq!(kept.verdict, Verdict::Equal, "{}", decision.summary);
@@ -89,7 +86,6 @@ fn the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16() {
 /// several rows and for prefill.
 #[test]
 fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves() {
-    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
     if cohort::platform::backend::Backend::is_cuda() {
         eprintln!("skipped: on CUDA the invariant route's kernels serve (the tests above hold them)");
         return;
@@ -97,7 +93,7 @@ fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves(
     let dir = fixture("llama").join("tiny_llama_mlx");
     let model = cohort::model::families::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
     let run = |route: LinearRoute| -> Vec<u32> {
-        linear::with_route(route, || {
+        routes::with_linear(route, || {
             let mut rows: Vec<_> = (0..3).map(|_| model.new_row()).collect();
             for (i, row) in rows.iter_mut().enumerate() {
                 let prompt: Vec<u32> = (0..5 + 3 * i as u32).map(|t| (t * 37 + 11) % 512).collect();
@@ -113,18 +109,18 @@ fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves(
 }
 
 /// The route cost timer gives each route its verify and step medians at the asked width, and
-/// leaves the process on the route it found.
+/// leaves the thread on the routes it found.
 #[test]
 fn route_costs_are_timed_for_every_route_in_turns() {
-    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
     let dir = fixture("llama").join("tiny_llama_mlx");
     let model = cohort::model::families::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
-    linear::set_route(LinearRoute::RowByRow);
-    let routes = [LinearRoute::Batched, LinearRoute::Invariant];
-    let costs = cohort::engine::route_cost::time_routes(&model, &routes, 3, 2).unwrap();
-    assert_eq!(linear::route(), LinearRoute::RowByRow);
-    linear::set_route(LinearRoute::Batched);
-    assert_eq!(costs.iter().map(|c| c.route).collect::<Vec<_>>(), routes);
+    let timed = [LinearRoute::Batched, LinearRoute::Invariant];
+    let costs = routes::with_linear(LinearRoute::RowByRow, || {
+        let costs = cohort::engine::route_cost::time_routes(&model, &timed, 3, 2).unwrap();
+        assert_eq!(routes::current().linear, LinearRoute::RowByRow);
+        costs
+    });
+    assert_eq!(costs.iter().map(|c| c.route).collect::<Vec<_>>(), timed);
     for c in &costs {
         assert_eq!(c.width, 3);
         assert!(c.verify_ms > 0.0 && c.step_ms > 0.0, "{c:?}");

@@ -6,10 +6,10 @@
 mod common;
 
 use cohort::model::config::LayerKind;
-use cohort::model::cpu::attention_cpu;
 use cohort::model::layers::cache::{KvCache, LayerState, RowCache};
 use cohort::model::layers::kv_slots::{self, Block, RopeSpec};
-use cohort::model::layers::linear::{self, LinearRoute};
+use cohort::model::layers::linear::LinearRoute;
+use cohort::model::routes::{self, Routes};
 use common::{Lcg, to_f32};
 use mlx_rs::Array;
 
@@ -200,9 +200,6 @@ fn host_block_step(caches: &mut [&mut KvCache], [q, k, v]: [&[f32]; 3], t: usize
     Array::from_slice(&swap_middle(&out, w, t, heads), &[w as i32, HEADS, t as i32, DIM])
 }
 
-/// The route is process-wide; tests that set it take turns.
-static ROUTE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// How a run stores and attends.
 #[derive(Clone, Copy)]
 struct Setup {
@@ -220,11 +217,14 @@ struct Setup {
 const COHORT: Setup = Setup { route: LinearRoute::Batched, pack: true, padded: false, host: true, host_block: false };
 
 fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
-    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
-    kv_slots::set_padded_blocks(setup.padded);
-    let host_before = attention_cpu::enabled();
-    attention_cpu::set_enabled(setup.host && host_before);
-    let outs = linear::with_route(setup.route, || {
+    let was = routes::current();
+    let routes = Routes {
+        linear: setup.route,
+        padded_blocks: setup.padded,
+        host_attention: setup.host && was.host_attention,
+        ..was
+    };
+    routes::scoped(routes, || {
         let mut rng = Lcg(42);
         // One row stands 2 short of the first growth step, so the verify block grows the buffer.
         let (mut rows, mut reference) = rows_with_history(&[5, 1, 254, 17, 40, 3, 99, 8], &mut rng);
@@ -247,10 +247,7 @@ fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
         outs.push(step_and_check(&mut rows, &mut reference, &[2, 5, 6], 1, rope, &mut rng, setup.host_block));
         outs.push(step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng, setup.host_block));
         outs
-    });
-    kv_slots::set_padded_blocks(false);
-    attention_cpu::set_enabled(host_before);
-    outs
+    })
 }
 
 const FULL_ROPE: RopeSpec = RopeSpec { dims: DIM, traditional: false, base: BASE };
@@ -314,7 +311,6 @@ fn host_blocks_match_the_reference_on_packed_and_unpacked_rows_and_both_routes()
 #[test]
 fn host_blocks_start_fresh_rows_from_nothing() {
     // A first block on rows with no storage yet (an MTP history's first draft), then one more.
-    let _turn = ROUTE.lock().unwrap_or_else(|e| e.into_inner());
     let mut rng = Lcg(7);
     let mut rows: Vec<RowCache> = (0..3).map(|_| RowCache::new(&[LayerKind::Full])).collect();
     let mut reference: Vec<(History, History)> =

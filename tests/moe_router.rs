@@ -80,12 +80,10 @@ fn two_layer_model(dtype: Dtype, seed: u64) -> cohort::model::families::qwen3_5:
     cohort::model::families::qwen3_5::Qwen35Model::from_weights(cfg, &mut weights, dtype).unwrap()
 }
 
-/// `f` with the expert kernels forced on or off, then back to the default.
+/// `f` with the expert kernels on or off.
 fn with_expert_kernels<T>(on: bool, f: impl FnOnce() -> T) -> T {
-    cohort::model::cuda::moe_experts::set_enabled(Some(on));
-    let out = f();
-    cohort::model::cuda::moe_experts::set_enabled(None);
-    out
+    use cohort::model::routes;
+    routes::scoped(routes::Routes { moe_kernel: on, ..routes::current() }, f)
 }
 
 /// The expert kernels inside the model, against the ops route they replace: a two-layer model at

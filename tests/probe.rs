@@ -1,4 +1,4 @@
-//! The exactness gate (its own test binary: it flips process-wide switches).
+//! The exactness gate.
 
 mod common;
 
@@ -6,12 +6,8 @@ use cohort::model::families::qwen3_5::Qwen35Model;
 use common::*;
 use mlx_rs::Dtype;
 
-/// The gate's switches are process-wide: tests take turns.
-static GATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 fn a_probe_forced_to_diverge_declines_mtp_and_says_so() {
-    let _turn = GATE.lock().unwrap_or_else(|e| e.into_inner());
     use cohort::engine::probe::{self, Verdict};
     let model = Qwen35Model::load(&fixture("qwen35_moe_4bit"), Dtype::Float32).unwrap();
     let honest = probe::gate(&model, false).unwrap();
@@ -34,7 +30,6 @@ fn a_probe_forced_to_diverge_declines_mtp_and_says_so() {
 fn allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact() {
     use cohort::engine::probe::{self, Verdict};
     use cohort::model::layers::linear::LinearRoute;
-    let _turn = GATE.lock().unwrap_or_else(|e| e.into_inner());
     let test = "allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact";
     let Some(dir) = smollm2_imported(test) else { return };
     let head = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
@@ -42,7 +37,6 @@ fn allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact()
     let model = cohort::model::families::llama::LlamaModel::load(dir.path(), Dtype::Float32).unwrap();
     let exact = probe::gate(&model, false).unwrap();
     let fast = probe::gate(&model, true).unwrap();
-    cohort::model::layers::linear::set_route(LinearRoute::Batched);
     assert!(fast.mtp_allowed && fast.route == LinearRoute::Batched, "{}", fast.summary);
     assert_eq!(fast.reports.len(), 1, "no row-by-row retry once inexact MTP is allowed");
     if exact.reports[0].verdict == Verdict::Equal {

@@ -40,6 +40,7 @@ fn a_request_error_shows_in_its_pane_only_and_the_other_rows_keep_running() {
         numerics: Numerics::Throughput,
         mode: None,
         serial: false,
+        allow_inexact: false,
     };
     let mut bridge = Bridge::default();
     bridge.attach(Backend::Local(args.start_engine(setup).unwrap()));

@@ -127,6 +127,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         numerics: args.numerics,
         mode: args.generation_mode,
         serial: false,
+        allow_inexact: crate::engine::probe::allow_inexact(),
     };
     let engine = args.model.start_engine(setup)?;
     let chat = crate::model::text::tokenizer::TextTokenizer::load(&engine.info.dir)?.has_chat_template();

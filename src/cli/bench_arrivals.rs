@@ -220,7 +220,13 @@ fn arm(
     numerics: Numerics,
     round: usize,
 ) -> Result<ArmFigures> {
-    let engine = model.start_engine(EngineSetup { scheduler: which.scheduler(), numerics, mode, serial: false })?;
+    let engine = model.start_engine(EngineSetup {
+        scheduler: which.scheduler(),
+        numerics,
+        mode,
+        serial: false,
+        allow_inexact: crate::engine::probe::allow_inexact(),
+    })?;
     if round == 1 {
         eprintln!("{}: mode {:?}, numerics {:?}", which.name(), engine.info.mode, engine.info.numerics);
     }

@@ -13,8 +13,8 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::bench_step::{
-    Arm, BenchStepArgs, ProfiledStep, arm_order, close_window, kernel_cells, kernel_columns, min_max,
-    print_graph_stats, profile_window, set_arm, synthetic_ids,
+    Arm, BenchStepArgs, ProfiledStep, arm_order, arm_routes, close_window, kernel_cells, kernel_columns, min_max,
+    print_graph_stats, profile_window, synthetic_ids,
 };
 use crate::engine::cohort::{FIXED_WIDTH, pack_if_it_fits};
 use crate::engine::cycle::{self, Phase, PhaseClock, PhaseTimer, Untimed};
@@ -226,9 +226,10 @@ pub fn interleaved_b8(model: &Qwen35Model, tok: &TextTokenizer, args: &BenchStep
     let mut cohort = Cohort::new(model, tok, 3 * rounds * arms.len())?;
     let mut mtp: Vec<BTreeMap<Phase, Vec<f64>>> = vec![BTreeMap::new(); arms.len()];
     let mut ar: Vec<BTreeMap<Phase, Vec<f64>>> = vec![BTreeMap::new(); arms.len()];
+    let base = crate::model::routes::current();
     for round in 0..rounds {
         for a in arm_order(round, arms.len()) {
-            set_arm(&arms[a]);
+            let _in_force = crate::model::routes::enter(arm_routes(&arms[a], base));
             for (is_mtp, into) in [(true, &mut mtp[a]), (false, &mut ar[a])] {
                 let mut timer = cohort.timer();
                 timer.recording = round >= 2;

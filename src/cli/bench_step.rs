@@ -19,6 +19,8 @@ use crate::model::families::qwen3_5::Qwen35Model;
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots;
+use crate::model::layers::linear::LinearRoute;
+use crate::model::routes::Routes;
 use crate::model::text::tokenizer::TextTokenizer;
 use crate::platform::backend::{MemoryStats, human_bytes};
 use crate::platform::timing::median;
@@ -202,7 +204,8 @@ pub enum CompiledBlocks {
 
 impl CompiledBlocks {
     fn current() -> Self {
-        match (crate::model::layers::moe_graph::enabled(), crate::model::layers::gated_delta::compiled_enabled()) {
+        let routes = crate::model::routes::current();
+        match (routes.compile_moe, routes.compile_gdn) {
             (false, false) => CompiledBlocks::None,
             (true, false) => CompiledBlocks::Moe,
             (false, true) => CompiledBlocks::Gdn,
@@ -210,15 +213,14 @@ impl CompiledBlocks {
         }
     }
 
-    fn apply(self) {
+    pub(super) fn apply(self, routes: &mut Routes) {
         let (moe, gdn) = match self {
             CompiledBlocks::None => (false, false),
             CompiledBlocks::Moe => (true, false),
             CompiledBlocks::Gdn => (false, true),
             CompiledBlocks::All => (true, true),
         };
-        crate::model::layers::moe_graph::set_enabled(Some(moe));
-        crate::model::layers::gated_delta::set_compiled(Some(gdn));
+        (routes.compile_moe, routes.compile_gdn) = (moe, gdn);
     }
 }
 
@@ -273,30 +275,29 @@ pub(super) fn ms(t: Instant) -> f64 {
 }
 
 /// Device memory bandwidth: a copy of 1 GiB (2 GiB moved), median of 5.
-/// The exactness gate and the construction check as the engine runs them at load, leaving the
-/// process on the route a B8 MTP cohort is served on, so the cycles timed below are that route's;
-/// what they decided, in words.
-fn served_route(model: &dyn LanguageModel) -> Result<String> {
-    use crate::model::layers::linear;
+/// The exactness gate and the construction check as the engine runs them at load: the linear
+/// route a B8 MTP cohort is served on (the cycles timed below run on it), and what they decided,
+/// in words.
+fn served_route(model: &dyn LanguageModel) -> Result<(LinearRoute, String)> {
+    let batched = LinearRoute::Batched;
     if !model.has_mtp() {
-        return Ok(format!("{:?} (no MTP weights: AR only)", linear::route()));
+        return Ok((batched, format!("{batched:?} (no MTP weights: AR only)")));
     }
     let decision = crate::engine::probe::gate(model, crate::engine::probe::allow_inexact())?;
     if !decision.mtp_allowed {
-        return Ok(format!("MTP declined ({}); the B8 cycles below are not served", decision.summary));
+        return Ok((batched, format!("MTP declined ({}); the B8 cycles below are not served", decision.summary)));
     }
     let batched = decision.batched_route();
     let numerics = crate::engine::scheduler::Numerics::Throughput;
     let route = numerics.route_id_at("bench", FIXED_WIDTH);
     let choice = crate::engine::construction::check_batched(model, numerics, batched, &route, &[FIXED_WIDTH])?;
-    linear::set_route(choice.route);
     let cohort = if choice.check.passed {
         format!("B8 cohort batched on the {:?} route", choice.route)
     } else {
         "B8 cohorts refused by the construction check (served as b1-exact serial: the B8 cycles below are not served)"
             .to_owned()
     };
-    Ok(format!("{}; {cohort} (max |B8 - B1| {:.3e})", decision.summary, choice.check.max_abs_diff))
+    Ok((choice.route, format!("{}; {cohort} (max |B8 - B1| {:.3e})", decision.summary, choice.check.max_abs_diff)))
 }
 
 fn bandwidth_gbs() -> Result<f64> {
@@ -474,13 +475,15 @@ fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, comp
     arms
 }
 
-/// Set an arm's process-wide switches for the steps that follow.
-pub(super) fn set_arm(arm: &Arm) {
-    arm.compiled.apply();
-    crate::model::layers::moe_graph::set_built_rows(arm.moe_rows == MoeRows::Built);
+/// An arm's routes: `base` with its switches.
+pub(super) fn arm_routes(arm: &Arm, base: Routes) -> Routes {
+    let mut routes = base;
+    arm.compiled.apply(&mut routes);
+    routes.moe_built_rows = arm.moe_rows == MoeRows::Built;
     for (switch, setting) in KernelSwitch::ALL.into_iter().zip(arm.kernels) {
-        switch.set(setting);
+        switch.apply(setting, &mut routes);
     }
+    routes
 }
 
 /// B1 steps of every arm ([`arms`]) taken in turn (mirrored order every other round), each arm
@@ -491,9 +494,10 @@ fn interleaved_b1(
     compiled: &[CompiledBlocks],
 ) -> Result<()> {
     let arms = arms(models, args, compiled);
+    let base = crate::model::routes::current();
     let mut rows = Vec::new();
     for arm in &arms {
-        set_arm(arm);
+        let _in_force = crate::model::routes::enter(arm_routes(arm, base));
         let model = &models[arm.model].1;
         let prompt = synthetic_ids(args.prefill, 1, model.cfg.vocab_size);
         let mut row = model.new_row();
@@ -516,7 +520,7 @@ fn interleaved_b1(
     }
     for round in 0..args.iters + 2 {
         for a in arm_order(round, arms.len()) {
-            set_arm(&arms[a]);
+            let _in_force = crate::model::routes::enter(arm_routes(&arms[a], base));
             let (row, tok, steps, builds) = &mut rows[a];
             let (times, next) = b1_step(&models[arms[a].model].1, tok, row)?;
             *tok = next;
@@ -720,16 +724,22 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let mut models = Vec::new();
     let mut cfg = None;
     for &stacking in &stackings {
-        crate::model::layers::linear::set_stacked(stacking.map(OnOff::on));
-        let (m, c) = load()?;
+        let mut routes = crate::model::routes::current();
+        if let Some(s) = stacking {
+            routes.stack_projections = s.on();
+        }
+        let (m, c) = crate::model::routes::scoped(routes, load)?;
         models.push((stacking, m));
         cfg = Some(c);
     }
-    crate::model::layers::linear::set_stacked(None);
     let cfg = cfg.expect("at least one model");
     let model = &models[0].1;
     let tok = tokenizer_for(dir.as_deref(), cfg.vocab_size as usize)?;
-    println!("route the engine serves: {}", served_route(model.as_ref())?);
+    // Every step below runs under the first model's routes on the linear route the engine serves.
+    let _in_force = crate::model::routes::enter(model.routes());
+    let (served, said) = served_route(model.as_ref())?;
+    let _in_force = crate::model::routes::enter(model.routes().with_linear(served));
+    println!("route the engine serves: {said}");
     let load_s = t_load.elapsed().as_secs_f64();
     let mem_loaded = MemoryStats::read();
     let bw = bandwidth_gbs()?;
@@ -758,9 +768,11 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     for route in routes {
         for &attention in &args.attention {
             for &compiled in &compiled_arms {
-                crate::model::cuda::gdn_kernel::set_enabled(matches!(route, GdnRoute::Kernel));
-                kv_slots::set_batched_attention(matches!(attention, AttentionPath::Batched));
-                compiled.apply();
+                let mut routes = crate::model::routes::current();
+                routes.gdn_kernel = matches!(route, GdnRoute::Kernel);
+                routes.batched_attention = matches!(attention, AttentionPath::Batched);
+                compiled.apply(&mut routes);
+                let _in_force = crate::model::routes::enter(routes);
                 eprintln!(
                     "measuring: {route:?} recurrence, {attention:?} cohort attention, compiled blocks: {compiled:?}"
                 );
@@ -771,22 +783,12 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
             }
         }
     }
-    if args.interleave_b1 || args.interleave_b8 {
-        let interleaved = (|| -> Result<()> {
-            if args.interleave_b1 {
-                interleaved_b1(&models, &args, &compiled_arms)?;
-            }
-            if args.interleave_b8 {
-                let arms: Vec<Arm> =
-                    arms(&models, &args, &compiled_arms).into_iter().filter(|a| a.model == 0).collect();
-                interleaved_b8(model, &tok, &args, &arms)?;
-            }
-            Ok(())
-        })();
-        // The arms' switches are process-wide: back to the engine's defaults, whatever happened.
-        crate::model::layers::moe_graph::set_built_rows(false);
-        bench_switches::reset();
-        interleaved?;
+    if args.interleave_b1 {
+        interleaved_b1(&models, &args, &compiled_arms)?;
+    }
+    if args.interleave_b8 {
+        let arms: Vec<Arm> = arms(&models, &args, &compiled_arms).into_iter().filter(|a| a.model == 0).collect();
+        interleaved_b8(model, &tok, &args, &arms)?;
     }
     println!("\npeak memory {}", human_bytes(MemoryStats::read().peak));
     if let [a, b] = &all[..] {

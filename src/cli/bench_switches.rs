@@ -1,8 +1,9 @@
 //! The switches of cohort's CUDA kernels that `bench-step`'s interleaved arms turn on or off,
-//! each with its flag, its table column and the engine call that sets it: one list, so a new
+//! each with its flag, its table column and the `Routes` fields it sets: one list, so a new
 //! kernel is one more row here rather than one more nested loop, field and column in each table.
 
 use super::bench_step::{BenchStepArgs, OnOff};
+use crate::model::routes::Routes;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum KernelSwitch {
@@ -62,18 +63,16 @@ impl KernelSwitch {
         }
     }
 
-    /// Force it on or off for the steps that follow (`None`: the engine's default).
-    pub(super) fn set(self, setting: Option<OnOff>) {
-        let on = setting.map(|s| s == OnOff::On);
+    /// `routes` with it on or off (`None`: as they are, the engine's default).
+    pub(super) fn apply(self, setting: Option<OnOff>, routes: &mut Routes) {
+        let Some(setting) = setting else { return };
+        let on = setting == OnOff::On;
         match self {
-            KernelSwitch::Fused => {
-                crate::model::cuda::moe_router::set_enabled(on);
-                crate::model::cuda::gdn_kernel::set_fused_front(on);
-            }
-            KernelSwitch::Experts => crate::model::cuda::moe_experts::set_enabled(on),
-            KernelSwitch::AddNorm => crate::model::cuda::add_norm::set_enabled(on),
-            KernelSwitch::MixerNorm => crate::model::cuda::gdn_kernel::set_fused_norm(on),
-            KernelSwitch::Attention => crate::model::cuda::attention_kernel::set_enabled(on),
+            KernelSwitch::Fused => (routes.router_kernel, routes.gdn_fused_front) = (on, on),
+            KernelSwitch::Experts => routes.moe_kernel = on,
+            KernelSwitch::AddNorm => routes.add_norm_kernel = on,
+            KernelSwitch::MixerNorm => routes.gdn_fused_norm = on,
+            KernelSwitch::Attention => routes.attention_kernel = on,
         }
     }
 }
@@ -99,11 +98,4 @@ pub(super) fn combinations(args: &BenchStepArgs) -> Vec<[Option<OnOff>; COUNT]> 
             .collect();
     }
     all
-}
-
-/// Back to every engine default.
-pub(super) fn reset() {
-    for switch in KernelSwitch::ALL {
-        switch.set(None);
-    }
 }

@@ -39,10 +39,11 @@ pub struct DeviceArgs {
     /// invariant route's kernel (CUDA), side by side, at 1 to 16 rows.
     #[arg(long)]
     time_invariance: bool,
-    /// List every environment switch the engine reads: its value here (set or default) and
-    /// what it does.
-    #[arg(long)]
-    switches: bool,
+    /// List the routes the engine runs here (every route choice, built once from the backend's
+    /// defaults and the environment's switches) and every other switch it reads: each value, where
+    /// it came from (set or default) and what it does.
+    #[arg(long, alias = "switches")]
+    routes: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -58,8 +59,9 @@ pub fn run(args: DeviceArgs) -> Result<()> {
     if args.time_invariance {
         return super::device_invariance::time();
     }
-    if args.switches {
-        print!("{}", crate::model::switches::listing());
+    if args.routes {
+        let backend = runtime::Backend::detect();
+        print!("{}", crate::model::routes::listing(&crate::model::routes::Routes::from_env(backend)?, backend));
         return Ok(());
     }
     if !args.attention.is_empty() {

@@ -291,6 +291,7 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
         numerics: args.numerics,
         mode: args.generation_mode,
         serial: args.scheduler == SchedulerMode::Serial,
+        allow_inexact: crate::engine::probe::allow_inexact(),
     };
     let engine = args.model.start_engine(setup)?;
     if let Some(p) = &engine.info.probe {

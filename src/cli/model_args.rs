@@ -46,6 +46,7 @@ impl ModelArgs {
             numerics: settings.numerics,
             mode: settings.mode,
             serial: false,
+            allow_inexact: crate::engine::probe::allow_inexact(),
         };
         (model, setup)
     }

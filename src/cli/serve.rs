@@ -74,7 +74,13 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
         args.api_key.clone().filter(|k| !k.is_empty()),
     ));
     let app = router(state.clone(), &Cors(args.cors.clone()))?;
-    let setup = EngineSetup { scheduler, numerics: settings.numerics, mode: settings.mode, serial: false };
+    let setup = EngineSetup {
+        scheduler,
+        numerics: settings.numerics,
+        mode: settings.mode,
+        serial: false,
+        allow_inexact: crate::engine::probe::allow_inexact(),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))

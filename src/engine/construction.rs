@@ -29,7 +29,8 @@ pub fn construction_check(
     route: &str,
     widths: &[usize],
 ) -> Result<ConstructionCheck> {
-    let (max_abs, scale) = linear::with_route(numerics.linear_route(batched), || compare(model, widths))?;
+    let (max_abs, scale) =
+        crate::model::routes::with_linear(numerics.linear_route(batched), || compare(model, widths))?;
     let bound = bound_for(model.dtype()) * scale.max(1.0);
     Ok(ConstructionCheck {
         route: route.to_owned(),
@@ -113,7 +114,7 @@ pub fn check_batched(
     if !retry {
         return Ok(BatchedChoice { check, route: batched, note: None });
     }
-    let probed = linear::with_route(linear::LinearRoute::Invariant, || super::probe::probe(model))?;
+    let probed = crate::model::routes::with_linear(linear::LinearRoute::Invariant, || super::probe::probe(model))?;
     if probed.verdict != super::probe::Verdict::Equal {
         return Ok(BatchedChoice { check, route: batched, note: None });
     }
@@ -125,6 +126,5 @@ pub fn check_batched(
         "batched cohort over its bound (max |B - B1| {:.3e} > {:.3e}); invariant route Equal and exact at widths {:?}: kept",
         check.max_abs_diff, check.bound, widths
     );
-    linear::set_route(linear::LinearRoute::Invariant);
     Ok(BatchedChoice { check: invariant, route: linear::LinearRoute::Invariant, note: Some(note) })
 }

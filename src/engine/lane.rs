@@ -27,7 +27,7 @@ use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry};
 use crate::model::forward::{LanguageModel, last_position, prefill_chunk};
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots::{self, SlotHandle};
-use crate::model::layers::linear::{self, LinearRoute};
+use crate::model::layers::linear::LinearRoute;
 use crate::model::text::tokenizer::TextTokenizer;
 
 /// A request waiting for a row.
@@ -266,7 +266,9 @@ impl<'m> Lane<'m> {
             let end = (r.next + self.cfg.chunk.max(1)).min(total);
             let is_last = end == total;
             let model = self.model;
-            let out = linear::batched(|| prefill_chunk(model, &mut r.row, &r.run.prompt_ids[r.next..end], is_last));
+            let out = crate::model::routes::batched(|| {
+                prefill_chunk(model, &mut r.row, &r.run.prompt_ids[r.next..end], is_last)
+            });
             let out = match out {
                 Ok(out) => out,
                 Err(e) => {
@@ -297,7 +299,7 @@ impl<'m> Lane<'m> {
     fn seat(&mut self, mut r: Reader, out: crate::model::forward::ForwardOutput) {
         let t0 = Instant::now();
         let model = self.model;
-        let started = linear::batched(|| -> Result<()> {
+        let started = crate::model::routes::batched(|| -> Result<()> {
             if self.cfg.mode == GenerationMode::Mtp {
                 let all = mlx_rs::ops::concatenate(&r.hiddens, 1)?;
                 prefill_mtp_history(model, &mut r.row, &r.run.prompt_ids, &all)?;
@@ -371,7 +373,7 @@ impl<'m> Lane<'m> {
             lone_cycle(*model, tok, &mut runs[0], &mut rows[0], cfg.mode, &mut |ev| route(0, ev))?;
         } else {
             let inert = vec![dummy.1.clone(); width];
-            linear::with_route(cfg.linear_route(), || match cfg.mode {
+            crate::model::routes::with_linear(cfg.linear_route(), || match cfg.mode {
                 GenerationMode::Mtp => cycle::mtp(*model, tok, runs, rows, &inert, &mut Untimed, &mut route),
                 GenerationMode::Ar => cycle::ar(*model, tok, runs, rows, &inert, &mut Untimed, &mut route),
             })?;

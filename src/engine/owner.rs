@@ -21,7 +21,8 @@ use super::scheduler::{Admission, Numerics, SchedulerConfig};
 use super::solo::{GenerationMode, route_id, run_solo};
 use super::telemetry::{FinalizeScope, SharedTelemetry};
 use crate::model::forward::LanguageModel;
-use crate::model::layers::linear::{self, LinearRoute};
+use crate::model::layers::linear::LinearRoute;
+use crate::model::routes;
 use crate::model::text::tokenizer::TextTokenizer;
 
 /// What the loader hands the owner.
@@ -43,6 +44,9 @@ pub struct EngineSetup {
     pub mode: Option<GenerationMode>,
     /// Run every request alone, one after another (the benchmark's serial arm).
     pub serial: bool,
+    /// Keep MTP on the batched route whatever the exactness probe finds (`COHORT_MTP_ALLOW_INEXACT`,
+    /// read by the command that starts the engine: [`super::probe::allow_inexact`]).
+    pub allow_inexact: bool,
 }
 
 /// What the engine decided at start-up.
@@ -84,7 +88,10 @@ pub fn run_owner(
     let started = (|| -> Result<(Loaded, EngineInfo, LinearRoute)> {
         let loaded = load()?;
         let model = loaded.model.as_ref();
+        let _in_force = routes::enter(model.routes());
         let mut probe_summary = None;
+        // The linear route every block takes from now on: the gate's verdict.
+        let mut linear_route = LinearRoute::Batched;
         // The route a batched cycle takes: MLX's products unless the gate found only cohort's
         // row-invariant kernels exact.
         let mut batched_route = LinearRoute::Batched;
@@ -97,12 +104,13 @@ pub fn run_owner(
             None => GenerationMode::Ar,
         };
         if mode == GenerationMode::Mtp {
-            let decision = probe::gate(model, probe::allow_inexact())?;
+            let decision = probe::gate(model, setup.allow_inexact)?;
             tracing::info!("{}", decision.summary);
             if !decision.mtp_allowed {
                 mode = GenerationMode::Ar;
             }
             batched_route = decision.batched_route();
+            linear_route = decision.route;
             probe_summary = Some(decision.summary);
         }
         let mut construction = None;
@@ -118,6 +126,8 @@ pub fn run_owner(
             let check = choice.check;
             batched_route = choice.route;
             if let Some(note) = choice.note {
+                // The construction check kept the invariant route in place of MLX's products.
+                linear_route = choice.route;
                 tracing::info!("{note}");
                 probe_summary = probe_summary.map(|p| format!("{p}; {note}"));
             }
@@ -133,7 +143,7 @@ pub fn run_owner(
             mode,
             numerics: setup.numerics,
             probe: probe_summary,
-            linear_route: linear::route(),
+            linear_route,
             construction,
             vocab_size: model.vocab_size(),
             max_context: model.max_context(),
@@ -148,6 +158,9 @@ pub fn run_owner(
             return;
         }
     };
+    // Everything this thread runs from here on runs under the model's routes and the gate's
+    // linear route (a cycle narrows it where its numerics ask).
+    let _in_force = routes::enter(loaded.model.routes().with_linear(info.linear_route));
     if let Ok(mut t) = tel.lock() {
         t.probe_verdict = info.probe.clone();
         t.construction_check = info.construction.clone();
@@ -379,7 +392,7 @@ fn run_group(
     };
     let (pendings, mut runs): (Vec<Pending>, Vec<RowRun>) = members.into_iter().unzip();
     let cfg = CohortConfig { chunk, route_id: route_name.clone(), mode };
-    let outcome = linear::with_route(setup.numerics.linear_route(batched), || {
+    let outcome = routes::with_linear(setup.numerics.linear_route(batched), || {
         run_cohort(model, tok, &mut runs, &cfg, tel, &mut route)
     });
     let cleanup = outcome.and_then(|()| mlx_rs::memory::clear_cache().map_err(anyhow::Error::from));

@@ -9,8 +9,9 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::layers::linear::{self, LinearRoute};
+use crate::model::layers::linear::LinearRoute;
 use crate::model::ops::slice_axis;
+use crate::model::routes::with_linear;
 use crate::platform::rng::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -36,18 +37,21 @@ pub struct ProbeReport {
 
 const DRAWS: u64 = 3;
 
-/// Test hook: perturb the block's logits so the probe sees a divergence on every route.
 #[cfg(feature = "testing")]
-static FORCE_DIVERGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+thread_local! {
+    /// Test hook: perturb the block's logits so the probe sees a divergence on every route (on
+    /// the thread that asked, so no other test's probe sees it).
+    static FORCE_DIVERGE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 #[cfg(feature = "testing")]
 pub fn force_divergence_for_tests(on: bool) {
-    FORCE_DIVERGE.store(on, std::sync::atomic::Ordering::SeqCst);
+    FORCE_DIVERGE.set(on);
 }
 
 fn forced_divergence() -> bool {
     #[cfg(feature = "testing")]
-    return FORCE_DIVERGE.load(std::sync::atomic::Ordering::SeqCst);
+    return FORCE_DIVERGE.get();
     #[cfg(not(feature = "testing"))]
     false
 }
@@ -66,7 +70,7 @@ pub fn probe(model: &dyn LanguageModel) -> Result<ProbeReport> {
         let prompt: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
         let (x0, x1) = ((rng.next_u64() % vocab as u64) as i32, (rng.next_u64() % vocab as u64) as i32);
         let mut block_row = model.new_row();
-        crate::model::layers::linear::batched(|| model.prefill(&mut block_row, &prompt, 64, false))?;
+        crate::model::routes::batched(|| model.prefill(&mut block_row, &prompt, 64, false))?;
         let mut chain_row = block_row.clone();
 
         let t = Instant::now();
@@ -122,7 +126,7 @@ pub fn probe(model: &dyn LanguageModel) -> Result<ProbeReport> {
         max_abs_diff: max_abs,
         differing_logits: differing,
         compared_logits: compared,
-        route: linear::route(),
+        route: crate::model::routes::current().linear,
         block_ms: block_s * 1e3 / (DRAWS - 1) as f64,
         chain_ms: chain_s * 1e3 / (DRAWS - 1) as f64,
     })
@@ -175,8 +179,7 @@ pub fn allow_inexact() -> bool {
 /// byte-identical, else retry with the row-by-row route and keep that if it is byte-identical,
 /// else decline MTP.
 pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecision> {
-    linear::set_route(LinearRoute::Batched);
-    let fast = probe(model)?;
+    let fast = with_linear(LinearRoute::Batched, || probe(model))?;
     if fast.verdict == Verdict::Equal {
         let summary = format!(
             "MTP exactness probe: Equal on the batched route (block {:.2} ms, chain {:.2} ms)",
@@ -187,7 +190,6 @@ pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecisi
     if allow_inexact {
         // The user trades exactness for speed: the row-by-row route would read every weight once
         // per verified position (on the CPU, 1.4x slower MTP than this route; docs/benchmarks.md).
-        linear::set_route(LinearRoute::Batched);
         let summary = format!(
             "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); COHORT_MTP_ALLOW_INEXACT=1 keeps MTP on it",
             fast.verdict, fast.max_abs_diff
@@ -199,8 +201,7 @@ pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecisi
     };
     let mut reports = vec![fast.clone()];
     if crate::platform::backend::Backend::is_cuda() {
-        linear::set_route(LinearRoute::Invariant);
-        let invariant = probe(model)?;
+        let invariant = with_linear(LinearRoute::Invariant, || probe(model))?;
         if invariant.verdict == Verdict::Equal {
             let summary = format!(
                 "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); invariant route Equal, kept at {:+.0}% verify time",
@@ -213,8 +214,7 @@ pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecisi
         }
         reports.push(invariant);
     }
-    linear::set_route(LinearRoute::RowByRow);
-    let exact = probe(model)?;
+    let exact = with_linear(LinearRoute::RowByRow, || probe(model))?;
     if exact.verdict == Verdict::Equal {
         let summary = format!(
             "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); row-by-row route Equal, kept at {:+.0}% verify time",
@@ -225,7 +225,6 @@ pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecisi
         reports.push(exact);
         return Ok(GateDecision { mtp_allowed: true, route: LinearRoute::RowByRow, reports, summary });
     }
-    linear::set_route(LinearRoute::Batched);
     let summary = format!(
         "MTP exactness probe: {:?} on every route; MTP declined, plain decoding (set COHORT_MTP_ALLOW_INEXACT=1 to override)",
         exact.verdict

@@ -10,7 +10,7 @@ use mlx_rs::Array;
 
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::kv_slots;
-use crate::model::layers::linear::{self, LinearRoute};
+use crate::model::layers::linear::LinearRoute;
 use crate::platform::rng::Rng;
 use crate::platform::timing::median;
 
@@ -47,7 +47,7 @@ pub fn time_routes(
     for b in 0..width {
         let prompt: Vec<u32> = (0..8 + 9 * b).map(|_| (rng.next_u64() % vocab) as u32).collect();
         let mut row = model.new_row();
-        linear::batched(|| model.prefill(&mut row, &prompt, 64, false))?;
+        crate::model::routes::batched(|| model.prefill(&mut row, &prompt, 64, false))?;
         rows.push(row);
     }
     let tokens: Vec<i32> = (0..2 * width).map(|_| (rng.next_u64() % vocab) as i32).collect();
@@ -57,7 +57,7 @@ pub fn time_routes(
         let mut batch = rows.clone();
         kv_slots::pack(&mut batch)?;
         let mut refs: Vec<_> = batch.iter_mut().collect();
-        linear::with_route(route, || {
+        crate::model::routes::with_linear(route, || {
             let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
             let t = Instant::now();
             let out = model.forward(tokens, &mut refs, logits, true)?;

@@ -55,7 +55,7 @@ pub fn prefill_row(
     let t0 = Instant::now();
     let total = run.prompt_ids.len();
     events(RowEvent::Prefill { id: run.id.clone(), done: 0, total });
-    let (hidden_last, logits) = crate::model::layers::linear::batched(|| -> Result<_> {
+    let (hidden_last, logits) = crate::model::routes::batched(|| -> Result<_> {
         let id = run.id.clone();
         let mut progress = |done: usize| {
             if done < total {

@@ -58,6 +58,10 @@ pub trait LanguageModel {
     fn eos_ids(&self) -> Vec<u32>;
     /// Activation dtype.
     fn dtype(&self) -> mlx_rs::Dtype;
+    /// The routes the model was loaded under (its weights' layout follows them): whoever drives
+    /// the model puts them in force ([`crate::model::routes::enter`]), with the linear route the
+    /// exactness gate chose.
+    fn routes(&self) -> crate::model::routes::Routes;
 
     /// Prefill one row with `ids` in chunks of `chunk`, evaluating between chunks so memory stays
     /// bounded; returns the last position's hidden [1, 1, H] and logits [1, 1, V], and the hidden

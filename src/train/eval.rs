@@ -15,7 +15,8 @@ use crate::engine::sampler::SamplerConfig;
 use crate::engine::solo::{GenerationMode, run_solo};
 use crate::model::families::llama::LlamaModel;
 use crate::model::forward::LanguageModel;
-use crate::model::layers::linear::{WeightPolicy, set_weight_policy, weight_policy};
+use crate::model::layers::linear::WeightPolicy;
+use crate::model::routes::{self, Routes};
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 
 /// One sampler's totals over the prompts.
@@ -62,11 +63,8 @@ impl Figures {
 
 /// The target with `head` installed, weights dequantized as the CPU runs them.
 pub fn load_with_head(dir: &Path, head: &Path) -> Result<LlamaModel> {
-    let before = weight_policy();
-    set_weight_policy(WeightPolicy::Dequantize);
-    let model = LlamaModel::load_with_mtp(dir, Some(head), Dtype::Float32);
-    set_weight_policy(before);
-    model
+    let routes = Routes { weights: WeightPolicy::Dequantize, ..routes::current() };
+    routes::scoped(routes, || LlamaModel::load_with_mtp(dir, Some(head), Dtype::Float32))
 }
 
 /// Run every prompt under each sampler in `mode`; prompt i uses seed `seed + i`.

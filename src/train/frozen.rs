@@ -11,7 +11,8 @@ use mlx_rs::{Array, Dtype};
 use super::params::{self, HeadDims, TargetLayer};
 use crate::model::families::llama::LlamaConfig;
 use crate::model::formats::weights::Weights;
-use crate::model::layers::linear::{Linear, WeightPolicy, set_weight_policy, weight_policy};
+use crate::model::layers::linear::{Linear, WeightPolicy};
+use crate::model::routes::{self, Routes};
 
 pub struct Frozen {
     /// [vocab, hidden] float32.
@@ -27,21 +28,11 @@ impl Frozen {
     }
 }
 
-/// Restores the process-wide weight policy when dropped (loading sets it temporarily).
-struct PolicyGuard(WeightPolicy);
-
-impl Drop for PolicyGuard {
-    fn drop(&mut self) {
-        set_weight_policy(self.0);
-    }
-}
-
 /// Read the embedding, LM head and the top decoder layer of the Llama checkpoint in `dir`.
 pub fn load(dir: &Path) -> Result<(LlamaConfig, Frozen, TargetLayer)> {
     let cfg = LlamaConfig::load(&dir.join("config.json"))?;
     let dims = HeadDims::from_llama(&cfg);
-    let _guard = PolicyGuard(weight_policy());
-    set_weight_policy(WeightPolicy::Dequantize);
+    let _dequantized = routes::enter(Routes { weights: WeightPolicy::Dequantize, ..routes::current() });
     let mut w = Weights::load_dir(dir)?;
     w.cast_floats(Dtype::Float32)?;
     let q = |p: &str| cfg.quantization.for_module(p);

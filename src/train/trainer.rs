@@ -28,8 +28,9 @@ use crate::engine::sampler::SamplerConfig;
 use crate::engine::solo::GenerationMode;
 use crate::model::families::llama::LlamaModel;
 use crate::model::forward::LanguageModel;
-use crate::model::layers::linear::{WeightPolicy, set_weight_policy};
+use crate::model::layers::linear::WeightPolicy;
 use crate::model::ops::slice_axis;
+use crate::model::routes::{self, Routes};
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 use crate::platform::rng::Rng;
 
@@ -208,10 +209,8 @@ fn ex(e: anyhow::Error) -> Exception {
 
 /// Load the target (dequantized float32, as the CPU runs it).
 fn load_target(dir: &Path) -> Result<LlamaModel> {
-    set_weight_policy(WeightPolicy::Dequantize);
-    let m = LlamaModel::load(dir, Dtype::Float32);
-    set_weight_policy(WeightPolicy::Quantized);
-    m
+    let routes = Routes { weights: WeightPolicy::Dequantize, ..routes::current() };
+    routes::scoped(routes, || LlamaModel::load(dir, Dtype::Float32))
 }
 
 /// Distil the configured data with the target, or load it from the cache.

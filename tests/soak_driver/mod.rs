@@ -73,6 +73,7 @@ pub fn soak(model: &Path, spec: &SoakSpec) -> SoakReport {
             numerics: Numerics::Throughput,
             mode: None,
             serial: false,
+            allow_inexact: false,
         })
         .unwrap_or_else(|e| panic!("{}: {e:#}", model.display()));
     let below = u64::from(spec.token_ids_below.unwrap_or(engine.info.vocab_size as u32));

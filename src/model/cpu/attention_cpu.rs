@@ -27,23 +27,9 @@ pub struct RowKv {
     pub offset: i32,
 }
 
-static ON: std::sync::LazyLock<std::sync::atomic::AtomicBool> = std::sync::LazyLock::new(|| {
-    std::sync::atomic::AtomicBool::new(super::cpu_pool::host_route_on("COHORT_HOST_ATTENTION"))
-});
-
-/// On by default on MLX's CPU backend (`COHORT_HOST_ATTENTION=0` starts a process with it off).
-pub fn enabled() -> bool {
-    ON.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Turn host attention on or off (tests check MLX's SDPA route on the CPU too).
-pub fn set_enabled(on: bool) {
-    ON.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// Whether a block of `t` queries in `q`'s dtype runs here.
 pub fn applies(q: &Array, t: i32) -> bool {
-    enabled() && q.dtype() == Dtype::Float32 && t <= MAX_QUERIES
+    crate::model::routes::current().host_attention && q.dtype() == Dtype::Float32 && t <= MAX_QUERIES
 }
 
 /// Raw view of an evaluated float32 array.

@@ -277,13 +277,6 @@ pub struct Disjoint(pub *mut f32);
 // SAFETY: chunks only write disjoint elements, and the buffer outlives the call that uses it.
 unsafe impl Sync for Disjoint {}
 
-/// Whether a host route serves: on MLX's CPU backend, unless the environment variable `switch`
-/// is "0".
-pub fn host_route_on(switch: &str) -> bool {
-    crate::platform::backend::Backend::detect() == crate::platform::backend::Backend::Cpu
-        && std::env::var(switch).map(|v| v != "0").unwrap_or(true)
-}
-
 #[cfg(test)]
 mod tests {
 

@@ -18,7 +18,6 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use crate::model::layers::compiled::Switch;
 use crate::model::ops::{host_f32, relative_error};
 use crate::platform::rng::Rng;
 
@@ -32,13 +31,6 @@ const MAX_THREADS: i32 = 256;
 /// Widest row the kernel takes (32 sums a thread).
 pub const MAX_WIDTH: i32 = MAX_THREADS * 32;
 
-static SWITCH: Switch = Switch::new("COHORT_ADD_NORM_KERNEL");
-
-/// Force the kernel on or off (`None`: back to the default, off).
-pub fn set_enabled(on: Option<bool>) {
-    SWITCH.set(on);
-}
-
 fn kernel() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
     cuda_kernel::once(&KERNEL, || {
@@ -50,7 +42,7 @@ fn kernel() -> Result<&'static CudaKernel> {
 /// the same shape on both sides and a row it holds.
 pub fn serves(x: &Array, r: &Array, weight: &Array) -> bool {
     let d = weight.shape().last().copied().unwrap_or(0);
-    SWITCH.forced_on()
+    crate::model::routes::current().add_norm_kernel
         && x.shape() == r.shape()
         && x.shape().last() == Some(&d)
         && weight.ndim() == 1

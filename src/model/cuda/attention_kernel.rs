@@ -18,7 +18,6 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use crate::model::layers::compiled::Switch;
 use crate::model::ops::{host_f32, relative_error, slice_axis};
 use crate::platform::rng::Rng;
 
@@ -39,13 +38,6 @@ fn warps_for(t: i32, d: i32) -> i32 {
 /// Query positions a block takes at most: each lane holds a running output of D / 32 floats
 /// for every one of them.
 pub const MAX_QUERIES: i32 = 2;
-
-static SWITCH: Switch = Switch::new("COHORT_ATTENTION_KERNEL");
-
-/// Force the kernel on or off (`None`: back to the default, off).
-pub fn set_enabled(on: Option<bool>) {
-    SWITCH.set(on);
-}
 
 fn kernel() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
@@ -91,8 +83,8 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
 /// does not see, and the warps' parts meet in one order, which the exactness gate needs of a
 /// verify); on CUDA; and a layout it holds.
 pub fn serves(q: &Array, keys: &Array, values: &Array) -> bool {
-    let wanted = SWITCH.forced_on()
-        || crate::model::layers::linear::route() == crate::model::layers::linear::LinearRoute::Invariant;
+    let routes = crate::model::routes::current();
+    let wanted = routes.attention_kernel || routes.linear == crate::model::layers::linear::LinearRoute::Invariant;
     wanted && crate::platform::backend::Backend::is_cuda() && fits(q, keys, values)
 }
 
@@ -271,10 +263,10 @@ mod tests {
     fn the_kernel_is_off_unless_forced_on_cuda() {
         let bf = Dtype::Bfloat16;
         let (q, kv) = (zeros(&[2, 16, 1, 256], bf), zeros(&[2, 2, 8, 256], bf));
-        set_enabled(None);
-        assert!(!serves(&q, &kv, &kv));
-        set_enabled(Some(true));
-        assert_eq!(serves(&q, &kv, &kv), crate::platform::backend::Backend::is_cuda());
-        set_enabled(None);
+        use crate::model::routes::{Routes, scoped};
+        let defaults = Routes::defaults(crate::platform::backend::Backend::detect());
+        assert!(!scoped(defaults, || serves(&q, &kv, &kv)));
+        let on = Routes { attention_kernel: true, ..defaults };
+        assert_eq!(scoped(on, || serves(&q, &kv, &kv)), crate::platform::backend::Backend::is_cuda());
     }
 }

@@ -3,22 +3,17 @@
 //! `COHORT_GDN_KERNEL=0`) and the reference the kernel is checked against.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use crate::platform::backend::Backend;
 
 const SOURCE: &str = include_str!("../../../kernels/gated_delta.cu");
 const INPUTS: [&str; 6] = ["q", "k", "v", "g", "beta", "state_in"];
 const OUTPUTS: [&str; 3] = ["y", "state_out", "states"];
 /// Value channels per thread block (one warp each).
 const CHANNELS_PER_BLOCK: i32 = 4;
-
-/// Whether the fused kernel serves the recurrence: 0 unset, 1 on, 2 off.
-static ROUTE: AtomicU8 = AtomicU8::new(0);
 
 /// The recurrence's outputs: y [B, T, Hv, Dv] and the final state [B, Hv, Dv, Dk] (float32), and
 /// with capture the state after every position [B, T, Hv, Dv, Dk].
@@ -40,22 +35,9 @@ pub struct RecurrenceInputs<'a> {
     pub state: &'a Array,
 }
 
-/// Turn the kernel on or off for this process (bench-step compares both routes in one run).
-pub fn set_enabled(on: bool) {
-    ROUTE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
-}
-
-/// The kernel serves when the loaded MLX drives CUDA, unless `COHORT_GDN_KERNEL=0`.
+/// The recurrence kernel serves (`Routes::gdn_kernel`: where MLX drives CUDA, unless turned off).
 pub fn enabled() -> bool {
-    match ROUTE.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let on = Backend::detect() == Backend::Cuda && std::env::var("COHORT_GDN_KERNEL").as_deref() != Ok("0");
-            set_enabled(on);
-            on
-        }
-    }
+    crate::model::routes::current().gdn_kernel
 }
 
 fn kernel() -> Result<&'static CudaKernel> {
@@ -112,26 +94,9 @@ const FUSED_HEADER: (&str, &str) = ("round_to.cuh", include_str!("../../../kerne
 const FUSED_INPUTS: [&str; 7] = ["proj", "tail", "conv_w", "a_log", "dt_bias", "state_in", "norm_w"];
 const FUSED_OUTPUTS: [&str; 5] = ["y", "state_out", "states", "conv_in", "out"];
 
-static FUSED_FRONT: crate::model::layers::compiled::Switch =
-    crate::model::layers::compiled::Switch::new("COHORT_GDN_FUSED_FRONT");
-static FUSED_NORM: crate::model::layers::compiled::Switch =
-    crate::model::layers::compiled::Switch::new("COHORT_GDN_FUSED_NORM");
-
-/// Force the fused front ([`recur_fused`]) on or off (`None`: back to the default, on wherever
-/// the recurrence kernel serves); benchmarks and tests.
-pub fn set_fused_front(on: Option<bool>) {
-    FUSED_FRONT.set(on);
-}
-
 /// Whether a mixer whose input projections are stacked runs its front in the recurrence kernel.
 pub fn fused_front_enabled() -> bool {
-    enabled() && FUSED_FRONT.enabled()
-}
-
-/// Force the gated norm into the fused front on or off (`None`: back to the default, on
-/// wherever the fused front serves); benchmarks and tests.
-pub fn set_fused_norm(on: Option<bool>) {
-    FUSED_NORM.set(on);
+    crate::model::routes::current().gdn_front_fused()
 }
 
 /// Whether the fused front also does the gated RMSNorm after the recurrence, for blocks of at
@@ -139,7 +104,7 @@ pub fn set_fused_norm(on: Option<bool>) {
 /// the fused front serves (measured on the H200: B1 6.66 against 7.25 ms, verify 20.55 against
 /// 21.48 ms, docs/benchmarks.md, session 30); `COHORT_GDN_FUSED_NORM=0` turns it off.
 pub fn fused_norm_enabled() -> bool {
-    fused_front_enabled() && FUSED_NORM.enabled()
+    crate::model::routes::current().gdn_norm_fused()
 }
 
 /// The most positions a block may have for the norm to fold: it needs a whole head in one thread

@@ -19,7 +19,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
 use crate::model::config::QuantSpec;
-use crate::model::layers::compiled::{Storage, Switch};
+use crate::model::layers::compiled::Storage;
 
 const UP_SOURCE: &str = include_str!("../../../kernels/moe_experts_up.cu");
 const DOWN_SOURCE: &str = include_str!("../../../kernels/moe_experts_down.cu");
@@ -42,19 +42,10 @@ fn down_channels_per_warp(n: i32) -> i32 {
     if n <= 2 { 1 } else { 4 }
 }
 
-/// On by default where MLX drives CUDA.
-static SWITCH: Switch = Switch::new("COHORT_MOE_KERNEL");
-
-/// Force the kernels on (on any backend but CUDA they still stay off) or off (`None`: back to
-/// the default).
-pub fn set_enabled(on: Option<bool>) {
-    SWITCH.set(on);
-}
-
 /// On only where MLX drives CUDA: the kernels have no other backend, so the switch cannot send
 /// a CPU or Metal run into a launch that fails.
 pub fn enabled() -> bool {
-    SWITCH.enabled() && crate::platform::backend::Backend::is_cuda()
+    crate::model::routes::current().moe_kernel && crate::platform::backend::Backend::is_cuda()
 }
 
 /// Tokens one launch takes at most (a longer prefill chunk takes the ops route).
@@ -211,13 +202,13 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
 mod tests {
     use super::*;
 
-    /// Forcing the kernels on sends only a CUDA run to them: elsewhere the launch would fail.
+    /// Routes that ask for the kernels send only a CUDA run to them: elsewhere the launch would
+    /// fail.
     #[test]
-    fn forcing_the_kernels_on_takes_effect_only_on_cuda() {
-        set_enabled(Some(true));
+    fn asking_for_the_kernels_takes_effect_only_on_cuda() {
+        use crate::model::routes::{Routes, current, scoped};
         let cuda = crate::platform::backend::Backend::detect() == crate::platform::backend::Backend::Cuda;
-        assert_eq!(enabled(), cuda);
-        set_enabled(None);
+        assert_eq!(scoped(Routes { moe_kernel: true, ..current() }, enabled), cuda);
     }
 
     /// The kernels read one affine layout: a dense part, or parts quantized differently, keep

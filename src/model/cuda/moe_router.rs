@@ -10,7 +10,6 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
-use crate::model::layers::compiled::Switch;
 
 const SOURCE: &str = include_str!("../../../kernels/moe_router.cu");
 
@@ -21,15 +20,9 @@ const MAX_EXPERTS: i32 = 1024;
 /// larger block of tokens (a long prefill chunk) takes the ops route.
 pub const MAX_TOKENS: i32 = 65535;
 
-static SWITCH: Switch = Switch::new("COHORT_ROUTER_KERNEL");
-
-/// Force the kernel on or off (`None`: back to the default, on for the CUDA backend only).
-pub fn set_enabled(on: Option<bool>) {
-    SWITCH.set(on);
-}
-
+/// The router as one kernel (`Routes::router_kernel`).
 pub fn enabled() -> bool {
-    SWITCH.enabled()
+    crate::model::routes::current().router_kernel
 }
 
 fn kernel() -> Result<&'static CudaKernel> {

@@ -17,11 +17,10 @@ use crate::model::layers::kv_slots::{self, Block, RopeSpec};
 use crate::model::layers::linear::{Embedding, Linear};
 use crate::model::layers::mlp::Mlp;
 use crate::model::layers::norm::RmsNorm;
+use crate::model::routes::Routes;
 
 mod host;
-pub use host::{
-    HOST_MAX_ROWS, blocks_served as host_blocks_served, enabled as host_layers_enabled, set_enabled as set_host_layers,
-};
+pub use host::{HOST_MAX_ROWS, blocks_served as host_blocks_served};
 
 /// `config.json` of a llama checkpoint, read with mlx-lm's `llama.ModelArgs` defaults.
 #[derive(Debug, Clone)]
@@ -236,6 +235,8 @@ pub struct LlamaModel {
     /// Whether the body and the MTP head can take the host decode path (`host.rs`).
     host_body: bool,
     host_mtp: bool,
+    /// The routes in force when it was loaded.
+    routes: Routes,
 }
 
 impl LlamaModel {
@@ -310,10 +311,10 @@ impl LlamaModel {
         } else {
             None
         };
-        let mut model = Self { cfg, embed, layers, norm, lm_head, mtp, dtype, host_body: false, host_mtp: false };
-        if host::enabled() {
-            (model.host_body, model.host_mtp) = model.host_support();
-        }
+        let routes = crate::model::routes::current();
+        let mut model =
+            Self { cfg, embed, layers, norm, lm_head, mtp, dtype, host_body: false, host_mtp: false, routes };
+        (model.host_body, model.host_mtp) = model.host_support();
         Ok(model)
     }
 
@@ -374,6 +375,10 @@ impl LanguageModel for LlamaModel {
 
     fn dtype(&self) -> Dtype {
         self.dtype
+    }
+
+    fn routes(&self) -> Routes {
+        self.routes
     }
 
     /// Run `tokens` [B, T] through the model; `rows[b]` is row b's state and advances by T.

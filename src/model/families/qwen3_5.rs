@@ -17,6 +17,7 @@ use crate::model::layers::linear::{Embedding, Linear};
 use crate::model::layers::mlp::Mlp;
 use crate::model::layers::moe::SparseMoe;
 use crate::model::layers::norm::RmsNorm;
+use crate::model::routes::Routes;
 
 pub mod sanitize;
 
@@ -86,6 +87,8 @@ pub struct Qwen35Model {
     mtp: Option<MtpModule>,
     /// Activation dtype (float32 on the CPU, bfloat16 on GPUs).
     pub dtype: Dtype,
+    /// The routes in force when it was loaded.
+    routes: Routes,
 }
 
 impl Qwen35Model {
@@ -132,7 +135,7 @@ impl Qwen35Model {
             Some(Linear::load(w, "lm_head", h, cfg.vocab_size, quant("lm_head"))?)
         };
         let mtp = if w.contains("mtp.fc.weight") { Some(Self::load_mtp(w, &cfg)?) } else { None };
-        Ok(Self { cfg, embed, layers, norm, lm_head, mtp, dtype })
+        Ok(Self { cfg, embed, layers, norm, lm_head, mtp, dtype, routes: crate::model::routes::current() })
     }
 
     fn load_mtp(w: &mut Weights, cfg: &Qwen35Config) -> Result<MtpModule> {
@@ -215,6 +218,10 @@ impl LanguageModel for Qwen35Model {
 
     fn dtype(&self) -> Dtype {
         self.dtype
+    }
+
+    fn routes(&self) -> Routes {
+        self.routes
     }
 
     fn forward(

@@ -12,17 +12,15 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use anyhow::Result;
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
 use super::gated_delta::GdnPlan;
-use super::linear::LinearRoute;
 use super::moe_graph::Plan as MoePlan;
 use crate::model::config::QuantSpec;
-use crate::platform::backend::Backend;
+use crate::model::routes::Routes;
 
 /// Blocks of at most this many rows (batch x positions) take a compiled graph: steps, drafts and
 /// verifies, where per-op overhead is the cost. Prefill chunks keep the plain ops: a trace per
@@ -35,7 +33,7 @@ pub const MAX_ROWS: i32 = 64;
 /// kernels in it, and kept apart from the batched route's. Checked before a block gathers its
 /// weights, so the plain route pays nothing for the compiled one.
 pub fn serves(switch_on: bool, rows: i32) -> bool {
-    switch_on && rows <= MAX_ROWS && super::linear::route() != super::linear::LinearRoute::RowByRow
+    switch_on && rows <= MAX_ROWS && crate::model::routes::current().linear != super::linear::LinearRoute::RowByRow
 }
 
 /// How one projection's weight is stored, which decides its op and how many inputs it takes.
@@ -114,14 +112,15 @@ type CompiledFn = Box<dyn FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exc
 thread_local! {
     /// mlx-rs's compiled functions are not `Send`: each thread that runs a model (the model
     /// owner; test threads) keeps its own, traced on its first call per input shape.
-    /// Keyed by the route too: a trace holds the products the route chose when it was traced.
-    static COMPILED: RefCell<HashMap<(GraphKey, LinearRoute), CompiledFn>> = RefCell::new(HashMap::new());
+    /// Keyed by the routes in force too: a trace holds the products and kernels they chose
+    /// when it was traced.
+    static COMPILED: RefCell<HashMap<(GraphKey, Routes), CompiledFn>> = RefCell::new(HashMap::new());
 }
 
 /// Run the compiled graph for `key` on `inputs`.
 pub fn run(key: GraphKey, inputs: &[Array]) -> Result<Vec<Array>> {
     COMPILED.with_borrow_mut(|cache| {
-        let f = cache.entry((key, super::linear::route())).or_insert_with(|| {
+        let f = cache.entry((key, crate::model::routes::current())).or_insert_with(|| {
             let traced = move |inputs: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
                 key.trace(inputs).map_err(|e| Exception::custom(format!("{e:#}")))
             };
@@ -134,58 +133,4 @@ pub fn run(key: GraphKey, inputs: &[Array]) -> Result<Vec<Array>> {
 /// The plans this thread has compiled a graph for (diagnostics, tests).
 pub fn compiled_here() -> Vec<GraphKey> {
     COMPILED.with_borrow(|c| c.keys().map(|(k, _)| *k).collect())
-}
-
-/// A process-wide on/off for one route: forced by tests and benchmarks, else from its
-/// environment variable, else on for the CUDA backend only, where every route it guards was
-/// measured to pay.
-pub struct Switch {
-    state: AtomicU8,
-    env: &'static str,
-}
-
-impl Switch {
-    pub const fn new(env: &'static str) -> Self {
-        Switch { state: AtomicU8::new(0), env }
-    }
-
-    /// Force it on or off (`None`: back to the default).
-    pub fn set(&self, on: Option<bool>) {
-        self.state.store(
-            match on {
-                None => 0,
-                Some(true) => 1,
-                Some(false) => 2,
-            },
-            Ordering::Relaxed,
-        );
-    }
-
-    pub fn enabled(&self) -> bool {
-        matches!(self.decided(), 1 | 3 | 5)
-    }
-
-    /// On because a test, a benchmark or the environment asked for it, not by default: a route
-    /// that pays only for some block sizes then serves every size it can.
-    pub fn forced_on(&self) -> bool {
-        matches!(self.decided(), 1 | 3)
-    }
-
-    /// 1 / 2: forced on / off by `set`; 3 / 4: on / off from the environment; 5 / 6: the
-    /// default. Decided once, so a step reads no environment.
-    fn decided(&self) -> u8 {
-        match self.state.load(Ordering::Relaxed) {
-            0 => {
-                let state = match std::env::var(self.env).as_deref() {
-                    Ok("1") => 3,
-                    Ok("0") => 4,
-                    _ if Backend::detect() == Backend::Cuda => 5,
-                    _ => 6,
-                };
-                let _ = self.state.compare_exchange(0, state, Ordering::Relaxed, Ordering::Relaxed);
-                self.state.load(Ordering::Relaxed)
-            }
-            state => state,
-        }
-    }
 }

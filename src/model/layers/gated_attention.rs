@@ -6,7 +6,7 @@ use mlx_rs::Array;
 
 use super::cache::KvCache;
 use super::kv_slots::{self, Block, RopeSpec};
-use super::linear::{Linear, fuse_outputs, split_widths, stack_kind_enabled, stacked_enabled};
+use super::linear::{Linear, fuse_outputs, split_widths};
 use super::norm::RmsNorm;
 use crate::model::config::{QuantSpec, Qwen35Config};
 use crate::model::formats::weights::Weights;
@@ -41,8 +41,7 @@ impl Attention {
             Linear::load(w, &format!("{prefix}.{name}"), i, o, quant(&format!("{prefix}.{name}")))
         };
         let parts = ["q_proj", "k_proj", "v_proj"];
-        let qkv = if stacked_enabled()
-            && stack_kind_enabled("QKV")
+        let qkv = if crate::model::routes::current().stacks(crate::model::routes::Stack::Qkv)
             && fuse_outputs(w, prefix, &parts, "qkv_proj_stacked", h, quant)?
         {
             QkvProj::Stacked(Linear::load(w, &format!("{prefix}.qkv_proj_stacked"), h, (2 * nh + 2 * nkv) * hd, None)?)

@@ -10,8 +10,8 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::cache::{GdnState, gather_rows};
-use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
-use super::linear::{Linear, fuse_outputs, split_widths, stack_kind_enabled, stacked_enabled};
+use super::compiled::{self, GraphKey, Storage, offsets, project};
+use super::linear::{Linear, fuse_outputs, split_widths};
 use crate::model::config::{QuantSpec, Qwen35Config};
 use crate::model::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
 use crate::model::formats::weights::Weights;
@@ -57,8 +57,7 @@ impl GatedDeltaNet {
             Linear::load(w, &format!("{prefix}.{name}"), i, o, quant(&format!("{prefix}.{name}")))
         };
         let parts = ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"];
-        let in_proj = if stacked_enabled()
-            && stack_kind_enabled("GDN")
+        let in_proj = if crate::model::routes::current().stacks(crate::model::routes::Stack::Gdn)
             && fuse_outputs(w, prefix, &parts, "in_proj_fused", h, quant)?
         {
             // The parts' storage was checked against the config; the stacked module has no entry.
@@ -244,15 +243,9 @@ pub struct GdnPlan {
     pub capture: bool,
 }
 
-static COMPILED: Switch = Switch::new("COHORT_COMPILE_GDN");
-
-/// Force the compiled mixer on or off (`None`: back to the default); benchmarks and tests.
-pub fn set_compiled(on: Option<bool>) {
-    COMPILED.set(on);
-}
-
+/// The mixer as a compiled graph (`Routes::compile_gdn`).
 pub fn compiled_enabled() -> bool {
-    COMPILED.enabled()
+    crate::model::routes::current().compile_gdn
 }
 
 /// The mixer for rows already gathered, written once for both routes: x [B, T, H], the carried

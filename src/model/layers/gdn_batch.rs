@@ -94,18 +94,10 @@ pub fn after_verify(conv_in: &Array, per_position: &Array, kernel: i32) -> Vec<V
         .collect()
 }
 
-/// Whether batches are read whole: on unless `COHORT_GDN_BATCH=0`, which a benchmark sets to
-/// time stacking row by row beside it.
-fn enabled() -> bool {
-    static ON: std::sync::LazyLock<bool> =
-        std::sync::LazyLock::new(|| std::env::var("COHORT_GDN_BATCH").as_deref() != Ok("0"));
-    *ON
-}
-
 /// The rows' tails [B, K-1, C] and states [B, Hv, Dv, Dk] read whole from the batch they all
 /// come from, in order; `None` when they do not (then the caller stacks them row by row).
 pub fn whole(states: &[&mut GdnState]) -> Result<Option<(Array, Array)>> {
-    if !enabled() {
+    if !crate::model::routes::current().gdn_batch {
         return Ok(None);
     }
     let Some(first) = states.first().and_then(|s| s.packed()) else {

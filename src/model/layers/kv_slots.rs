@@ -6,14 +6,13 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Result, bail};
 use mlx_rs::Array;
 use mlx_rs::fast::ScaledDotProductAttentionMask;
 
 use super::cache::{KvCache, LayerState, RowCache, row, whole_steps};
-use super::linear::{self, LinearRoute};
+use super::linear::LinearRoute;
 use super::rope;
 use crate::model::cpu::attention_cpu;
 use crate::model::ops::{slice, slice_axis, slice_update};
@@ -363,16 +362,6 @@ pub fn write_block(caches: &mut [&mut KvCache], k: &Array, v: &Array) -> Result<
     Ok(())
 }
 
-/// Off: packed cohorts take the per-row chain too (side-by-side benchmarks of the two;
-/// `COHORT_BATCHED_ATTENTION=0` starts a process with it off).
-static BATCHED_ATTENTION: std::sync::LazyLock<AtomicBool> = std::sync::LazyLock::new(|| {
-    AtomicBool::new(std::env::var("COHORT_BATCHED_ATTENTION").map(|v| v != "0").unwrap_or(true))
-});
-
-pub fn set_batched_attention(on: bool) {
-    BATCHED_ATTENTION.store(on, Ordering::Relaxed);
-}
-
 /// [rows, 1, T, len]: row b's query i sees its own positions 0..=offsets[b] + i and nothing past
 /// them.
 pub(crate) fn visibility(offsets: &[i32], t: i32, len: i32) -> Array {
@@ -391,23 +380,15 @@ const SHORT_BLOCK: i32 = 16;
 /// CUDA short blocks attend over the buffer's whole capacity with a mask: the shape, and the
 /// plan, change only when the buffer grows (every KV_STEP positions). Elsewhere the keys are
 /// cut to the longest row, which is less work.
-static PADDED_BLOCKS: std::sync::LazyLock<AtomicBool> = std::sync::LazyLock::new(|| {
-    AtomicBool::new(crate::platform::backend::Backend::detect() == crate::platform::backend::Backend::Cuda)
-});
-
-/// Force the capacity-wide masked attention for short blocks on or off (tests run it on the CPU).
-pub fn set_padded_blocks(on: bool) {
-    PADDED_BLOCKS.store(on, Ordering::Relaxed);
-}
-
 fn padded_block(t: i32) -> bool {
-    t > 1 && t <= SHORT_BLOCK && PADDED_BLOCKS.load(Ordering::Relaxed)
+    t > 1 && t <= SHORT_BLOCK && crate::model::routes::current().padded_blocks
 }
 
 /// On the invariant route, a row's whole key and value buffer (from `whole`) when the
 /// short-block kernel holds the block: its attention must be the kernel's alone as in a cohort.
 fn invariant_buffer(q: &Array, whole: impl FnOnce() -> Result<(Array, Array)>) -> Result<Option<(Array, Array)>> {
-    if linear::route() != LinearRoute::Invariant || !crate::platform::backend::Backend::is_cuda() {
+    if crate::model::routes::current().linear != LinearRoute::Invariant || !crate::platform::backend::Backend::is_cuda()
+    {
         return Ok(None);
     }
     let (keys, values) = whole()?;
@@ -417,7 +398,8 @@ fn invariant_buffer(q: &Array, whole: impl FnOnce() -> Result<(Array, Array)>) -
 /// The shared buffer when `caches` are exactly its slots in order and a batched route (MLX's
 /// products or the invariant kernels) is on.
 fn whole_cohort(caches: &[&mut KvCache]) -> Option<SlotHandle> {
-    if caches.len() < 2 || linear::route() == LinearRoute::RowByRow || !BATCHED_ATTENTION.load(Ordering::Relaxed) {
+    let routes = crate::model::routes::current();
+    if caches.len() < 2 || routes.linear == LinearRoute::RowByRow || !routes.batched_attention {
         return None;
     }
     let first = caches[0].slot()?;

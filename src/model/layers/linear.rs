@@ -22,40 +22,8 @@ pub enum LinearRoute {
     Invariant,
 }
 
-static ROUTE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Select the route for every linear layer (chosen by the exactness gate at load).
-pub fn set_route(route: LinearRoute) {
-    ROUTE.store(route as u8, std::sync::atomic::Ordering::Relaxed);
-}
-
-pub fn route() -> LinearRoute {
-    match ROUTE.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => LinearRoute::RowByRow,
-        2 => LinearRoute::Invariant,
-        _ => LinearRoute::Batched,
-    }
-}
-
-/// Run `f` with `route`, then restore the route it replaced.
-pub fn with_route<T>(route: LinearRoute, f: impl FnOnce() -> T) -> T {
-    let previous = self::route();
-    set_route(route);
-    let out = f();
-    set_route(previous);
-    out
-}
-
-/// Run `f` with the batched route. Prompt prefill always runs batched: the row-by-row route
-/// exists to make a verify block equal a chain of single steps, and a prefill batched in every
-/// mode leaves AR and MTP runs the same KV (the row-by-row route would make a 300-token prefill
-/// 300 single-row products, each reading every weight).
-pub fn batched<T>(f: impl FnOnce() -> T) -> T {
-    with_route(LinearRoute::Batched, f)
-}
-
 /// What loading does with quantized weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum WeightPolicy {
     /// Keep affine-quantized weights packed (GPUs; CPUs short of memory).
@@ -86,24 +54,9 @@ impl WeightPolicy {
 /// B8 MTP cohorts 82-85 against 69-79 tok/s on the default model (docs/benchmarks.md).
 pub const CPU_KERNEL_MAX_ROWS: i32 = 8;
 
-static WEIGHT_POLICY: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Set by the loader before a model is built.
-pub fn set_weight_policy(policy: WeightPolicy) {
-    WEIGHT_POLICY.store(policy as u8, std::sync::atomic::Ordering::SeqCst);
-}
-
-pub fn weight_policy() -> WeightPolicy {
-    match WEIGHT_POLICY.load(std::sync::atomic::Ordering::SeqCst) {
-        1 => WeightPolicy::Dequantize,
-        2 => WeightPolicy::Kernel,
-        _ => WeightPolicy::Quantized,
-    }
-}
-
 /// Dequantize a packed tensor (any leading dims) to float32 when the policy asks for it.
 pub fn maybe_dequantize(weight: &Array, scales: &Array, biases: &Array, spec: QuantSpec) -> Result<Option<Array>> {
-    if weight_policy() == WeightPolicy::Quantized {
+    if crate::model::routes::current().weights == WeightPolicy::Quantized {
         return Ok(None);
     }
     let dense =
@@ -139,7 +92,7 @@ impl Linear {
             let scales = w.take_shaped(&format!("{prefix}.scales"), &[output, groups])?;
             let biases = w.take_shaped(&format!("{prefix}.biases"), &[output, groups])?;
             if let Some(dense) = maybe_dequantize(&weight, &scales, &biases, spec)? {
-                if weight_policy() == WeightPolicy::Kernel && PackedMatrix::supports(spec) {
+                if crate::model::routes::current().weights == WeightPolicy::Kernel && PackedMatrix::supports(spec) {
                     let packed = PackedMatrix::from_mlx(&weight, &scales, &biases, spec)
                         .with_context(|| format!("packing {wname} for the CPU kernel"))?;
                     return Ok(Linear::CpuPacked { dense, packed: Box::new(packed), spec });
@@ -186,7 +139,7 @@ impl Linear {
             // Row-independent by construction, so both routes take it as it is.
             return cpu_kernel_product(packed, x, rows);
         }
-        if rows > 1 && route() == LinearRoute::RowByRow {
+        if rows > 1 && crate::model::routes::current().linear == LinearRoute::RowByRow {
             let flat = x.reshape(&[rows, shape[shape.len() - 1]])?;
             let outs = (0..rows)
                 .map(|r| self.forward_batched(&crate::model::ops::slice_axis(&flat, 0, r, r + 1)?))
@@ -334,27 +287,6 @@ pub fn fuse_outputs(
         w.insert(format!("{prefix}.{fused}.{suffix}"), stacked);
     }
     Ok(true)
-}
-
-static STACKED: super::compiled::Switch = super::compiled::Switch::new("COHORT_STACK_PROJECTIONS");
-
-/// Stack projections that read the same input at load ([`fuse_outputs`]: the Gated DeltaNet
-/// mixer's four input projections, attention's q/k/v, the MoE block's expert gate/up, its shared
-/// expert's gate/up and its router with the shared expert's gate); `None`: back to the default,
-/// on for the CUDA backend only, where a product's launch is what it costs. Models loaded
-/// afterwards follow it. Benchmarks and tests.
-pub fn set_stacked(on: Option<bool>) {
-    STACKED.set(on);
-}
-
-pub fn stacked_enabled() -> bool {
-    STACKED.enabled()
-}
-
-/// One kind of stacking (`ROUTER`, `EXPERTS`, `SHARED`, `QKV`, `GDN`) while stacking is on,
-/// unless `COHORT_STACK_<kind>=0`: lets a run on another backend tell the kinds apart.
-pub fn stack_kind_enabled(kind: &str) -> bool {
-    std::env::var(format!("COHORT_STACK_{kind}")).as_deref() != Ok("0")
 }
 
 /// `x` split along its last axis into pieces of the given widths (views of one product).

@@ -53,9 +53,7 @@ impl Mlp {
 
 /// SwiGLU's gate on the host: float32 blocks on MLX's CPU backend, wherever the MLP runs as MLX
 /// ops (prefill chunks; every block of a model without the host decode path)
-/// (`COHORT_HOST_GATE=0` off).
+/// (`Routes::host_gate`).
 fn host_gate(gate: &Array) -> bool {
-    static ON: std::sync::LazyLock<bool> =
-        std::sync::LazyLock::new(|| crate::model::cpu::cpu_pool::host_route_on("COHORT_HOST_GATE"));
-    *ON && gate.dtype() == mlx_rs::Dtype::Float32
+    crate::model::routes::current().host_gate && gate.dtype() == mlx_rs::Dtype::Float32
 }

@@ -6,12 +6,13 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use super::compiled::{self, Storage};
-use super::linear::{Linear, fuse_outputs, stack_kind_enabled, stacked_enabled};
+use super::linear::{Linear, fuse_outputs};
 use super::moe_graph::{self, Block, Plan, Proj, RowIndices, Stacking};
 use crate::model::config::{QuantSpec, Qwen35Config};
 use crate::model::cuda::moe_experts::{self, ExpertWeights};
 use crate::model::cuda::moe_router;
 use crate::model::formats::weights::Weights;
+use crate::model::routes::Stack;
 
 /// One stacked projection of every expert: [E, out, in] (packed when quantized), held as the
 /// compiled block takes it (`arrays` in [`Storage`]'s order), so both routes read it in place.
@@ -85,15 +86,14 @@ impl SparseMoe {
         let lin = |w: &mut Weights, name: &str, input, output| {
             Linear::load(w, &format!("{prefix}.{name}"), input, output, q(name))
         };
-        let stack = |w: &mut Weights, kind: &str, at: &str, parts: &[&str], fused: &str| -> Result<bool> {
-            Ok(stacked_enabled()
-                && stack_kind_enabled(kind)
-                && fuse_outputs(w, &format!("{prefix}{at}"), parts, fused, h, quant)?)
+        let routes = crate::model::routes::current();
+        let stack = |w: &mut Weights, kind: Stack, at: &str, parts: &[&str], fused: &str| -> Result<bool> {
+            Ok(routes.stacks(kind) && fuse_outputs(w, &format!("{prefix}{at}"), parts, fused, h, quant)?)
         };
         let stacking = Stacking {
-            router_gate: stack(w, "ROUTER", "", &["gate", "shared_expert_gate"], "router_stacked")?,
-            gate_up: stack(w, "EXPERTS", ".switch_mlp", &["gate_proj", "up_proj"], "gate_up_stacked")?,
-            shared_gate_up: stack(w, "SHARED", ".shared_expert", &["gate_proj", "up_proj"], "gate_up_stacked")?,
+            router_gate: stack(w, Stack::Router, "", &["gate", "shared_expert_gate"], "router_stacked")?,
+            gate_up: stack(w, Stack::Experts, ".switch_mlp", &["gate_proj", "up_proj"], "gate_up_stacked")?,
+            shared_gate_up: stack(w, Stack::Shared, ".shared_expert", &["gate_proj", "up_proj"], "gate_up_stacked")?,
         };
         let experts = |w: &mut Weights, name: &str, input, output, spec| {
             Experts::load(w, &format!("{prefix}.switch_mlp.{name}"), e, input, output, spec)

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::compiled::{self, GraphKey, Storage, Switch, offsets, project};
+use super::compiled::{self, GraphKey, Storage, offsets, project};
 use super::linear::split_widths;
 use crate::model::cuda::moe_experts::ExpertWeights;
 
@@ -111,16 +111,9 @@ thread_local! {
     static ROW_INDICES: RefCell<HashMap<(i32, i32), RowIndices>> = RefCell::new(HashMap::new());
 }
 
-static BUILT_ROWS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Let `gather_qmm` build its own rows again (`false`, the default: hand it held ones), so a
-/// benchmark can time both in one process.
-pub fn set_built_rows(on: bool) {
-    BUILT_ROWS.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
+/// Hand `gather_qmm` held rows unless the routes ask it to build its own (a benchmark times both).
 fn held_rows() -> bool {
-    !BUILT_ROWS.load(std::sync::atomic::Ordering::Relaxed)
+    !crate::model::routes::current().moe_built_rows
 }
 
 impl RowIndices {
@@ -283,13 +276,7 @@ pub fn run(plan: &Plan, inputs: &[Array]) -> Result<Array> {
     out.pop().ok_or_else(|| anyhow::anyhow!("the compiled MoE block returned nothing"))
 }
 
-static SWITCH: Switch = Switch::new("COHORT_COMPILE_MOE");
-
-/// Force the compiled block on or off (`None`: back to the default); benchmarks and tests.
-pub fn set_enabled(on: Option<bool>) {
-    SWITCH.set(on);
-}
-
+/// The MoE block as a compiled graph (`Routes::compile_moe`).
 pub fn enabled() -> bool {
-    SWITCH.enabled()
+    crate::model::routes::current().compile_moe
 }

@@ -24,7 +24,7 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::compiled::{Storage, Switch};
+use super::compiled::Storage;
 use crate::model::config::QuantSpec;
 use crate::platform::backend::Backend;
 
@@ -37,20 +37,6 @@ pub const NARROW_MAX_OUT: i32 = 4096;
 /// Blocks of this many rows or more take a dense copy: below it MLX CUDA takes its quantized
 /// vector kernel, which is fast at any width.
 pub const DENSE_MIN_ROWS: i32 = 8;
-
-static PADDED: Switch = Switch::new("COHORT_PAD_PRODUCTS");
-static DENSE: Switch = Switch::new("COHORT_DENSE_PRODUCTS");
-
-/// Force padding odd-width products at load on or off (`None`: the default, on for CUDA).
-/// Models loaded afterwards follow it. Benchmarks and tests.
-pub fn set_padded(on: Option<bool>) {
-    PADDED.set(on);
-}
-
-/// Force dense copies of narrow products on or off (`None`: the default, on for CUDA).
-pub fn set_dense(on: Option<bool>) {
-    DENSE.set(on);
-}
 
 /// How a quantized projection is laid out for the backend's kernels, chosen at load.
 #[derive(Clone)]
@@ -90,7 +76,8 @@ impl Layout {
 /// (a narrow odd width: the router's), since it serves the blocks that would take the tiled
 /// kernel at all.
 pub fn lay_out(w: Array, scales: Array, biases: Array, spec: QuantSpec) -> Result<([Array; 3], Layout)> {
-    lay_out_as(w, scales, biases, spec, PADDED.enabled(), DENSE.enabled())
+    let routes = crate::model::routes::current();
+    lay_out_as(w, scales, biases, spec, routes.pad_products, routes.dense_products)
 }
 
 /// [`lay_out`] with padding and dense copies allowed as given rather than by the switches.
@@ -151,7 +138,7 @@ pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
 fn invariant_packed(x: &Array, arrays: &[Array], spec: QuantSpec, out: i32) -> Option<Result<Array>> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
-    let serves = super::linear::route() == super::linear::LinearRoute::Invariant
+    let serves = crate::model::routes::current().linear == super::linear::LinearRoute::Invariant
         && crate::model::cuda::row_invariant::serves_affine(rows, shape[shape.len() - 1], spec, x.dtype());
     serves.then(|| crate::model::cuda::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], spec, out))
 }
@@ -192,7 +179,7 @@ pub fn quantized(x: &Array, w: &Array, scales: &Array, biases: &Array, group_siz
 pub fn dense(x: &Array, weight: &Array) -> Result<Array> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
-    if super::linear::route() == super::linear::LinearRoute::Invariant
+    if crate::model::routes::current().linear == super::linear::LinearRoute::Invariant
         && crate::model::cuda::row_invariant::serves_dense(rows, shape[shape.len() - 1], weight.dtype(), x.dtype())
     {
         return crate::model::cuda::row_invariant::dense_product(x, weight);
@@ -200,18 +187,10 @@ pub fn dense(x: &Array, weight: &Array) -> Result<Array> {
     as_rows(x, |rows| Ok(mlx_rs::ops::matmul(rows, weight.t())?))
 }
 
-/// Whether products take `x` as rows: on unless `COHORT_FLAT_PRODUCTS=0`, which a benchmark
-/// sets to time the batched form beside it.
-fn flat() -> bool {
-    static FLAT: std::sync::LazyLock<bool> =
-        std::sync::LazyLock::new(|| std::env::var("COHORT_FLAT_PRODUCTS").as_deref() != Ok("0"));
-    *FLAT
-}
-
 /// `f` over `x` as a matrix of rows [rows, in], its result given `x`'s leading shape back.
 fn as_rows(x: &Array, f: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> {
     let shape = x.shape();
-    if shape.len() <= 2 || !flat() {
+    if shape.len() <= 2 || !crate::model::routes::current().flat_products {
         return f(x);
     }
     let input = shape[shape.len() - 1];

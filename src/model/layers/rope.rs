@@ -9,7 +9,7 @@
 //! angles from a cached cos/sin table computed in float64, and returns a new contiguous array:
 //! a few microseconds.
 
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
@@ -106,10 +106,9 @@ fn rotate(v: &mut [f32], (cos, sin): (&[f32], &[f32]), half: usize, traditional:
     }
 }
 
-/// The host route serves float32 blocks on MLX's CPU backend (`COHORT_HOST_ROPE=0` turns it off).
+/// The host route serves float32 blocks on MLX's CPU backend (`Routes::host_rope`).
 fn applies(a: &Array) -> bool {
-    static ON: LazyLock<bool> = LazyLock::new(|| crate::model::cpu::cpu_pool::host_route_on("COHORT_HOST_ROPE"));
-    *ON && a.dtype() == Dtype::Float32
+    crate::model::routes::current().host_rope && a.dtype() == Dtype::Float32
 }
 
 /// MLX's own RoPE (a GPU kernel on CUDA and Metal; the reference in tests).

@@ -31,20 +31,6 @@ use crate::model::layers::norm::RmsNorm;
 /// and verifies up to a B8 cohort's 16-row verify. Prefill chunks stay on MLX (BLAS sgemm).
 pub const HOST_MAX_ROWS: usize = 16;
 
-static ON: std::sync::LazyLock<std::sync::atomic::AtomicBool> = std::sync::LazyLock::new(|| {
-    std::sync::atomic::AtomicBool::new(crate::model::cpu::cpu_pool::host_route_on("COHORT_HOST_LAYERS"))
-});
-
-/// On by default on MLX's CPU backend (`COHORT_HOST_LAYERS=0` starts a process with it off).
-pub fn enabled() -> bool {
-    ON.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Turn the host decode path on or off (tests compare both).
-pub fn set_enabled(on: bool) {
-    ON.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
 static SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Blocks (forwards and MTP drafts) the host path has run in this process (tests check which
@@ -112,7 +98,9 @@ impl LlamaModel {
 
     /// Whether a block of `rows` rows takes the host path.
     pub(super) fn host_serves(&self, rows: usize, mtp: bool) -> bool {
-        enabled() && rows <= HOST_MAX_ROWS && if mtp { self.host_mtp } else { self.host_body }
+        crate::model::routes::current().host_layers
+            && rows <= HOST_MAX_ROWS
+            && if mtp { self.host_mtp } else { self.host_body }
     }
 
     /// [`crate::model::forward::LanguageModel::forward`] on the host.

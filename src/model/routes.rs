@@ -1,0 +1,338 @@
+//! Every route choice the model makes, as one value: built once from the backend's defaults and
+//! the validated environment ([`Routes::from_env`], whose switches are the table in
+//! `switches.rs`), carried by the loaded model ([`crate::model::forward::LanguageModel::routes`])
+//! and put in force by whoever drives it.
+//!
+//! A value in force is scoped to the thread that drives the model, for the length of a closure
+//! ([`scoped`]): the engine's owner thread runs under its model's routes, a cycle narrows the
+//! linear route the exactness gate chose, a benchmark runs each arm under its own value, and a
+//! test under the value it checks. Layers read [`current`] where they choose. Nothing here is
+//! process-wide and mutable, so two models, two tests or two benchmark arms never see each
+//! other's choices; where nothing is in force the process's own value applies (the environment's,
+//! read and checked once).
+//!
+//! Why a scoped value rather than a parameter on every forward: a route is read deep inside
+//! products, attention and kernels' `serves` checks, ~70 forward calls away from where it is
+//! chosen; the scope gives the same guarantee (one value per run, decided once) without threading
+//! it through every layer's signature. Compiled graphs are keyed by the whole value
+//! (`layers::compiled`), so a trace never outlives the choices it was traced under.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+use anyhow::{Result, bail};
+
+use super::layers::linear::{LinearRoute, WeightPolicy};
+use super::switches::{SWITCHES, Values};
+use crate::platform::backend::Backend;
+
+/// Every route choice. `Copy`, compared and hashed whole (compiled graphs are keyed by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Routes {
+    /// How linear layers treat a block of several rows; the exactness gate's verdict.
+    pub linear: LinearRoute,
+    /// What loading does with quantized weights (chosen by `--weights` or the automatic policy).
+    pub weights: WeightPolicy,
+
+    /// Packed cohorts attend as one batch (off: row by row).
+    pub batched_attention: bool,
+    /// Products take a block as flattened rows (off: a batch of matrices).
+    pub flat_products: bool,
+    /// A cohort's Gated DeltaNet states are read as one batch (off: per row).
+    pub gdn_batch: bool,
+    /// On CUDA short blocks attend over the whole buffer capacity with a mask, so the attention
+    /// graph's shape changes only when the buffer grows.
+    pub padded_blocks: bool,
+    /// `gather_qmm` builds its own rows instead of taking held ones.
+    pub moe_built_rows: bool,
+
+    /// Load: projections that read the same input become one stacked product.
+    pub stack_projections: bool,
+    pub stack_router: bool,
+    pub stack_experts: bool,
+    pub stack_shared: bool,
+    pub stack_qkv: bool,
+    pub stack_gdn: bool,
+    /// Load: quantized products of a width MLX CUDA's tiled kernels do not take are padded.
+    pub pad_products: bool,
+    /// Load: narrow quantized products keep a dequantized copy for blocks of many rows.
+    pub dense_products: bool,
+
+    pub compile_moe: bool,
+    pub compile_gdn: bool,
+    pub gdn_kernel: bool,
+    pub gdn_fused_front: bool,
+    pub gdn_fused_norm: bool,
+    pub moe_kernel: bool,
+    pub router_kernel: bool,
+    pub add_norm_kernel: bool,
+    pub attention_kernel: bool,
+
+    pub host_rope: bool,
+    pub host_attention: bool,
+    pub host_layers: bool,
+    pub host_gate: bool,
+}
+
+/// One kind of stacked projection (each can be left out on its own while stacking is on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stack {
+    Router,
+    Experts,
+    Shared,
+    Qkv,
+    Gdn,
+}
+
+impl Routes {
+    /// What a backend runs by default: every CUDA route where MLX drives CUDA (where each was
+    /// measured to pay, docs/benchmarks.md), the host routes on MLX's CPU backend, and the batched
+    /// linear route with quantized weights until the gate and the loader say otherwise.
+    pub fn defaults(backend: Backend) -> Self {
+        let cuda = backend == Backend::Cuda;
+        let cpu = backend == Backend::Cpu;
+        Routes {
+            linear: LinearRoute::Batched,
+            weights: WeightPolicy::Quantized,
+            batched_attention: true,
+            flat_products: true,
+            gdn_batch: true,
+            padded_blocks: cuda,
+            moe_built_rows: false,
+            stack_projections: cuda,
+            stack_router: true,
+            stack_experts: true,
+            stack_shared: true,
+            stack_qkv: true,
+            stack_gdn: true,
+            pad_products: cuda,
+            dense_products: cuda,
+            compile_moe: cuda,
+            compile_gdn: cuda,
+            gdn_kernel: cuda,
+            gdn_fused_front: cuda,
+            gdn_fused_norm: cuda,
+            moe_kernel: cuda,
+            router_kernel: cuda,
+            add_norm_kernel: false,
+            attention_kernel: false,
+            host_rope: cpu,
+            host_attention: cpu,
+            host_layers: cpu,
+            host_gate: cpu,
+        }
+    }
+
+    /// The backend's defaults with the environment's switches applied, each checked: an on/off
+    /// switch set to anything but 0 or 1 is refused (it would be ignored), and so is a CUDA kernel
+    /// asked for where MLX does not drive CUDA (it aborted start-up inside MLX). Routes that
+    /// exist only on one backend stay off elsewhere whatever the environment says.
+    pub fn from_env(backend: Backend) -> Result<Self> {
+        Self::from_lookup(backend, |name| std::env::var_os(name))
+    }
+
+    /// [`Routes::from_env`] over any source of variables (tests give a table).
+    pub fn from_lookup(backend: Backend, var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<Self> {
+        let mut routes = Self::defaults(backend);
+        for s in SWITCHES.iter().filter(|s| s.values == Values::OnOff) {
+            let Some(value) = var(s.name) else { continue };
+            let on = match value.to_str() {
+                Some("0") => false,
+                Some("1") if s.cuda_only && backend != Backend::Cuda => bail!(
+                    "{}=1 asks for a CUDA kernel, but MLX runs on {backend:?} here: unset it (or set it to 0)",
+                    s.name
+                ),
+                Some("1") => true,
+                _ => bail!("{}={}: use 1 (on) or 0 (off)", s.name, value.to_string_lossy()),
+            };
+            if let Some(field) = s.route {
+                (field.set)(&mut routes, on);
+            }
+        }
+        if backend != Backend::Cuda {
+            routes.gdn_kernel = false;
+        }
+        if backend != Backend::Cpu {
+            (routes.host_rope, routes.host_attention, routes.host_layers, routes.host_gate) =
+                (false, false, false, false);
+        }
+        Ok(routes)
+    }
+
+    /// The same routes with another linear route (the gate's verdict; prefill runs batched).
+    pub fn with_linear(self, linear: LinearRoute) -> Self {
+        Routes { linear, ..self }
+    }
+
+    /// Whether projections of `kind` are stacked at load.
+    pub fn stacks(&self, kind: Stack) -> bool {
+        self.stack_projections
+            && match kind {
+                Stack::Router => self.stack_router,
+                Stack::Experts => self.stack_experts,
+                Stack::Shared => self.stack_shared,
+                Stack::Qkv => self.stack_qkv,
+                Stack::Gdn => self.stack_gdn,
+            }
+    }
+
+    /// The fused Gated DeltaNet front serves: the recurrence kernel does and it is asked for.
+    pub fn gdn_front_fused(&self) -> bool {
+        self.gdn_kernel && self.gdn_fused_front
+    }
+
+    /// The gated norm folds into the fused front.
+    pub fn gdn_norm_fused(&self) -> bool {
+        self.gdn_front_fused() && self.gdn_fused_norm
+    }
+}
+
+thread_local! {
+    static IN_FORCE: Cell<Option<Routes>> = const { Cell::new(None) };
+}
+
+/// The process's own routes: the environment's, read and checked once (start-up has refused a
+/// bad value already, so a failure here falls back to the backend's defaults).
+pub fn process() -> Routes {
+    static PROCESS: OnceLock<Routes> = OnceLock::new();
+    *PROCESS.get_or_init(|| {
+        let backend = Backend::detect();
+        Routes::from_env(backend).unwrap_or_else(|_| Routes::defaults(backend))
+    })
+}
+
+/// The routes in force on this thread: the innermost [`scoped`] value, else [`process`].
+pub fn current() -> Routes {
+    IN_FORCE.get().unwrap_or_else(process)
+}
+
+/// `routes` in force on this thread until the guard drops, then what was before (also when
+/// unwinding): for a scope as long as a thread's work, such as the engine owner's.
+#[must_use = "the routes are in force only while the guard lives"]
+pub fn enter(routes: Routes) -> InForce {
+    InForce(IN_FORCE.replace(Some(routes)))
+}
+
+/// What [`enter`] returns; dropping it puts back the routes it replaced.
+pub struct InForce(Option<Routes>);
+
+impl Drop for InForce {
+    fn drop(&mut self) {
+        IN_FORCE.set(self.0);
+    }
+}
+
+/// Run `f` with `routes` in force on this thread, then put back what was (also when `f` panics).
+pub fn scoped<T>(routes: Routes, f: impl FnOnce() -> T) -> T {
+    let _in_force = enter(routes);
+    f()
+}
+
+/// Run `f` with the routes in force but `linear` as the linear route.
+pub fn with_linear<T>(linear: LinearRoute, f: impl FnOnce() -> T) -> T {
+    scoped(current().with_linear(linear), f)
+}
+
+/// Run `f` on the batched linear route. Prompt prefill always runs batched: the row-by-row route
+/// exists to make a verify block equal a chain of single steps, and a prefill batched in every
+/// mode leaves AR and MTP runs the same KV (the row-by-row route would make a 300-token prefill
+/// 300 single-row products, each reading every weight).
+pub fn batched<T>(f: impl FnOnce() -> T) -> T {
+    with_linear(LinearRoute::Batched, f)
+}
+
+/// The routes as `name = value` lines, with where each came from (`cohort device --routes`).
+pub fn listing(routes: &Routes, backend: Backend) -> String {
+    let defaults = Routes::defaults(backend);
+    let width = SWITCHES.iter().map(|s| s.name.len()).max().unwrap_or(0);
+    let mut out = format!(
+        "linear route  {:?} (the exactness gate's verdict replaces it when a model loads)\nweights       {:?} (--weights)\n",
+        routes.linear, routes.weights
+    );
+    for s in SWITCHES {
+        let value = match s.route {
+            Some(field) => {
+                let on = (field.get)(routes);
+                let from = if on == (field.get)(&defaults) { "default" } else { "set" };
+                format!("{} ({from})", u8::from(on))
+            }
+            None => match std::env::var(s.name) {
+                Ok(v) => format!("{v} (set)"),
+                Err(_) => format!("{} (default)", s.default),
+            },
+        };
+        out.push_str(&format!("{:width$}  {value}\n    {}\n", s.name, s.does));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> + 'a {
+        move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.into())
+    }
+
+    #[test]
+    fn the_environment_overrides_the_backend_defaults_and_a_bad_value_is_named() {
+        let cpu =
+            Routes::from_lookup(Backend::Cpu, env(&[("COHORT_HOST_ROPE", "0"), ("COHORT_STACK_PROJECTIONS", "1")]))
+                .unwrap();
+        assert!(!cpu.host_rope && cpu.host_attention && cpu.stack_projections && !cpu.compile_moe);
+        let cuda = Routes::from_lookup(Backend::Cuda, env(&[("COHORT_COMPILE_MOE", "0")])).unwrap();
+        assert!(!cuda.compile_moe && cuda.compile_gdn && !cuda.host_rope);
+        // Host routes live on the CPU backend, the recurrence kernel on CUDA, whatever is asked.
+        let cuda = Routes::from_lookup(Backend::Cuda, env(&[("COHORT_HOST_GATE", "1")])).unwrap();
+        assert!(!cuda.host_gate);
+        let cpu = Routes::from_lookup(Backend::Cpu, env(&[("COHORT_GDN_KERNEL", "1")])).unwrap();
+        assert!(!cpu.gdn_kernel);
+        let err = Routes::from_lookup(Backend::Cpu, env(&[("COHORT_FLAT_PRODUCTS", "no")])).unwrap_err();
+        assert_eq!(err.to_string(), "COHORT_FLAT_PRODUCTS=no: use 1 (on) or 0 (off)");
+        let err = Routes::from_lookup(Backend::Cpu, env(&[("COHORT_MOE_KERNEL", "1")])).unwrap_err();
+        assert!(err.to_string().starts_with("COHORT_MOE_KERNEL=1 asks for a CUDA kernel"), "{err}");
+    }
+
+    #[test]
+    fn a_scope_holds_for_its_closure_on_its_thread_only_and_is_put_back_after_a_panic() {
+        let outer = current();
+        let inner = Routes { flat_products: !outer.flat_products, ..outer };
+        scoped(inner, || {
+            assert_eq!(current(), inner);
+            with_linear(LinearRoute::RowByRow, || assert_eq!(current(), inner.with_linear(LinearRoute::RowByRow)));
+            assert_eq!(current(), inner);
+            assert_eq!(std::thread::spawn(current).join().unwrap(), process());
+        });
+        assert_eq!(current(), outer);
+        let caught = std::panic::catch_unwind(|| scoped(inner, || panic!("inside")));
+        assert!(caught.is_err());
+        assert_eq!(current(), outer);
+    }
+
+    #[test]
+    fn the_table_says_each_route_default_as_the_backends_have_it() {
+        let (cpu, cuda) = (Routes::defaults(Backend::Cpu), Routes::defaults(Backend::Cuda));
+        for s in SWITCHES {
+            let Some(field) = s.route else { continue };
+            let said = match ((field.get)(&cpu), (field.get)(&cuda)) {
+                (true, true) => "1",
+                (false, false) => "0",
+                (false, true) => "on for CUDA",
+                (true, false) => "on for the CPU backend",
+            };
+            assert_eq!(s.default, said, "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn every_on_off_route_switch_names_a_field_that_changes_the_value() {
+        let base = Routes::defaults(Backend::Cpu);
+        for s in SWITCHES.iter().filter_map(|s| s.route.map(|f| (s, f))) {
+            let (switch, field) = s;
+            let mut flipped = base;
+            (field.set)(&mut flipped, !(field.get)(&base));
+            assert_ne!(flipped, base, "{} changes no field", switch.name);
+            assert_eq!((field.get)(&flipped), !(field.get)(&base), "{} reads another field than it sets", switch.name);
+        }
+    }
+}
