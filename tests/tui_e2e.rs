@@ -491,3 +491,61 @@ fn the_inspector_drills_into_a_running_row() {
     tmux.keys(&["C-q"]);
     tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
 }
+
+/// Issue 40: alt+o lists the saved sessions; d then y deletes one, r names one ("rivers"), enter
+/// opens it in place of the session in use: its conversation on screen, the next question
+/// appended to its transcript, and its name printed at exit.
+#[test]
+fn the_session_list_deletes_renames_and_opens_sessions() {
+    use cohort::engine::request::{FinishReason, Stats};
+    use cohort::tui::transcript::{Record, TranscriptWriter};
+    let launched =
+        launch(Launch { tag: "sessions", size: (120, 30), max_tokens: 12, env: "", args: "--panes 1", after: "" });
+    let Some((home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(60);
+    let sessions = home.path().join("data").join("transcripts");
+    for (name, question) in [("20250101-000000", "an old question about rivers"), ("20250102-000000", "to be deleted")]
+    {
+        let mut writer = TranscriptWriter::new(&sessions, name, "throughput", None);
+        let request = format!("{name}-p1-1");
+        let user = Record::User { request: request.clone(), text: question.into(), replaces: None };
+        let text = "the Danube".to_owned();
+        let done = Record::Done { request, finish: FinishReason::Stop, text, error: None, stats: Stats::default() };
+        writer.append(1, &user).unwrap();
+        writer.append(1, &done).unwrap();
+    }
+    tmux.type_text("a new question");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the answer", slow, |s| s.contains("1 · done"));
+    tmux.keys(&["M-o"]);
+    tmux.wait_for("the session list", slow, |s| s.contains("sessions 3 saved") && s.contains("“to be deleted”"));
+    tmux.keys(&["Down"]);
+    tmux.keys(&["d"]);
+    tmux.wait_for("the question before a delete", slow, |s| s.contains("delete 20250102-000000 for good"));
+    tmux.keys(&["y"]);
+    tmux.wait_for("the delete", slow, |s| s.contains("sessions 2 saved") && !s.contains("“to be deleted”"));
+    tmux.keys(&["Down"]);
+    tmux.keys(&["r"]);
+    tmux.wait_for("the name being typed", slow, |s| s.contains("new name: 20250101-000000"));
+    tmux.keys(&["C-u"]);
+    tmux.type_text("rivers");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the new name", slow, |s| s.contains("is called \"rivers\" now") && s.contains("  rivers  "));
+    tmux.keys(&["Enter"]);
+    let opened = tmux.wait_for("the session opened", slow, |s| s.contains("session rivers opened"));
+    assert!(opened.contains("› an old question about rivers") && opened.contains("│ rivers "), "{opened}");
+    assert!(!opened.contains("a new question"), "the panes on screen are the opened session's:\n{opened}");
+    tmux.type_text("and the Rhine?");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the follow-up", slow, |s| s.contains("› and the Rhine?"));
+    tmux.keys(&["C-q"]);
+    let end = tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+    assert!(end.contains("cohort: session 20250101-000000"), "the session in use at the end:\n{end}");
+    let old = sessions.join("20250101-000000");
+    let pane1 = std::fs::read_to_string(old.join("pane-1.jsonl")).unwrap();
+    assert!(pane1.contains("\"text\":\"and the Rhine?\""), "the follow-up went to the opened session: {pane1}");
+    assert_eq!(std::fs::read_to_string(old.join("title.txt")).unwrap().trim(), "rivers");
+    assert!(!sessions.join("20250102-000000").exists(), "deleted");
+    let left = std::fs::read_dir(&sessions).unwrap().filter_map(|e| e.ok()).count();
+    assert_eq!(left, 2, "the session started in is kept, with its question");
+}

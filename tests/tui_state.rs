@@ -9,9 +9,10 @@ use cohort::config::theme::Theme;
 use cohort::engine::request::{FinishReason, Prompt, RequestResult};
 use cohort::engine::row::RowEvent;
 use cohort::engine::telemetry::RowState;
-use cohort::tui::action::{Action, Effect, ProfileSwitch};
-use cohort::tui::app::{App, InspectorPanel, Overlay};
+use cohort::tui::action::{Action, Effect, OpenedSession, ProfileSwitch};
+use cohort::tui::app::{App, InspectorPanel, Overlay, SessionMode};
 use cohort::tui::fixture;
+use cohort::tui::input::InputLine;
 use cohort::tui::transcript::Record;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
@@ -1178,4 +1179,112 @@ fn a_branch_needs_room_and_a_finished_answer() {
     app.handle_key(key(KeyCode::Enter));
     assert_eq!((app.panes.len(), app.panes[1].turns.len(), app.panes[1].input.text()), (2, 0, "first"));
     assert!(app.panes[0].is_busy(), "the source pane's answer runs on");
+}
+
+fn entry(name: &str, turns: usize) -> cohort::tui::transcript::SessionEntry {
+    cohort::tui::transcript::SessionEntry {
+        name: name.into(),
+        title: None,
+        panes: 1,
+        turns,
+        first: Some(format!("the first question of {name}")),
+        modified: 1_767_268_800,
+    }
+}
+
+/// Issue 40: alt+o asks for the saved sessions and lists them on the one in use; r renames the
+/// one picked (the keys edit its name, enter gives it), d asks before deleting it (y deletes;
+/// the session in use is refused), enter opens it: its panes replace the ones on screen and
+/// transcripts go on in its files. Keys never reach the box meanwhile.
+#[test]
+fn the_session_list_renames_deletes_and_opens_sessions() {
+    let mut app = fixture::app(2, "dark");
+    fixture::play(&mut app, 0, "a question", "an answer", Some(FinishReason::Stop), Instant::now());
+    let current = app.session.clone();
+    let fx = app.handle_key(alt(KeyCode::Char('o')));
+    assert!(matches!(&fx[..], [Effect::ListSessions]), "{fx:?}");
+    app.update(Action::Sessions(vec![entry("20260102-090000", 3), entry(&current, 2), entry("20251231-235959", 1)]));
+    let picked = |app: &App| match &app.overlay {
+        Some(Overlay::Sessions(open)) => (open.list[open.selected].name.clone(), open.mode.clone()),
+        other => panic!("no session list: {other:?}"),
+    };
+    assert_eq!(picked(&app).0, current, "the list opens on the session in use");
+
+    // The session in use is not deleted.
+    assert!(app.handle_key(key(KeyCode::Char('d'))).is_empty());
+    assert_eq!(picked(&app).1, SessionMode::Browse);
+    assert!(app.notice.as_ref().unwrap().text.contains("session in use"), "{:?}", app.notice);
+
+    // Rename the newest: r, a new name, enter.
+    app.handle_key(key(KeyCode::Up));
+    app.handle_key(key(KeyCode::Char('r')));
+    assert_eq!(picked(&app).1, SessionMode::Rename(InputLine::new("20260102-090000")));
+    app.handle_key(ctrl('u'));
+    type_text(&mut app, "rivers");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert!(
+        matches!(&fx[..], [Effect::TitleSession { name, title: Some(t) }] if name == "20260102-090000" && t == "rivers"),
+        "{fx:?}"
+    );
+    assert_eq!(picked(&app).1, SessionMode::Browse);
+    app.update(Action::SessionTitled { name: current.clone(), title: Some("today".into()) });
+    assert_eq!(app.session_title.as_deref(), Some("today"), "the session in use shows its new name");
+
+    // Delete the oldest: d asks, any other key keeps it, y deletes.
+    app.handle_key(key(KeyCode::End));
+    app.handle_key(key(KeyCode::Char('d')));
+    assert_eq!(picked(&app).1, SessionMode::Delete);
+    assert!(app.handle_key(key(KeyCode::Char('n'))).is_empty());
+    assert_eq!(picked(&app).1, SessionMode::Browse);
+    app.handle_key(key(KeyCode::Delete));
+    let fx = app.handle_key(key(KeyCode::Char('y')));
+    assert!(matches!(&fx[..], [Effect::DeleteSession { name }] if name == "20251231-235959"), "{fx:?}");
+    // The refreshed list keeps the place.
+    app.update(Action::Sessions(vec![entry("20260102-090000", 3), entry(&current, 2)]));
+    assert_eq!(picked(&app).0, current);
+
+    // Open the other one: it replaces the panes; later records go to its files.
+    app.handle_key(key(KeyCode::Char('k')));
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert!(matches!(&fx[..], [Effect::OpenSession { name }] if name == "20260102-090000"), "{fx:?}");
+    assert_eq!(app.overlay, None);
+    assert_eq!(app.panes.iter().map(|p| p.input.text()).collect::<Vec<_>>(), ["", ""], "nothing was typed");
+    let mut turn = cohort::tui::pane::Turn::default();
+    (turn.request_id, turn.user, turn.answer) =
+        ("20260102-090000-p4-7".into(), "an older question".into(), "an older answer".into());
+    turn.finish = Some(FinishReason::Stop);
+    let restored = cohort::tui::transcript::RestoredPane { id: 4, turns: vec![turn], settings: None };
+    let opened = OpenedSession { name: "20260102-090000".into(), title: Some("rivers".into()), panes: vec![restored] };
+    let fx = app.update(Action::SessionOpened(Box::new(opened)));
+    assert!(matches!(&fx[..], [Effect::UseSession { name }] if name == "20260102-090000"), "{fx:?}");
+    assert_eq!((app.session.as_str(), app.session_title.as_deref()), ("20260102-090000", Some("rivers")));
+    assert_eq!(app.panes.iter().map(|p| p.id).collect::<Vec<_>>(), [4, 5], "its pane, then the profile's count");
+    assert_eq!(app.panes[0].turns[0].answer, "an older answer");
+    type_text(&mut app, "and now?");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    let (request, messages) = the_request(&fx);
+    assert_eq!(messages.len(), 3, "the conversation goes on");
+    assert!(request.id.starts_with("20260102-090000-p4-") && !request.id.ends_with("-7"), "{}", request.id);
+}
+
+/// The session in use is only marked open, and another one is not opened while panes answer.
+#[test]
+fn a_session_opens_only_when_no_pane_answers() {
+    let mut app = fixture::mixed(2, "dark");
+    let current = app.session.clone();
+    app.update(Action::Sessions(vec![entry(&current, 2), entry("20260102-090000", 3)]));
+    assert!(app.handle_key(key(KeyCode::Enter)).is_empty());
+    assert_eq!(app.overlay, None);
+    assert!(app.notice.as_ref().unwrap().text.contains("is the one open"), "{:?}", app.notice);
+    assert!(app.panes[1].is_busy());
+    app.update(Action::Sessions(vec![entry(&current, 2), entry("20260102-090000", 3)]));
+    app.handle_key(key(KeyCode::Down));
+    assert!(app.handle_key(key(KeyCode::Enter)).is_empty(), "pane 2 answers");
+    assert!(app.notice.as_ref().unwrap().text.contains("panes are answering"), "{:?}", app.notice);
+    let opened = OpenedSession { name: "20260102-090000".into(), title: None, panes: Vec::new() };
+    assert!(app.update(Action::SessionOpened(Box::new(opened))).is_empty());
+    assert_eq!(app.session, current);
+    app.update(Action::Sessions(Vec::new()));
+    assert_eq!(app.overlay, None);
+    assert!(app.notice.as_ref().unwrap().text.contains("no saved session yet"), "{:?}", app.notice);
 }

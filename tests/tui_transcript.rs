@@ -328,3 +328,50 @@ fn a_branched_pane_reads_back_with_the_turns_it_took() {
     assert_eq!(turns(1), turns(0), "the branch took the whole conversation");
     assert_eq!(turns(1)[1], ("second".into(), "two, cut".into(), Some(FinishReason::Cancelled)));
 }
+
+/// Issue 40: the session list reads every saved session (panes, turns, first question, when it
+/// was last written), newest first; a title given in the app is kept beside the transcripts (the
+/// folder keeps its name) and `--resume` finds a session by it; a session can be deleted, by name
+/// only (never a path).
+#[test]
+fn sessions_are_listed_titled_found_by_title_and_deleted() {
+    use cohort::tui::transcript::{
+        check_session_title, delete_session, list_sessions, session_title, set_session_title,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut old = TranscriptWriter::new(dir.path(), "20260101-100000", "throughput", None);
+    for r in [user("a", "an old question\nwith a second line"), done("a", FinishReason::Stop, "an old answer")] {
+        old.append(1, &r).unwrap();
+    }
+    old.append(2, &user("b", "another")).unwrap();
+    drop(old);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let mut new = TranscriptWriter::new(dir.path(), "20260102-100000", "throughput", None);
+    new.append(3, &user("c", "a newer question")).unwrap();
+    drop(new);
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+
+    let list = list_sessions(dir.path());
+    let names: Vec<&str> = list.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["20260102-100000", "20260101-100000"], "newest first; a folder without transcripts is none");
+    let (newer, older) = (&list[0], &list[1]);
+    assert_eq!((older.panes, older.turns, older.first.as_deref()), (2, 2, Some("an old question\nwith a second line")));
+    assert_eq!((newer.panes, newer.turns, newer.title.as_deref()), (1, 1, None));
+    assert!(newer.modified > older.modified);
+
+    set_session_title(dir.path(), "20260101-100000", Some("  rivers of Europe ")).unwrap();
+    assert_eq!(session_title(&dir.path().join("20260101-100000")).as_deref(), Some("rivers of Europe"));
+    assert_eq!(list_sessions(dir.path())[1].label(), "rivers of Europe");
+    let (name, _, panes) = load_session(dir.path(), "rivers of Europe").unwrap();
+    assert_eq!((name.as_str(), panes.len()), ("20260101-100000", 2), "--resume takes the title");
+    set_session_title(dir.path(), "20260101-100000", None).unwrap();
+    assert_eq!(session_title(&dir.path().join("20260101-100000")), None, "back to the folder's name");
+    assert!(check_session_title("a/b").is_err() && check_session_title(&"x".repeat(61)).is_err());
+    assert!(set_session_title(dir.path(), "20260101-100000", Some("tab\there")).is_err());
+
+    assert!(delete_session(dir.path(), "../outside").is_err(), "a name, never a path");
+    assert!(delete_session(dir.path(), "nowhere").is_err());
+    delete_session(dir.path(), "20260101-100000").unwrap();
+    assert!(!dir.path().join("20260101-100000").exists());
+    assert_eq!(list_sessions(dir.path()).len(), 1);
+}

@@ -5,9 +5,11 @@
 use cohort::config::theme::Theme;
 use cohort::engine::request::FinishReason;
 use cohort::engine::telemetry::RowState;
+use cohort::tui::action::Action;
 use cohort::tui::app::{App, InspectorPanel, Overlay};
 use cohort::tui::input::InputLine;
 use cohort::tui::style::Styles;
+use cohort::tui::transcript::SessionEntry;
 use cohort::tui::{fixture, views};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -496,6 +498,40 @@ fn a_conversation_branched_at_a_question() {
     app.handle_key(plain_key(crossterm::event::KeyCode::Enter));
     app.notice = None;
     insta::assert_snapshot!("a_conversation_branched_at_a_question", draw(&app, 100, 16).backend());
+}
+
+fn session(name: &str, title: Option<&str>, panes: usize, turns: usize, first: &str, modified: u64) -> SessionEntry {
+    let first = Some(first.to_owned()).filter(|f| !f.is_empty());
+    SessionEntry { name: name.into(), title: title.map(Into::into), panes, turns, first, modified }
+}
+
+/// Issue 40: the session list: each saved session's name (a title given in the app, else its
+/// folder's), when it was last written, its panes, turns and first question, the one in use
+/// marked and the one picked highlighted, the keys under it; then the same list renaming the
+/// picked session (its name being typed) and asking before deleting it.
+#[test]
+fn the_session_list() {
+    let mut app = fixture::mixed(2, "dark");
+    let list = vec![
+        session(fixture::SESSION, None, 2, 2, "Write a loop in Rust", 1_767_269_100),
+        session("20251230-081500", Some("rivers of Europe"), 3, 14, "Name three rivers\nand their seas", 1_767_082_500),
+        session("20251229-220000", None, 1, 1, "", 1_767_045_600),
+    ];
+    app.update(Action::Sessions(list));
+    app.handle_key(plain_key(crossterm::event::KeyCode::Down));
+    insta::assert_snapshot!(draw(&app, 120, 30).backend());
+    app.handle_key(plain_key(crossterm::event::KeyCode::Char('r')));
+    for c in " (2025)".chars() {
+        app.handle_key(plain_key(crossterm::event::KeyCode::Char(c)));
+    }
+    let renaming = draw(&app, 120, 30);
+    insta::assert_snapshot!("the_session_list_renaming", renaming.backend());
+    assert!(renaming.backend().to_string().contains("new name: rivers of Europe (2025)"));
+    app.handle_key(plain_key(crossterm::event::KeyCode::Esc));
+    app.handle_key(plain_key(crossterm::event::KeyCode::Char('d')));
+    let deleting = draw(&app, 120, 30);
+    insta::assert_snapshot!("the_session_list_asking_before_a_delete", deleting.backend());
+    assert_eq!(style_at(&deleting, "delete rivers of Europe for good").fg, app.styles.error.fg);
 }
 
 fn row_text(buffer: &ratatui::buffer::Buffer, y: u16) -> String {

@@ -59,6 +59,8 @@ pub enum Command {
     HistoryNext,
     Profiles,
     SaveProfile,
+    /// The saved sessions: open, rename or delete one.
+    Sessions,
 }
 
 impl Command {
@@ -104,6 +106,7 @@ impl Command {
             Command::HistoryNext,
             Command::Profiles,
             Command::SaveProfile,
+            Command::Sessions,
         ]);
         all
     }
@@ -148,6 +151,7 @@ impl Command {
             Command::HistoryNext => "history_next",
             Command::Profiles => "profiles",
             Command::SaveProfile => "save_profile",
+            Command::Sessions => "sessions",
         };
         fixed.to_owned()
     }
@@ -205,6 +209,7 @@ impl Command {
             Command::HistoryNext => "next prompt of this pane",
             Command::Profiles => "pick a profile",
             Command::SaveProfile => "save the current settings as a profile",
+            Command::Sessions => "the saved sessions: open one in place of this one, rename or delete one",
         };
         fixed.to_owned()
     }
@@ -253,6 +258,7 @@ impl Command {
             Command::HistoryNext => vec!["down"],
             Command::Profiles => vec!["ctrl+p"],
             Command::SaveProfile => vec!["ctrl+s"],
+            Command::Sessions => vec!["alt+o"],
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crossterm::event::KeyEvent;
 
-use super::transcript::Record;
+use super::transcript::{Record, RestoredPane, SessionEntry};
 use crate::config::keymap::{Command, Keymap};
 use crate::config::profile::{Profile, Settings};
 use crate::config::theme::Theme;
@@ -59,6 +59,23 @@ pub enum Action {
         text: String,
         error: bool,
     },
+    /// The saved sessions, newest first: opens the session list (or refreshes it).
+    Sessions(Vec<SessionEntry>),
+    /// A saved session read back, to open in place of the current one.
+    SessionOpened(Box<OpenedSession>),
+    /// Session `name` was given a title (None: its folder's name again).
+    SessionTitled {
+        name: String,
+        title: Option<String>,
+    },
+}
+
+/// A session read back from its transcripts, for the app to open.
+#[derive(Debug)]
+pub struct OpenedSession {
+    pub name: String,
+    pub title: Option<String>,
+    pub panes: Vec<RestoredPane>,
 }
 
 /// What the app asks for; the event loop performs these.
@@ -101,6 +118,26 @@ pub enum Effect {
     },
     /// Start the engine again with the app's (new) settings.
     RestartEngine,
+    /// List the saved sessions; comes back as `Sessions`.
+    ListSessions,
+    /// Read session `name`'s transcripts; comes back as `SessionOpened`.
+    OpenSession {
+        name: String,
+    },
+    /// Write transcripts into session `name` from now on (the app has opened it); the session
+    /// left behind goes if nothing was written to it.
+    UseSession {
+        name: String,
+    },
+    /// Give session `name` a title (None: its folder's name again).
+    TitleSession {
+        name: String,
+        title: Option<String>,
+    },
+    /// Delete session `name` (never the one in use).
+    DeleteSession {
+        name: String,
+    },
 }
 
 /// A newly loaded profile, resolved with the command-line flags, its theme and keymap.

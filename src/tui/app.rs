@@ -8,13 +8,13 @@ use std::time::Instant;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent};
 use ratatui::layout::Rect;
 
-use super::action::{Action, Effect, EngineSummary, ProfileSwitch};
+use super::action::{Action, Effect, EngineSummary, OpenedSession, ProfileSwitch};
 use super::input::InputLine;
 use super::layout::{Screen, neighbour, screen};
 use super::pane::{InFlight, Pane, Turn};
 use super::settings::{SettingsForm, summary};
 use super::style::Styles;
-use super::transcript::{Record, RestoredPane};
+use super::transcript::{Record, RestoredPane, SessionEntry, check_session_title};
 use crate::config::keymap::{Command, Keymap};
 use crate::config::profile::{ChatSettings, MAX_PANES, PaneProfile, ProfileEntry, Settings, check_profile_name};
 use crate::config::theme::Theme;
@@ -84,6 +84,26 @@ pub enum Overlay {
         id: String,
         opened: bool,
     },
+    /// The saved sessions.
+    Sessions(Box<SessionList>),
+}
+
+/// The session list: the sessions saved (newest first), the one picked, and what the keys do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionList {
+    pub list: Vec<SessionEntry>,
+    pub selected: usize,
+    pub mode: SessionMode,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionMode {
+    /// Moving through the list.
+    Browse,
+    /// Typing the picked session's new name.
+    Rename(InputLine),
+    /// Asking before the picked session is deleted.
+    Delete,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +126,8 @@ pub struct App {
     pub styles: Styles,
     pub keymap: Keymap,
     pub session: String,
+    /// The name the session was given in the app (None: its folder's name).
+    pub session_title: Option<String>,
     pub panes: Vec<Pane>,
     pub focus: usize,
     pub zoomed: bool,
@@ -145,6 +167,7 @@ impl App {
             theme,
             keymap,
             session: session.to_owned(),
+            session_title: None,
             panes,
             focus: 0,
             zoomed: false,
@@ -277,6 +300,17 @@ impl App {
                 None => self.notify("the pane that was edited is gone: the text is lost".into(), true),
             },
             Action::Transcript(error) => self.transcript_error = error,
+            Action::Sessions(list) => self.show_sessions(list),
+            Action::SessionOpened(opened) => self.open_session(*opened, &mut fx),
+            Action::SessionTitled { name, title } => {
+                if name == self.session {
+                    self.session_title = title.clone();
+                }
+                match title {
+                    Some(title) => self.notify(format!("session {name} is called {title:?} now"), false),
+                    None => self.notify(format!("session {name} goes by its own name again"), false),
+                }
+            }
         }
         fx
     }
@@ -411,7 +445,126 @@ impl App {
             Command::SaveProfile => {
                 self.overlay = Some(Overlay::SaveProfile { name: InputLine::new(&self.settings.profile) })
             }
+            Command::Sessions => fx.push(Effect::ListSessions),
         }
+    }
+
+    /// The saved sessions arrived: open the list on the session in use (else the newest), or
+    /// refresh the list already open, keeping the place.
+    fn show_sessions(&mut self, list: Vec<SessionEntry>) {
+        if list.is_empty() {
+            self.overlay = None;
+            return self.notify("no saved session yet: a session is saved once a pane has a message".into(), true);
+        }
+        let selected = match &self.overlay {
+            Some(Overlay::Sessions(open)) => open.selected.min(list.len() - 1),
+            _ => list.iter().position(|e| e.name == self.session).unwrap_or(0),
+        };
+        // The bottom bar is free for what the list's keys report.
+        if !matches!(self.overlay, Some(Overlay::Sessions(_))) {
+            self.notice = None;
+        }
+        self.overlay = Some(Overlay::Sessions(Box::new(SessionList { list, selected, mode: SessionMode::Browse })));
+    }
+
+    /// Keys in the session list. Browsing: up/down (k/j), home/end (g/G) move; enter opens the
+    /// session picked, r renames it, d (or delete) asks before deleting it; esc, q or the key
+    /// again close the list. Renaming: the keys edit the name, enter gives it, esc goes back.
+    /// Asked to delete: y deletes, any other key keeps it.
+    fn sessions_key(&mut self, mut open: Box<SessionList>, key: KeyEvent, fx: &mut Vec<Effect>) -> Option<Overlay> {
+        let last = open.list.len().saturating_sub(1);
+        let picked = open.list.get(open.selected).cloned()?;
+        match std::mem::replace(&mut open.mode, SessionMode::Browse) {
+            SessionMode::Rename(mut name) => match key.code {
+                KeyCode::Esc => {}
+                KeyCode::Enter => match check_session_title(name.text()) {
+                    Ok(()) => {
+                        let title = Some(name.text().trim().to_owned()).filter(|t| !t.is_empty());
+                        fx.push(Effect::TitleSession { name: picked.name, title });
+                    }
+                    Err(e) => {
+                        self.notify(format!("{e:#}"), true);
+                        open.mode = SessionMode::Rename(name);
+                    }
+                },
+                _ => {
+                    name.handle_key(&key);
+                    open.mode = SessionMode::Rename(name);
+                }
+            },
+            SessionMode::Delete => {
+                if key.code == KeyCode::Char('y') {
+                    fx.push(Effect::DeleteSession { name: picked.name });
+                }
+            }
+            SessionMode::Browse => {
+                let again = self.keymap.keys_for(Command::Sessions).iter().any(|c| c.matches(&key));
+                match key.code {
+                    KeyCode::Esc | KeyCode::Char('q') => return None,
+                    _ if again => return None,
+                    KeyCode::Up | KeyCode::Char('k') => open.selected = open.selected.saturating_sub(1),
+                    KeyCode::Down | KeyCode::Char('j') => open.selected = (open.selected + 1).min(last),
+                    KeyCode::Home | KeyCode::Char('g') => open.selected = 0,
+                    KeyCode::End | KeyCode::Char('G') => open.selected = last,
+                    KeyCode::Char('r') => open.mode = SessionMode::Rename(InputLine::new(picked.label())),
+                    KeyCode::Char('d') | KeyCode::Delete if picked.name == self.session => {
+                        self.notify("that is the session in use: open another one to delete this one".into(), true);
+                    }
+                    KeyCode::Char('d') | KeyCode::Delete => open.mode = SessionMode::Delete,
+                    KeyCode::Enter if picked.name == self.session => {
+                        self.notify(format!("session {} is the one open", picked.label()), false);
+                        return None;
+                    }
+                    KeyCode::Enter if self.busy_panes() > 0 => {
+                        let keys = self.keymap.describe_keys(Command::CancelAll);
+                        self.notify(
+                            format!(
+                                "panes are answering: wait for them (or cancel them: {keys}) to open another session"
+                            ),
+                            true,
+                        );
+                    }
+                    KeyCode::Enter => {
+                        fx.push(Effect::OpenSession { name: picked.name });
+                        return None;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Some(Overlay::Sessions(open))
+    }
+
+    /// A saved session read back: its panes replace the ones on screen (the session left behind
+    /// is saved as it is), and transcripts go on in its files. Refused while a pane answers.
+    fn open_session(&mut self, opened: OpenedSession, fx: &mut Vec<Effect>) {
+        if self.busy_panes() > 0 {
+            return self.notify("panes are answering: the session was not opened".into(), true);
+        }
+        let OpenedSession { name, title, panes } = opened;
+        let turns: usize = panes.iter().map(|p| p.turns.len()).sum();
+        let count = panes.len();
+        self.session = name.clone();
+        self.session_title = title;
+        self.panes.clear();
+        self.restore(panes);
+        while self.panes.len() < self.settings.panes.clamp(1, MAX_PANES) {
+            self.add_pane();
+        }
+        self.focus = 0;
+        self.zoomed = false;
+        self.overlay = None;
+        self.row_seen = None;
+        fx.push(Effect::UseSession { name: name.clone() });
+        let label = self.session_title.clone().unwrap_or(name);
+        let (p, t) = (if count == 1 { "" } else { "s" }, if turns == 1 { "" } else { "s" });
+        self.notify(
+            format!(
+                "session {label} opened: {count} pane{p}, {turns} turn{t} (profile {} stays)",
+                self.settings.profile
+            ),
+            false,
+        );
     }
 
     /// Scroll pane `index` by `lines` (up when negative). Scrolled up, the view holds still
@@ -794,6 +947,7 @@ impl App {
                 }
             }
             Overlay::Settings(form) => self.settings_key(form, key, fx),
+            Overlay::Sessions(open) => self.sessions_key(open, key, fx),
             Overlay::Row { id, opened } => {
                 let back = self.keymap.keys_for(Command::InspectRow).iter().any(|c| c.matches(&key));
                 if back || matches!(key.code, KeyCode::Esc | KeyCode::Char('q')) {
@@ -1035,6 +1189,11 @@ impl App {
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
         match &mut self.overlay {
             Some(Overlay::SaveProfile { name }) => name.insert(text.lines().next().unwrap_or_default()),
+            Some(Overlay::Sessions(open)) => {
+                if let SessionMode::Rename(name) = &mut open.mode {
+                    name.insert(text.lines().next().unwrap_or_default());
+                }
+            }
             // The system prompt takes every line; a number, the first.
             Some(Overlay::Settings(form)) => {
                 let text =

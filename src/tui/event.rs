@@ -12,11 +12,14 @@ use anyhow::Result;
 use crossterm::event::{Event, KeyEventKind};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::action::{Action, Effect, EngineSummary, ProfileSwitch};
+use super::action::{Action, Effect, EngineSummary, OpenedSession, ProfileSwitch};
 use super::app::{App, TICKS_PER_S};
 use super::bridge::{Backend, Bridge};
 use super::terminal::{self, Tui};
-use super::transcript::TranscriptWriter;
+use super::transcript::{
+    TranscriptWriter, delete_session, list_sessions, load_session, release_session_if_empty, session_title,
+    set_session_title,
+};
 use super::{clipboard, editor, export, keys, views};
 use crate::cli::model_args::ModelArgs;
 use crate::config::keymap::Keymap;
@@ -52,16 +55,20 @@ enum EngineMsg {
     Failed(String),
 }
 
-/// Run the UI until the user quits. The terminal is restored on every way out.
-pub async fn run(mut app: App, mut ctx: Context) -> Result<()> {
-    let mut tui = terminal::enter()?;
+/// Run the UI until the user quits. The terminal is restored on every way out. Also returns the
+/// session in use at the end (the app can open another).
+pub async fn run(mut app: App, mut ctx: Context) -> (Result<()>, String) {
+    let mut tui = match terminal::enter() {
+        Ok(tui) => tui,
+        Err(e) => return (Err(e), ctx.transcripts.session.clone()),
+    };
     let stop_input = Arc::new(AtomicBool::new(false));
     let mut bridge = Bridge::default();
     let outcome = drive(&mut app, &mut ctx, &mut tui, &mut bridge, stop_input.clone()).await;
     stop_input.store(true, Ordering::SeqCst);
     terminal::leave();
     finish(&mut app, &mut ctx, &mut bridge).await;
-    outcome
+    (outcome, ctx.transcripts.session.clone())
 }
 
 async fn drive(
@@ -242,6 +249,42 @@ fn perform(
                 Ok(switch) => vec![Action::ProfileLoaded(Box::new(switch))],
                 Err(e) => notice(format!("{e:#}"), true),
             };
+        }
+        Effect::ListSessions => return vec![Action::Sessions(list_sessions(&ctx.transcripts.root))],
+        Effect::OpenSession { name } => {
+            return match load_session(&ctx.transcripts.root, &name) {
+                Ok((name, folder, panes)) => {
+                    let title = session_title(&folder);
+                    vec![Action::SessionOpened(Box::new(OpenedSession { name, title, panes }))]
+                }
+                Err(e) => notice(format!("the session was not opened: {e:#}"), true),
+            };
+        }
+        Effect::UseSession { name } => {
+            let left = ctx.transcripts.session.clone();
+            ctx.transcripts.switch(&name);
+            tracing::info!(session = %name, "opened in the app");
+            // The session left behind goes if nothing was written to it, as at exit.
+            release_session_if_empty(&ctx.transcripts.root, &left);
+        }
+        Effect::TitleSession { name, title } => {
+            let root = ctx.transcripts.root.clone();
+            return match set_session_title(&root, &name, title.as_deref()) {
+                Ok(()) => vec![Action::SessionTitled { name, title }, Action::Sessions(list_sessions(&root))],
+                Err(e) => notice(format!("the session was not renamed: {e:#}"), true),
+            };
+        }
+        Effect::DeleteSession { name } => {
+            if name == ctx.transcripts.session {
+                return notice("the session in use is not deleted".into(), true);
+            }
+            let root = ctx.transcripts.root.clone();
+            let mut actions = match delete_session(&root, &name) {
+                Ok(()) => notice(format!("session {name} deleted"), false),
+                Err(e) => notice(format!("the session was not deleted: {e:#}"), true),
+            };
+            actions.push(Action::Sessions(list_sessions(&root)));
+            return actions;
         }
         Effect::RestartEngine => match &ctx.attach {
             // The server keeps its own model and preset; the profile's sampler values apply.

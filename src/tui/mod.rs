@@ -43,7 +43,7 @@ use crate::platform::paths::Paths;
 use app::App;
 use transcript::{
     TranscriptWriter, latest_session, load_session, release_session_if_empty, reserve_session, session_profile,
-    transcripts_dir,
+    session_title, transcripts_dir,
 };
 
 /// Start the TUI: resolve the profile, check the model exists, open (or resume) a session, and
@@ -59,11 +59,11 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
                 spec.to_owned()
             };
             let (name, folder, panes) = load_session(&dir, &spec)?;
-            Some((name, session_profile(&folder), panes))
+            Some((name, session_profile(&folder), session_title(&folder), panes))
         }
         None => None,
     };
-    let recorded = resumed.as_ref().and_then(|(_, profile, _)| profile.as_deref());
+    let recorded = resumed.as_ref().and_then(|(_, profile, _, _)| profile.as_deref());
     let (loaded, profile_spec, profile_notice) = startup_profile(args.profile.as_deref(), recorded, paths)?;
     let settings = Settings::resolve(&loaded, &args.overrides())?;
     let theme = load_theme(&settings.theme, paths)?.respecting_no_color();
@@ -80,14 +80,15 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
              prompts from a file or stdin and `cohort serve` answers over HTTP"
         );
     }
-    let (session, restored) = match resumed {
-        Some((name, _, panes)) => (name, panes),
-        None => (reserve_session(&dir)?, Vec::new()),
+    let (session, title, restored) = match resumed {
+        Some((name, _, title, panes)) => (name, title, panes),
+        None => (reserve_session(&dir)?, None, Vec::new()),
     };
     tracing::info!(%session, profile = %settings.profile, "starting the TUI");
     markdown::prewarm();
     let mut app = App::new(settings, theme, keymap, &session);
     app.profiles = list_profiles(paths);
+    app.session_title = title;
     app.restore(restored);
     if let Some(notice) = profile_notice {
         tracing::warn!("{notice}");
@@ -98,7 +99,8 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     let ctx = event::Context { paths: paths.clone(), overrides: args.overrides(), transcripts, attach };
     // All drivers: an attached TUI talks HTTP from this runtime.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let outcome = runtime.block_on(event::run(app, ctx));
+    // The session in use at the end: another may have been opened in the app.
+    let (outcome, session) = runtime.block_on(event::run(app, ctx));
     // A model still loading would hold the runtime's drop; the process is ending anyway.
     runtime.shutdown_background();
     // A session nothing was written to leaves no folder (they piled up, one per start).

@@ -155,8 +155,139 @@ fn session_order(name: &str) -> (String, u64) {
     (format!("{}-{}", parts.first().unwrap_or(&""), parts.get(1).unwrap_or(&"")), suffix)
 }
 
+/// A saved session, as the session list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEntry {
+    /// The folder's name (what `--resume` takes, as it takes the title).
+    pub name: String,
+    /// The name given in the app (`rename`), if any.
+    pub title: Option<String>,
+    pub panes: usize,
+    pub turns: usize,
+    /// The first question of its lowest-numbered pane with one.
+    pub first: Option<String>,
+    /// When a transcript of it was last written (Unix seconds).
+    pub modified: u64,
+}
+
+impl SessionEntry {
+    /// The title, else the folder's name.
+    pub fn label(&self) -> &str {
+        self.title.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// The file in a session's folder holding the title given in the app.
+pub const TITLE_FILE: &str = "title.txt";
+/// A title's length at most, in characters.
+pub const MAX_TITLE: usize = 60;
+
+/// Every session under `dir` that holds a transcript, the one written to last first. A session
+/// that cannot be read is left out.
+pub fn list_sessions(dir: &Path) -> Vec<SessionEntry> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out: Vec<SessionEntry> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let folder = e.path();
+            let files: Vec<PathBuf> = std::fs::read_dir(&folder)
+                .ok()?
+                .filter_map(|f| f.ok().map(|f| f.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect();
+            let modified = files
+                .iter()
+                .filter_map(|p| p.metadata().ok()?.modified().ok()?.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+                .max()?;
+            let (_, _, panes) = load_session(dir, &name).ok()?;
+            Some(SessionEntry {
+                title: session_title(&folder),
+                panes: panes.len(),
+                turns: panes.iter().map(|p| p.turns.len()).sum(),
+                first: panes.iter().find_map(|p| p.turns.first().map(|t| t.user.clone())),
+                modified,
+                name,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.modified.cmp(&a.modified).then_with(|| session_order(&b.name).cmp(&session_order(&a.name))));
+    out
+}
+
+/// The title a session was given in the app (its folder's `title.txt`), if any.
+pub fn session_title(session_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(session_dir.join(TITLE_FILE)).ok()?;
+    Some(text.trim().to_owned()).filter(|t| !t.is_empty())
+}
+
+/// A title the app can give a session: some text, at most `MAX_TITLE` characters, no control
+/// characters and no `/` (`--resume` reads a `/` as a path).
+pub fn check_session_title(title: &str) -> Result<()> {
+    let title = title.trim();
+    if title.chars().count() > MAX_TITLE {
+        bail!("a session's name is at most {MAX_TITLE} characters");
+    }
+    if let Some(c) = title.chars().find(|c| c.is_control() || *c == '/') {
+        bail!("{c:?} is not allowed in a session's name");
+    }
+    Ok(())
+}
+
+/// Give session `name` under `dir` a title (None or blank: back to its folder's name). The
+/// folder keeps its name, so `--resume` takes either.
+pub fn set_session_title(dir: &Path, name: &str, title: Option<&str>) -> Result<()> {
+    let folder = session_folder(dir, name)?;
+    let path = folder.join(TITLE_FILE);
+    match title.map(str::trim).filter(|t| !t.is_empty()) {
+        Some(title) => {
+            check_session_title(title)?;
+            std::fs::write(&path, format!("{title}\n")).with_context(|| format!("cannot write {}", path.display()))
+        }
+        None => match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("cannot remove {}", path.display()))
+            }
+            _ => Ok(()),
+        },
+    }
+}
+
+/// Delete session `name`'s folder under `dir`, with every transcript and export in it.
+pub fn delete_session(dir: &Path, name: &str) -> Result<()> {
+    let folder = session_folder(dir, name)?;
+    std::fs::remove_dir_all(&folder).with_context(|| format!("cannot delete {}", folder.display()))
+}
+
+/// The folder of session `name` directly under `dir` (a name, never a path).
+fn session_folder(dir: &Path, name: &str) -> Result<PathBuf> {
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
+        bail!("{name:?} is not a session's name");
+    }
+    let folder = dir.join(name);
+    if !folder.is_dir() {
+        bail!("no session {name} in {}", dir.display());
+    }
+    Ok(folder)
+}
+
+/// The session titled `title` under `dir` (the newest, when several are).
+fn session_titled(dir: &Path, title: &str) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir() && session_title(&e.path()).as_deref() == Some(title))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .max_by(|a, b| session_order(a).cmp(&session_order(b)))
+        .map(|name| dir.join(name))
+}
+
 /// Appends records to one session's files.
 pub struct TranscriptWriter {
+    /// The transcripts folder (the sessions' parent).
+    pub root: PathBuf,
     pub dir: PathBuf,
     pub session: String,
     profile: String,
@@ -168,12 +299,20 @@ impl TranscriptWriter {
     /// Write into `<transcripts>/<session>/` (created on the first record).
     pub fn new(transcripts: &Path, session: &str, profile: &str, model: Option<String>) -> TranscriptWriter {
         TranscriptWriter {
+            root: transcripts.to_owned(),
             dir: transcripts.join(session),
             session: session.to_owned(),
             profile: profile.to_owned(),
             model,
             files: HashMap::new(),
         }
+    }
+
+    /// Write into session `session` (under the same transcripts folder) from now on.
+    pub fn switch(&mut self, session: &str) {
+        self.files.clear();
+        self.session = session.to_owned();
+        self.dir = self.root.join(session);
     }
 
     pub fn pane_path(&self, pane: u32) -> PathBuf {
@@ -245,9 +384,16 @@ pub struct RestoredPane {
     pub settings: Option<Option<ChatSettings>>,
 }
 
-/// Read every pane of a session. `spec` is a session name under `transcripts`, or a folder path.
+/// Read every pane of a session. `spec` is a session name under `transcripts`, the title one was
+/// given in the app, or a folder path.
 pub fn load_session(transcripts: &Path, spec: &str) -> Result<(String, PathBuf, Vec<RestoredPane>)> {
-    let dir = if spec.contains('/') { PathBuf::from(spec) } else { transcripts.join(spec) };
+    let mut dir = if spec.contains('/') { PathBuf::from(spec) } else { transcripts.join(spec) };
+    if !dir.is_dir()
+        && !spec.contains('/')
+        && let Some(titled) = session_titled(transcripts, spec)
+    {
+        dir = titled;
+    }
     if !dir.is_dir() {
         bail!("no session {spec} (sessions are folders in {})", transcripts.display());
     }

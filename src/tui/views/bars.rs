@@ -44,7 +44,7 @@ pub fn draw_top(frame: &mut Frame, area: Rect, app: &App) {
     // The less urgent parts go whole or not at all when the bar is narrow.
     let optional = [
         Span::styled(format!("│ preset {preset} · numerics {numerics} "), s.bar),
-        Span::styled(format!("│ {} ", app.session), s.bar.patch(s.muted)),
+        Span::styled(format!("│ {} ", app.session_title.as_deref().unwrap_or(&app.session)), s.bar.patch(s.muted)),
     ];
     let mut used = spans.iter().map(|span| span.width()).sum::<usize>();
     for span in optional {

@@ -14,6 +14,7 @@ pub mod popup;
 pub mod queue;
 pub mod row;
 pub mod rows;
+pub mod sessions;
 pub mod settings;
 pub mod spark;
 
@@ -40,6 +41,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Some(Overlay::Profiles { selected }) => picker::draw_profiles(frame, area, app, *selected),
         Some(Overlay::SaveProfile { name }) => picker::draw_save(frame, area, app, name),
         Some(Overlay::Settings(form)) => settings::draw(frame, area, app, form),
+        Some(Overlay::Sessions(open)) => sessions::draw(frame, area, app, open),
         // Drawn in the pane itself (the picked message highlighted), or the inspector (the
         // drilled row), and the bottom bar.
         Some(Overlay::Select { .. } | Overlay::Branch { .. } | Overlay::Row { .. }) | None => {}
