@@ -300,8 +300,9 @@ fn stop_signal_quits_cleanly(signal: &str) {
 
 /// Issue 40: f2 puts the last message back in the box and, sent, it replaces that turn; ctrl+r
 /// asks it again in place of its answer. The transcript reads back as the screen shows it, and
-/// alt+s exports the same conversation as Markdown; alt+y copies any of its messages; alt+b
-/// branches it at its question into a second pane, which asks it again there.
+/// alt+s exports the same conversation as Markdown; alt+y copies any of its messages; ctrl+f
+/// finds its question; alt+b branches it at its question into a second pane, which asks it again
+/// there.
 #[test]
 fn edit_regenerate_export_and_copy_a_conversation() {
     let launched =
@@ -337,6 +338,13 @@ fn edit_regenerate_export_and_copy_a_conversation() {
     tmux.wait_for("the copy", slow, |s| s.contains("copied 16 chars"));
     let copied = std::fs::read_to_string(home.path().join("data").join("clipboard").join("last-answer.txt"));
     assert_eq!(copied.unwrap(), "a first question");
+    // ctrl+f finds the question; esc closes the search.
+    tmux.keys(&["C-f"]);
+    tmux.wait_for("the search", slow, |s| s.contains("find:") && s.contains("type what to find"));
+    tmux.type_text("FIRST q");
+    tmux.wait_for("the match", slow, |s| s.contains("find: FIRST q  1 of 1"));
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the search to close", slow, |s| !s.contains("find:"));
     // alt+b branches at the question: a new pane with it in the box, which sends from there.
     tmux.keys(&["M-b"]);
     tmux.wait_for("the branch picker", slow, |s| s.contains("branch at message 2 of 2"));

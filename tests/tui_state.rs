@@ -1288,3 +1288,26 @@ fn a_session_opens_only_when_no_pane_answers() {
     assert_eq!(app.overlay, None);
     assert!(app.notice.as_ref().unwrap().text.contains("no saved session yet"), "{:?}", app.notice);
 }
+
+/// Issue 40: ctrl+f opens a search of the focused pane's conversation (refused, saying why, on
+/// an empty pane): typed and pasted text goes to the query, never the box; a new query starts
+/// again from the newest match; esc closes, leaving a view that found nothing where it was.
+#[test]
+fn search_takes_the_keys_until_esc() {
+    let mut app = fixture::app(1, "dark");
+    assert!(app.handle_key(ctrl('f')).is_empty());
+    assert!(app.notice.as_ref().unwrap().text.contains("nothing to search"), "{:?}", app.notice);
+    assert_eq!(app.overlay, None);
+
+    let mut app = two_turns("second");
+    app.panes[0].scroll_top = Some(1);
+    app.handle_key(ctrl('f'));
+    type_text(&mut app, "answ");
+    app.update(Action::Paste("er\nignored".into()));
+    let Some(Overlay::Search { query, back }) = &app.overlay else { panic!("{:?}", app.overlay) };
+    assert_eq!((query.text(), *back), ("answer", 0));
+    assert_eq!(app.panes[0].input.text(), "", "nothing reached the box");
+    assert!(app.handle_key(key(KeyCode::Esc)).is_empty());
+    assert_eq!((app.overlay.as_ref(), app.panes[0].scroll_top), (None, Some(1)), "no match was shown: the view stays");
+    assert_eq!(app.keymap.describe_keys(Command::Search), "ctrl+f");
+}

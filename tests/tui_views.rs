@@ -500,6 +500,74 @@ fn a_conversation_branched_at_a_question() {
     insta::assert_snapshot!("a_conversation_branched_at_a_question", draw(&app, 100, 16).backend());
 }
 
+/// Issue 40: ctrl+f finds text in the focused pane's conversation as it reads on screen: every
+/// match marked, the one shown (the newest first) in the selection style and scrolled into view,
+/// the bottom bar with the query, which match of how many, and the keys; up goes to the match
+/// above, down below (wrapping); a query found nowhere says so; esc closes and the view holds
+/// where the match was.
+#[test]
+fn searching_a_conversation() {
+    use crossterm::event::KeyCode;
+    let mut app = fixture::app(1, "dark");
+    let t0 = std::time::Instant::now();
+    fixture::play(&mut app, 0, "Write a loop in Rust", fixture::CODE_ANSWER, Some(FinishReason::Stop), t0);
+    let long: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+    fixture::play(&mut app, 0, "Count to thirty", &long, Some(FinishReason::Stop), t0);
+    app.handle_key(crossterm::event::KeyEvent::new(KeyCode::Char('f'), crossterm::event::KeyModifiers::CONTROL));
+    for c in "LINE 2".chars() {
+        app.handle_key(plain_key(KeyCode::Char(c)));
+    }
+    assert_eq!(app.panes[0].input.text(), "", "the query is not typed into the box");
+    let newest = draw(&app, 60, 14);
+    insta::assert_snapshot!("searching_a_conversation", newest.backend());
+    let text = newest.backend().to_string();
+    assert!(text.contains("find: LINE 2  11 of 11"), "line 2 and 20 to 29:\n{text}");
+    let buffer = newest.backend().buffer();
+    let at = |needle: &str| {
+        let y = (0..buffer.area.height).find(|&y| row_text(buffer, y).contains(needle)).expect(needle);
+        let x = row_text(buffer, y).find(needle).unwrap();
+        buffer[(row_text(buffer, y)[..x].chars().count() as u16, y)].clone()
+    };
+    assert_eq!(at("line 29").bg, app.styles.selection.bg.unwrap(), "the match shown");
+    assert!(at("line 28").modifier.contains(Modifier::REVERSED), "another match, marked");
+    assert!(!at("line 30").modifier.contains(Modifier::REVERSED), "not a match");
+
+    for _ in 0..3 {
+        app.handle_key(plain_key(KeyCode::Up));
+    }
+    assert!(draw(&app, 60, 14).backend().to_string().contains("8 of 11"));
+    app.handle_key(plain_key(KeyCode::Down));
+    app.handle_key(plain_key(KeyCode::Enter));
+    assert!(draw(&app, 60, 14).backend().to_string().contains("8 of 11"), "down, then enter goes up again");
+    // The first match, far up: scrolled into view.
+    for _ in 0..7 {
+        app.handle_key(plain_key(KeyCode::Up));
+    }
+    let first = draw(&app, 60, 14).backend().to_string();
+    assert!(first.contains("1 of 11") && first.contains("line 2 "), "{first}");
+    assert!(!first.contains("line 29"), "{first}");
+    app.handle_key(plain_key(KeyCode::Up));
+    assert!(draw(&app, 60, 14).backend().to_string().contains("11 of 11"), "up from the first wraps to the newest");
+
+    for _ in 0..6 {
+        app.handle_key(plain_key(KeyCode::Backspace));
+    }
+    for c in "rust".chars() {
+        app.handle_key(plain_key(KeyCode::Char(c)));
+    }
+    let rust = draw(&app, 60, 14).backend().to_string();
+    assert!(rust.contains("find: rust  3 of 3"), "the question, the answer and its code frame:\n{rust}");
+    app.handle_key(plain_key(KeyCode::Char('z')));
+    assert!(draw(&app, 60, 14).backend().to_string().contains("no match"));
+    app.handle_key(plain_key(KeyCode::Backspace));
+    draw(&app, 60, 14);
+    app.handle_key(plain_key(KeyCode::Esc));
+    assert_eq!(app.overlay, None);
+    let held = draw(&app, 60, 14).backend().to_string();
+    assert!(held.contains("╭─ rust") && held.contains(" ↑"), "still there, the lines below it counted:\n{held}");
+    assert!(app.panes[0].scroll_top.is_some(), "the view holds where the match was");
+}
+
 fn session(name: &str, title: Option<&str>, panes: usize, turns: usize, first: &str, modified: u64) -> SessionEntry {
     let first = Some(first.to_owned()).filter(|f| !f.is_empty());
     SessionEntry { name: name.into(), title: title.map(Into::into), panes, turns, first, modified }

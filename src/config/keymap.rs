@@ -45,6 +45,8 @@ pub enum Command {
     Select,
     /// Start a new pane from any message of the focused pane's conversation.
     Branch,
+    /// Find text in the focused pane's conversation.
+    Search,
     /// Write the focused pane's conversation to a Markdown file.
     Export,
     /// The focused pane's own settings (system prompt, sampler, max_tokens).
@@ -94,6 +96,7 @@ impl Command {
             Command::Copy,
             Command::Select,
             Command::Branch,
+            Command::Search,
             Command::Export,
             Command::Settings,
             Command::NewPane,
@@ -139,6 +142,7 @@ impl Command {
             Command::Copy => "copy",
             Command::Select => "select",
             Command::Branch => "branch",
+            Command::Search => "search",
             Command::Export => "export",
             Command::Settings => "settings",
             Command::NewPane => "new_pane",
@@ -195,6 +199,10 @@ impl Command {
                 "branch: a new pane carries the focused pane's conversation up to a message you pick (up/down choose, \
                  enter branches, esc back)"
             }
+            Command::Search => {
+                "find text in the focused pane's conversation: every match marked, up (enter) / down jump to the one \
+                 above / below, esc closes there"
+            }
             Command::Export => "save the focused pane's conversation as Markdown (in the session's folder)",
             Command::Settings => {
                 "the focused pane's settings: system prompt, temperature, top_p, top_k, max_tokens, penalties"
@@ -246,6 +254,7 @@ impl Command {
             Command::Copy => vec!["ctrl+y"],
             Command::Select => vec!["alt+y", "f7"],
             Command::Branch => vec!["alt+b"],
+            Command::Search => vec!["ctrl+f"],
             Command::Export => vec!["alt+s", "f9"],
             Command::Settings => vec!["alt+,", "f6"],
             Command::NewPane => vec!["ctrl+n"],

@@ -86,6 +86,12 @@ pub enum Overlay {
     },
     /// The saved sessions.
     Sessions(Box<SessionList>),
+    /// Finding `query` in the focused pane's conversation; the match shown is `back` matches up
+    /// from the newest.
+    Search {
+        query: InputLine,
+        back: usize,
+    },
 }
 
 /// The session list: the sessions saved (newest first), the one picked, and what the keys do.
@@ -408,6 +414,15 @@ impl App {
                     // The bottom bar shows the picker's keys.
                     self.notice = None;
                     self.overlay = Some(Overlay::Branch { index: count - 1 });
+                }
+            }
+            Command::Search => {
+                if self.focused().turns.is_empty() {
+                    self.notify("nothing to search: this pane has no conversation yet".into(), true);
+                } else {
+                    // The bottom bar holds the query.
+                    self.notice = None;
+                    self.overlay = Some(Overlay::Search { query: InputLine::default(), back: 0 });
                 }
             }
             Command::Export => self.export(fx),
@@ -948,6 +963,31 @@ impl App {
             }
             Overlay::Settings(form) => self.settings_key(form, key, fx),
             Overlay::Sessions(open) => self.sessions_key(open, key, fx),
+            Overlay::Search { mut query, back } => {
+                let pane = self.focused();
+                let hits = pane.search_hits.get();
+                let again = self.keymap.keys_for(Command::Search).iter().any(|c| c.matches(&key));
+                let back = match key.code {
+                    // Closed, the view stays on the match it showed (scrolled up, it holds
+                    // still; the bottom follows new text again).
+                    KeyCode::Esc => {
+                        let (top, max) = (pane.shown_top.get(), pane.max_scroll.get());
+                        if hits > 0 {
+                            self.focused_mut().scroll_top = (top < max).then_some(top);
+                        }
+                        return None;
+                    }
+                    _ if again => (back + 1) % hits.max(1),
+                    KeyCode::Enter | KeyCode::Up => (back + 1) % hits.max(1),
+                    KeyCode::Down => (back + hits.max(1) - 1) % hits.max(1),
+                    _ => {
+                        let before = query.text().to_owned();
+                        query.handle_key(&key);
+                        if query.text() == before { back } else { 0 }
+                    }
+                };
+                Some(Overlay::Search { query, back })
+            }
             Overlay::Row { id, opened } => {
                 let back = self.keymap.keys_for(Command::InspectRow).iter().any(|c| c.matches(&key));
                 if back || matches!(key.code, KeyCode::Esc | KeyCode::Char('q')) {
@@ -1189,6 +1229,10 @@ impl App {
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
         match &mut self.overlay {
             Some(Overlay::SaveProfile { name }) => name.insert(text.lines().next().unwrap_or_default()),
+            Some(Overlay::Search { query, back }) => {
+                query.insert(text.lines().next().unwrap_or_default());
+                *back = 0;
+            }
             Some(Overlay::Sessions(open)) => {
                 if let SessionMode::Rename(name) = &mut open.mode {
                     name.insert(text.lines().next().unwrap_or_default());

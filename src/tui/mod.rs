@@ -23,6 +23,7 @@ pub mod keys;
 pub mod layout;
 pub mod markdown;
 pub mod pane;
+pub mod search;
 pub mod settings;
 pub mod style;
 pub mod terminal;

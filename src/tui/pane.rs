@@ -107,6 +107,10 @@ pub struct Pane {
     pub(crate) page: Cell<usize>,
     /// Lines above the visible ones at the last render (the most `scroll` can be).
     pub(crate) max_scroll: Cell<usize>,
+    /// The first line shown at the last render (where a search leaves the view).
+    pub(crate) shown_top: Cell<usize>,
+    /// Matches of the search at the last render (what its keys move through).
+    pub search_hits: Cell<usize>,
 }
 
 impl Pane {
@@ -125,6 +129,8 @@ impl Pane {
             settings: None,
             page: Cell::new(10),
             max_scroll: Cell::new(0),
+            shown_top: Cell::new(0),
+            search_hits: Cell::new(0),
         }
     }
 

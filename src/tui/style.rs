@@ -33,6 +33,8 @@ pub struct Styles {
     pub spark: Style,
     pub histogram: Style,
     pub selection: Style,
+    /// A search's matches (the current one takes `selection`).
+    pub search: Style,
     pub popup: Style,
     pub key: Style,
     border: Style,
@@ -74,6 +76,11 @@ impl Styles {
                 Style::new().add_modifier(Modifier::REVERSED)
             } else {
                 Style::new().fg(p.selection_fg).bg(p.selection_bg)
+            },
+            search: if mono {
+                Style::new().add_modifier(Modifier::UNDERLINED | Modifier::BOLD)
+            } else {
+                Style::new().fg(p.accent).add_modifier(Modifier::REVERSED)
             },
             popup: Style::new().fg(p.text).bg(p.popup_bg),
             key: fg(p.accent).add_modifier(Modifier::BOLD),

@@ -94,6 +94,26 @@ pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(Line::from(spans)), area);
         return;
     }
+    if let Some(Overlay::Search { query, back }) = &app.overlay {
+        let hits = app.focused().search_hits.get();
+        let lead = " find: ";
+        let mut spans = vec![Span::styled(lead, s.accent), Span::styled(query.text().to_owned(), s.base)];
+        spans.push(match hits {
+            _ if query.text().is_empty() => Span::styled("  type what to find  ", s.muted),
+            0 => Span::styled("  no match  ", s.error),
+            n => Span::styled(format!("  {} of {n}  ", n - back % n), s.accent),
+        });
+        for (key, what) in [("↑/enter", " up  "), ("↓", " down  "), ("esc", " close")] {
+            spans.push(Span::styled(key, s.key));
+            spans.push(Span::styled(what, s.muted));
+        }
+        frame.render_widget(Paragraph::new(Line::from(spans)), area);
+        let x = area.x + (lead.chars().count() + crate::tui::wrap::width(&query.text()[..query.cursor()])) as u16;
+        if x < area.right() {
+            frame.set_cursor_position((x, area.y));
+        }
+        return;
+    }
     if let Some(Overlay::Row { id, .. }) = &app.overlay {
         let rows = &app.telemetry.rows;
         let place = match rows.iter().position(|r| r.id == *id) {

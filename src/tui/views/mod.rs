@@ -29,10 +29,11 @@ pub fn draw(frame: &mut Frame, app: &App) {
     frame.render_widget(Block::new().style(app.styles.base), area);
     let screen = app.screen(area);
     bars::draw_top(frame, screen.top, app);
-    bars::draw_bottom(frame, screen.bottom, app);
     for &(i, rect) in &screen.panes {
         pane::draw(frame, rect, app, i);
     }
+    // After the panes: a search's count is what the focused pane found drawing itself.
+    bars::draw_bottom(frame, screen.bottom, app);
     if let (Some(rect), Some(panel)) = (screen.inspector, app.inspector) {
         inspector::draw(frame, rect, app, panel);
     }
@@ -44,6 +45,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Some(Overlay::Sessions(open)) => sessions::draw(frame, area, app, open),
         // Drawn in the pane itself (the picked message highlighted), or the inspector (the
         // drilled row), and the bottom bar.
-        Some(Overlay::Select { .. } | Overlay::Branch { .. } | Overlay::Row { .. }) | None => {}
+        Some(Overlay::Select { .. } | Overlay::Branch { .. } | Overlay::Row { .. } | Overlay::Search { .. }) | None => {
+        }
     }
 }

@@ -12,11 +12,11 @@ use ratatui::widgets::{Block, Padding, Paragraph};
 use crate::engine::request::FinishReason;
 use crate::engine::telemetry::RowState;
 use crate::tui::app::{App, CONTEXT_WARN_PERCENT, EngineStatus, Overlay};
-use crate::tui::markdown;
 use crate::tui::pane::{Pane, RenderCache, Turn};
 use crate::tui::settings::summary;
 use crate::tui::style::{Styles, state_label};
 use crate::tui::wrap::{Wrapper, sanitize};
+use crate::tui::{markdown, search};
 
 /// Input rows shown at most (longer input scrolls inside the box).
 const MAX_INPUT_ROWS: usize = 4;
@@ -58,7 +58,12 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
             }
             _ => None,
         };
-        draw_body(frame, body, app, pane, picked);
+        // What the focused pane's search looks for, and which match it shows.
+        let search = match &app.overlay {
+            Some(Overlay::Search { query, back }) if focused => Some((query.text(), *back)),
+            _ => None,
+        };
+        draw_body(frame, body, app, pane, picked, search);
         let rule = Rect { y: inner.y + body_height, height: 1, ..inner };
         frame.render_widget(Paragraph::new(rule_line(pane, app, focused, rule.width as usize)), rule);
     }
@@ -185,8 +190,16 @@ fn footer<'a>(pane: &Pane, styles: &Styles) -> Line<'a> {
 }
 
 /// The conversation; `picked` (a turn, and whether its answer rather than its question) is
-/// highlighted and scrolled into view.
-fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane, picked: Option<(usize, bool)>) {
+/// highlighted and scrolled into view; so is a search's (`(query, back)`) match `back` up from
+/// the newest, with every other match marked.
+fn draw_body(
+    frame: &mut Frame,
+    area: Rect,
+    app: &App,
+    pane: &Pane,
+    picked: Option<(usize, bool)>,
+    search: Option<(&str, usize)>,
+) {
     let width = area.width as usize;
     let height = area.height as usize;
     pane.page.set(height.saturating_sub(1).max(1));
@@ -194,6 +207,8 @@ fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane, picked: Opti
         let hint = empty_hint(app);
         frame.render_widget(Paragraph::new(hint), area);
         pane.max_scroll.set(0);
+        pane.shown_top.set(0);
+        pane.search_hits.set(0);
         return;
     }
     // Turns' lines come from their caches; only the visible window is copied out.
@@ -231,6 +246,27 @@ fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane, picked: Opti
             start = from.min(to.saturating_sub(height)).min(max_scroll);
         }
     }
+    // A search's matches, top to bottom: (line, from, to) in characters of the line.
+    let mut hits = Vec::new();
+    if let Some((query, _)) = search.filter(|(q, _)| !q.is_empty()) {
+        let mut line_no = 0;
+        for (i, (body, status)) in blocks.iter().enumerate() {
+            line_no += usize::from(i > 0);
+            for line in body.lines.iter().chain(&body.tail).chain(status.iter()) {
+                hits.extend(search::find(&search::line_text(line), query).into_iter().map(|(a, b)| (line_no, a, b)));
+                line_no += 1;
+            }
+        }
+    }
+    pane.search_hits.set(hits.len());
+    let current = search.and_then(|(_, back)| hits.len().checked_sub(1 + back % hits.len().max(1)));
+    if let Some(&(line, _, _)) = current.and_then(|k| hits.get(k))
+        && (line < start || line >= start + height)
+    {
+        // Into view, in the middle where it can be.
+        start = line.saturating_sub(height / 2).min(max_scroll);
+    }
+    pane.shown_top.set(start);
     // Lines below the view (the marker's count).
     let scroll = max_scroll - start;
     let mut visible = Vec::with_capacity(height);
@@ -242,6 +278,18 @@ fn draw_body(frame: &mut Frame, area: Rect, app: &App, pane: &Pane, picked: Opti
                 let mut line = line.clone();
                 if range.is_some_and(|(from, to)| (from..to).contains(&line_no)) {
                     highlight(&mut line, app.styles.selection);
+                }
+                let marks: Vec<(usize, usize, Style)> = hits
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, hit)| hit.0 == line_no)
+                    .map(|(k, hit)| {
+                        let style = if Some(k) == current { app.styles.selection } else { app.styles.search };
+                        (hit.1, hit.2, style)
+                    })
+                    .collect();
+                if !marks.is_empty() {
+                    line = search::mark(&line, &marks);
                 }
                 visible.push(line);
             }
