@@ -317,12 +317,11 @@ fn an_engine_whose_lane_cannot_start_fails_its_start() {
         move || {
             let model = cohort::model::families::llama::LlamaModel::load(&dir, mlx_rs::Dtype::Float32)?;
             assert!(model.vocab_size() > 0);
-            Ok(cohort::engine::owner::Loaded {
+            Ok(cohort::engine::loader::Loaded {
                 model: Box::new(Unrunnable(model)),
                 tokenizer: cohort::model::text::tokenizer::TextTokenizer::load(&dir)?,
                 family: "llama".into(),
                 dir,
-                weights: Default::default(),
             })
         },
         EngineSetup {

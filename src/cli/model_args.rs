@@ -1,12 +1,9 @@
 //! The `--model` / `--dtype` arguments shared by every command that loads a model.
 
-use std::path::PathBuf;
-
 use anyhow::Result;
 use clap::Args;
 
-use crate::model::forward::LanguageModel;
-use crate::model::text::tokenizer::TextTokenizer;
+use crate::engine::loader::{LoadSpec, Loaded};
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -23,13 +20,6 @@ pub struct ModelArgs {
     /// prefill).
     #[arg(long)]
     pub weights: Option<String>,
-}
-
-pub struct LoadedModel {
-    pub dir: PathBuf,
-    pub model: Box<dyn LanguageModel>,
-    pub tokenizer: TextTokenizer,
-    pub policy: crate::model::layers::linear::WeightPolicy,
 }
 
 impl ModelArgs {
@@ -51,31 +41,14 @@ impl ModelArgs {
         (model, setup)
     }
 
-    pub fn load(&self) -> Result<LoadedModel> {
-        let dir = match &self.model {
-            Some(m) => crate::model::load::resolve(m)?,
-            None => crate::model::load::default_model()?,
-        };
-        let dtype = match &self.dtype {
-            Some(d) => crate::model::load::parse_dtype(d)?,
-            None => crate::model::load::default_dtype(),
-        };
-        let policy = match self.weights.as_deref().map(crate::model::load::parse_weight_policy).transpose()?.flatten() {
-            Some(p) => p,
-            None => crate::model::load::auto_weight_policy(&dir),
-        };
-        tracing::info!(?policy, "weight policy");
-        let model = crate::model::load::load_with_policy(&dir, dtype, policy)?;
-        let tokenizer = TextTokenizer::load(&dir)?;
-        let vocab = model.vocab_size() as usize;
-        if tokenizer.vocab_size() > vocab {
-            anyhow::bail!(
-                "{}: the tokenizer has {} tokens but the model's vocabulary is {vocab}: they do not belong together",
-                dir.display(),
-                tokenizer.vocab_size()
-            );
-        }
-        Ok(LoadedModel { dir, model, tokenizer, policy })
+    /// What these flags ask to load.
+    pub fn spec(&self) -> LoadSpec {
+        LoadSpec { model: self.model.clone(), dtype: self.dtype.clone(), weights: self.weights.clone() }
+    }
+
+    /// Load the model, its tokenizer and what the engine needs beside them.
+    pub fn load(&self) -> Result<Loaded> {
+        crate::engine::loader::load(&self.spec())
     }
 }
 
@@ -85,29 +58,7 @@ impl ModelArgs {
         &self,
         setup: crate::engine::owner::EngineSetup,
     ) -> Result<crate::engine::handle::EngineHandle> {
-        let args = self.clone();
-        crate::engine::handle::EngineHandle::start(
-            move || {
-                let loaded = args.load()?;
-                let family = family_of(&loaded.dir);
-                Ok(crate::engine::owner::Loaded {
-                    model: loaded.model,
-                    tokenizer: loaded.tokenizer,
-                    family,
-                    dir: loaded.dir,
-                    weights: loaded.policy,
-                })
-            },
-            setup,
-        )
-    }
-}
-
-/// A short family name for route ids.
-pub fn family_of(dir: &std::path::Path) -> String {
-    match crate::model::load::model_type(dir).unwrap_or_default().as_str() {
-        "qwen3_5" | "qwen3_5_moe" => "qwen35".into(),
-        "" => "model".into(),
-        other => other.replace('_', ""),
+        let spec = self.spec();
+        crate::engine::handle::EngineHandle::start(move || crate::engine::loader::load(&spec), setup)
     }
 }

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use super::owner::{EngineSetup, Loaded, OwnerCommand, run_owner};
+use super::loader::Loaded;
+use super::owner::{EngineSetup, OwnerCommand, run_owner};
 use super::request::Request;
 use super::row::{CancelFlag, CancelRegistry, RowEvent};
 use super::telemetry::{SharedTelemetry, Telemetry};

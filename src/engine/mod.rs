@@ -10,6 +10,7 @@ pub mod cycle;
 pub mod graph_stats;
 pub mod handle;
 pub mod lane;
+pub mod loader;
 pub mod owner;
 pub mod prepare;
 pub mod probe;

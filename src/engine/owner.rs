@@ -13,6 +13,7 @@ use anyhow::Result;
 use super::cohort::{CohortConfig, FIXED_WIDTH, run_cohort};
 use super::construction::check_batched;
 use super::lane::{Lane, LaneConfig, Pending};
+use super::loader::Loaded;
 use super::prepare::prepare;
 use super::probe;
 use super::request::{Request, RequestResult};
@@ -24,17 +25,6 @@ use crate::model::forward::LanguageModel;
 use crate::model::layers::linear::LinearRoute;
 use crate::model::routes;
 use crate::model::text::tokenizer::TextTokenizer;
-
-/// What the loader hands the owner.
-pub struct Loaded {
-    pub model: Box<dyn LanguageModel>,
-    pub tokenizer: TextTokenizer,
-    /// Short family name for route ids (e.g. "qwen35").
-    pub family: String,
-    pub dir: PathBuf,
-    /// What loading did with quantized weights.
-    pub weights: crate::model::layers::linear::WeightPolicy,
-}
 
 #[derive(Debug, Clone)]
 pub struct EngineSetup {
@@ -147,7 +137,7 @@ pub fn run_owner(
             construction,
             vocab_size: model.vocab_size(),
             max_context: model.max_context(),
-            weights: loaded.weights,
+            weights: loaded.weights(),
         };
         Ok((loaded, info, batched_route))
     })();
