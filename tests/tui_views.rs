@@ -674,6 +674,26 @@ fn inspector_row_drill_down() {
     insta::assert_snapshot!("inspector_row_drill_down_in_a_band", draw(&app, 110, 30).backend());
 }
 
+/// Issue 40 (item 5): a row whose result has come shows its own route (its last cycle's) and the
+/// widest cohort it decoded in, from its result, and how long its first token took; a running
+/// row shows the lane's route.
+#[test]
+fn a_drilled_row_that_has_ended_shows_its_own_route() {
+    let mut app = fixture::mixed(4, "dark");
+    let stats = app.panes[0].turns[0].stats.as_mut().unwrap();
+    (stats.route, stats.real_width, stats.ttft_s) = ("qwen35_mtp_batch_b2_t2_m4_throughput".into(), 3, 0.21);
+    app.focus = 0;
+    app.handle_key(alt_key('i'));
+    let screen = draw(&app, 200, 50);
+    insta::assert_snapshot!(screen.backend());
+    let text = screen.backend().to_string();
+    assert!(text.contains("route     qwen35_mtp_batch_b2_t2_m4_throughput (its own) · widest cohort 3"), "{text}");
+    assert!(text.contains("· first token after 0.21 s"), "{text}");
+    app.handle_key(plain_key(crossterm::event::KeyCode::Down));
+    let running = draw(&app, 200, 50).backend().to_string();
+    assert!(running.contains(&format!("route     {} (the lane's)", fixture::ROUTE)), "{running}");
+}
+
 /// Issue 40 (item 3): a row that has left the lane still shows, as last seen, and says so.
 #[test]
 fn a_drilled_row_that_has_left_shows_as_last_seen() {

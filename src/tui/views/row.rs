@@ -1,6 +1,7 @@
 //! The inspector drilled into one row: its request and pane, its offsets (the target's and the
-//! MTP history's, committed and physical), tokens, prefill, drafts, the route, how long it waited
-//! for a row; then its acceptance history: each recent draft, and the acceptance rate as a
+//! MTP history's, committed and physical), tokens, prefill, drafts, the route (the lane's while
+//! it runs, its own once its result has come), how long it waited for a row (and for its first
+//! token, once ended); then its acceptance history: each recent draft, and the acceptance rate as a
 //! moving average, both charted with their scales. A row that has left the lane shows as last
 //! seen. Figures and charts stack, or sit side by side in a short, wide inspector.
 
@@ -77,10 +78,13 @@ fn figures(app: &App, row: &RowTelemetry, pane: Option<usize>) -> Vec<Line<'stat
     let mut lines = Vec::new();
     let slot = row.slot.map(|n| format!("slot {n}")).unwrap_or_else(|| "no slot yet (reading its prompt)".into());
     lines.push(pair("request", vec![(row.id.clone(), v), (format!(" · {slot}"), m)], m));
-    if let Some(text) = pane.and_then(|p| app.panes[p].turns.iter().rev().find(|t| t.request_id == row.id)) {
-        let first = sanitize(text.user.lines().next().unwrap_or_default()).into_owned();
+    // The pane's turn of this request: its prompt, and once it has ended, its own figures.
+    let turn = pane.and_then(|p| app.panes[p].turns.iter().rev().find(|t| t.request_id == row.id));
+    if let Some(turn) = turn {
+        let first = sanitize(turn.user.lines().next().unwrap_or_default()).into_owned();
         lines.push(pair("prompt", vec![(format!("“{first}”"), s.user)], m));
     }
+    let result = turn.and_then(|t| t.stats.as_ref()).filter(|stats| !stats.route.is_empty());
     lines.push(pair(
         "offsets",
         vec![
@@ -125,14 +129,27 @@ fn figures(app: &App, row: &RowTelemetry, pane: Option<usize>) -> Vec<Line<'stat
         ],
         m,
     ));
-    let route = if t.last_route.is_empty() { "-".to_owned() } else { t.last_route.clone() };
-    lines.push(pair("route", vec![(route, s.accent), (" (the lane's)".into(), m)], m));
+    // A row reports no route while it runs: the lane's is shown, then the one its result names
+    // (its last cycle's) once it has ended.
+    match result {
+        Some(stats) => {
+            let width = format!(" · widest cohort {}", stats.real_width);
+            lines.push(pair("route", vec![(stats.route.clone(), s.accent), (format!(" (its own){width}"), m)], m));
+        }
+        None => {
+            let route = if t.last_route.is_empty() { "-".to_owned() } else { t.last_route.clone() };
+            lines.push(pair("route", vec![(route, s.accent), (" (the lane's)".into(), m)], m));
+        }
+    }
     let mut wait = vec![(format!("{:.2} s", row.admission_wait_s), v), (" from arrival to a row".into(), m)];
     if row.joined_at_cycle > 0 || t.lane_cycles > 0 {
         wait.push((format!(" · joined at cycle {}", row.joined_at_cycle), m));
         if t.lane_cycles >= row.joined_at_cycle {
             wait.push((format!(" ({} cycles ago)", t.lane_cycles - row.joined_at_cycle), m));
         }
+    }
+    if let Some(stats) = result.filter(|stats| stats.ttft_s > 0.0) {
+        wait.push((format!(" · first token after {:.2} s", stats.ttft_s), m));
     }
     lines.push(pair("admission", wait, m));
     lines
