@@ -30,7 +30,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
 pub const FALLBACK_PROFILE: &str = "throughput";
 
 /// Most panes on screen: one cohort's rows.
-pub const MAX_PANES: usize = 8;
+pub const MAX_PANES: usize = crate::engine::cohort::FIXED_WIDTH;
 
 /// A profile file as written; every key is optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -27,7 +27,8 @@ use crate::model::layers::kv_slots;
 use crate::model::text::tokenizer::TextTokenizer;
 use crate::platform::memory;
 
-/// The physical width every cohort runs at.
+/// The physical width every cohort runs at: the rows one engine decodes together, and so the
+/// panes the TUI shows at most (`config::profile::MAX_PANES`) and the widths the lane packs to.
 pub const FIXED_WIDTH: usize = 8;
 
 #[cfg(feature = "testing")]
