@@ -226,7 +226,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Chat templates from anyone: the constructs real templates use, the ones that found the fuel
-    /// and output limits (loops nested to 10^10 steps, strings repeated to 400 MB), and byte-level
+    /// and output limits (loops nested to 10^10 steps, strings repeated to 400 MB) and the render's
+    /// memory limit (a string doubled in a loop, widths and joins of up to 10^12), and byte-level
     /// damage to a real template, over arbitrary conversations. Rendered text within the output
     /// limit, or an error that says it is the chat template's; never a panic, never unbounded time.
     #[test]
@@ -296,6 +297,12 @@ fn count() -> impl Strategy<Value = u64> {
     ]
 }
 
+/// A width a filter builds at once: mostly small, sometimes a million, or a trillion (an
+/// allocation no machine makes).
+fn width() -> impl Strategy<Value = u64> {
+    prop_oneof![8 => 0..5u64, 1 => prop::sample::select(vec![1_000_000, 1_000_000_000_000])]
+}
+
 /// A loop's length: mostly short, sometimes the most `range` gives (100,000) or one past it.
 fn loop_count() -> impl Strategy<Value = u64> {
     prop_oneof![2 => 0..5u64, 1 => prop::sample::select(vec![1000, 100_000, 100_001])]
@@ -317,6 +324,16 @@ fn template_text(depth: u32) -> impl Strategy<Value = String> {
         count().prop_map(|n| format!("{{{{ 'ab' * {n} }}}}")),
         count().prop_map(|n| format!("{{{{ range({n})|length }}}}")),
         Just("{% set ns = namespace(s='') %}{% for m in messages %}{% set ns.s = ns.s ~ m.content %}{% endfor %}{{ ns.s }}".to_owned()),
+        // One huge value in few steps, never written: what fuel and the output cap cannot see,
+        // and the render's own memory and time limits stop.
+        (count(), loop_count()).prop_map(|(n, k)| format!(
+            "{{% set ns = namespace(s='x' * {n}) %}}{{% for i in range({k}) %}}{{% set ns.s = ns.s ~ ns.s %}}{{% endfor %}}{{{{ ns.s|length }}}}"
+        )),
+        width().prop_map(|w| format!("{{{{ messages[0].content|indent({w}, true) }}}}")),
+        width().prop_map(|w| format!("{{{{ '%{w}s'|format('x')|length }}}}")),
+        // A million items; a billion runs into the CPU limit, two seconds a case, so only
+        // chat_template's own test tries it.
+        prop::sample::select(vec![0u64, 3, 1_000_000]).prop_map(|n| format!("{{{{ (['x'] * {n})|join|length }}}}")),
         prop::sample::select(vec!["{{", "}}", "{%", "%}", "{% endfor %}", "{% if %}", "{{ 1/0 }}", "{{ [1,2][5] }}"])
             .prop_map(str::to_owned),
     ];

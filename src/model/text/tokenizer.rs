@@ -112,72 +112,17 @@ impl TextTokenizer {
         self.inner.token_to_id(token)
     }
 
-    /// Render the chat template over `messages`.
+    /// Render the chat template over `messages`, bounded in steps, output, memory and time
+    /// (`template`): a template that exceeds a bound fails this request, never the process.
     pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         let template = self.chat_template.as_deref().context("this model's tokenizer has no chat template")?;
-        let mut env = minijinja::Environment::new();
-        minijinja_contrib::add_to_environment(&mut env);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
-        // A template comes with the model, from anyone: bounded work and output, so a bad one
-        // fails its request instead of taking the owner thread and the machine's memory.
-        env.set_fuel(Some(out_of(messages.len())));
-        env.add_template("chat", template).context("chat template does not parse")?;
-        let tmpl = env.get_template("chat")?;
-        let mut out = BoundedText::default();
-        let rendered = tmpl.render_captured_to(
-            minijinja::context! {
-                messages => messages,
-                add_generation_prompt => add_generation_prompt,
-                bos_token => self.bos_token.clone().unwrap_or_default(),
-                eos_token => self.eos_token.clone().unwrap_or_default(),
-            },
-            &mut out,
-        );
-        match rendered {
-            Ok(_) => String::from_utf8(out.bytes).context("the chat template rendered text that is not UTF-8"),
-            Err(_) if out.overflowed => {
-                anyhow::bail!("the chat template rendered more than {} MB: refused", TEMPLATE_MAX_BYTES >> 20)
-            }
-            Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => {
-                anyhow::bail!("the chat template does too much work (over {} steps): refused", out_of(messages.len()))
-            }
-            Err(e) => Err(e).context("chat template failed to render"),
-        }
-    }
-}
-
-/// Template steps allowed for a conversation: a base, and more per message.
-const TEMPLATE_FUEL: u64 = 2_000_000;
-const TEMPLATE_FUEL_PER_MESSAGE: u64 = 10_000;
-/// Most text a chat template may render (far beyond any context window).
-const TEMPLATE_MAX_BYTES: usize = 32 << 20;
-
-fn out_of(messages: usize) -> u64 {
-    TEMPLATE_FUEL + TEMPLATE_FUEL_PER_MESSAGE.saturating_mul(messages as u64)
-}
-
-/// The rendered prompt, refusing to grow past [`TEMPLATE_MAX_BYTES`].
-#[derive(Default)]
-struct BoundedText {
-    bytes: Vec<u8>,
-    overflowed: bool,
-}
-
-impl std::io::Write for BoundedText {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() + buf.len() > TEMPLATE_MAX_BYTES {
-            self.overflowed = true;
-            return Err(std::io::Error::other("the chat template's output is too large"));
-        }
-        self.bytes.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        super::template::render(&super::template::Job {
+            template,
+            messages,
+            add_generation_prompt,
+            bos_token: self.bos_token.as_deref().unwrap_or_default(),
+            eos_token: self.eos_token.as_deref().unwrap_or_default(),
+        })
     }
 }
 
