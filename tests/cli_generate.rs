@@ -402,14 +402,10 @@ fn switches_the_machine_cannot_honour_are_refused_naming_them() {
     }
 }
 
-/// `COHORT_MEMORY_AVAILABLE` that is not a whole number of bytes (`8G`, `1x`, `-1`) should be
-/// refused up front naming the variable, as the route switches are. Today
-/// `platform::memory::available_bytes` reads such a value as "unknown", which turns the memory
-/// guard off altogether (even on the CPU, where MemAvailable would otherwise be read): the run
-/// goes ahead unguarded and exits 0. Run with `--ignored`; the fix belongs in
-/// src/platform/memory.rs (docs/reliability.md, "Open").
+/// `COHORT_MEMORY_AVAILABLE` that is not a whole number of bytes (`8G`, `1x`, `-1`) is refused up
+/// front naming the variable, as the route switches are: read as "unknown" it turned the memory
+/// guard off altogether (even on the CPU, where MemAvailable would otherwise be read).
 #[test]
-#[ignore = "open (issue 37): a COHORT_MEMORY_AVAILABLE that does not parse turns the memory guard off"]
 fn a_memory_figure_that_is_not_a_number_is_refused_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");

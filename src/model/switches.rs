@@ -271,10 +271,18 @@ pub const SWITCHES: &[SwitchDoc] = &[
     },
 ];
 
-/// Refuse switch values the machine cannot honour, naming the variable ([`Routes::from_env`]
-/// says which). Checked once at start-up.
+/// Refuse switch values the machine cannot honour, naming the variable: the routes'
+/// ([`Routes::from_env`] says which), and a number that is not a whole one (a memory figure of
+/// `8G` would otherwise turn the memory guard off). Checked once at start-up.
 pub fn check_environment() -> Result<()> {
-    Routes::from_env(Backend::detect()).map(|_| ())
+    Routes::from_env(Backend::detect())?;
+    for s in SWITCHES.iter().filter(|s| s.values == Values::Number) {
+        let Some(value) = std::env::var_os(s.name) else { continue };
+        if value.to_str().and_then(|v| v.trim().parse::<u64>().ok()).is_none() {
+            anyhow::bail!("{}={}: use a whole number ({})", s.name, value.to_string_lossy(), s.does);
+        }
+    }
+    Ok(())
 }
 
 /// docs/configuration.md's switch table, generated from [`SWITCHES`].
