@@ -11,10 +11,11 @@ const BEGIN: &str = "<!-- switches: generated from src/model/switches.rs, kept i
 const END: &str = "<!-- /switches -->";
 
 /// Names that look like switches but are not read from the environment: a kernel template
-/// argument, and the TUI's, the server's and the paths' own variables (docs/configuration.md
-/// documents those where they belong).
-const NOT_ENGINE_SWITCHES: [&str; 5] =
-    ["COHORT_DTYPES", "COHORT_LOG", "COHORT_HOME", "COHORT_API_KEY", "COHORT_TUI_PANIC_ON"];
+/// argument, the TUI's, the server's and the paths' own variables (docs/configuration.md
+/// documents those where they belong), and the chat-template helper's handshake, which cohort
+/// sets for the helper process it starts (model/text/template.rs), never a user.
+const NOT_ENGINE_SWITCHES: [&str; 6] =
+    ["COHORT_DTYPES", "COHORT_LOG", "COHORT_HOME", "COHORT_API_KEY", "COHORT_TUI_PANIC_ON", "COHORT_TEMPLATE_HELPER"];
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
