@@ -15,6 +15,8 @@
 #   cycleb the same with COHORT_MTP_ALLOW_INEXACT=1, so the batched route is timed beside it;
 #   bench  `cohort bench` (8 marker prompts, seeds 4200-4207, paired rounds; MTP, served at the
 #          width the construction check allows): serial against cohort, greedy and default.
+#   checkm, probem, synthm, benchm: check, probe, synth and bench with COHORT_MMA_PRODUCTS=1 (the
+#          invariant route's bf16 products on the tensor cores, kernels/affine_mma.cu).
 # Same calls as lane.sh; this call must also carry .gpu/bin/mtp.safetensors (the trained head).
 #   bash scripts/gpu/exact.sh [check] [probe] [synth] [bench]
 set -u
@@ -34,6 +36,10 @@ for step in "${steps[@]}"; do
     cycle) timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;
     cycleb) COHORT_MTP_ALLOW_INEXACT=1 timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;
     bench) timeout 400 $B bench -m /tmp/smol --generation-mode mtp --rounds 2 --receipt $OUT/bench.json ;;
+    checkm) COHORT_MMA_PRODUCTS=1 timeout 200 $B device --check-invariance ;;
+    probem) COHORT_MMA_PRODUCTS=1 timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
+    synthm) COHORT_MMA_PRODUCTS=1 timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;
+    benchm) COHORT_MMA_PRODUCTS=1 timeout 400 $B bench -m /tmp/smol --generation-mode mtp --rounds 2 --receipt $OUT/benchm.json ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -103,6 +103,26 @@ KERNELS = {
         [("y", "__nv_bfloat16")],
         {"K": 576, "N": 49152, "BITS": 8, "G": 32, "CPW": 4},
     ),
+    # The tensor-core kernel at the default model's 4-bit projections (one word a lane), its
+    # 8-bit head (two words, four tiles a warp) and the real geometry's 4-bit g64 mixer input.
+    "affine_mma": (
+        "affine_mma.cu",
+        [("x", "__nv_bfloat16"), ("w", "unsigned int"), ("s", "__nv_bfloat16"), ("b", "__nv_bfloat16")],
+        [("y", "__nv_bfloat16")],
+        {"K": 1536, "N": 576, "BITS": 4, "G": 32, "LW": 4, "NT": 1},
+    ),
+    "affine_mma_head": (
+        "affine_mma.cu",
+        [("x", "__nv_bfloat16"), ("w", "unsigned int"), ("s", "__nv_bfloat16"), ("b", "__nv_bfloat16")],
+        [("y", "__nv_bfloat16")],
+        {"K": 576, "N": 49152, "BITS": 8, "G": 32, "LW": 2, "NT": 2},
+    ),
+    "affine_mma_real": (
+        "affine_mma.cu",
+        [("x", "__nv_bfloat16"), ("w", "unsigned int"), ("s", "__nv_bfloat16"), ("b", "__nv_bfloat16")],
+        [("y", "__nv_bfloat16")],
+        {"K": 2048, "N": 12352, "BITS": 4, "G": 64, "LW": 4, "NT": 2},
+    ),
     "dense_rows": (
         "dense_rows.cu",
         [("x", "__nv_bfloat16"), ("w", "__nv_bfloat16")],

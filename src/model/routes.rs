@@ -67,6 +67,9 @@ pub struct Routes {
     pub router_kernel: bool,
     pub add_norm_kernel: bool,
     pub attention_kernel: bool,
+    /// The invariant route's quantized products of bf16 blocks on the tensor cores
+    /// (`kernels/affine_mma.cu`) instead of the scalar kernel.
+    pub mma_products: bool,
 
     pub host_rope: bool,
     pub host_attention: bool,
@@ -116,6 +119,7 @@ impl Routes {
             router_kernel: cuda,
             add_norm_kernel: false,
             attention_kernel: false,
+            mma_products: false,
             host_rope: cpu,
             host_attention: cpu,
             host_layers: cpu,

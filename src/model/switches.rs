@@ -218,6 +218,13 @@ pub const SWITCHES: &[SwitchDoc] = &[
         field!(attention_kernel),
     ),
     switch(
+        "COHORT_MMA_PRODUCTS",
+        "0",
+        true,
+        "1: the invariant route's quantized products of bf16 blocks on the tensor cores (kernels/affine_mma.cu: a weight decoded once for all 16 rows) instead of the scalar kernel (off until checked and timed on a GPU, docs/benchmarks.md)",
+        field!(mma_products),
+    ),
+    switch(
         "COHORT_HOST_ROPE",
         "on for the CPU backend",
         false,

@@ -22,6 +22,7 @@ use crate::model::ops::{host_f32, relative_error, slice_axis};
 
 const SOURCE: &str = include_str!("../../../kernels/affine_rows.cu");
 const DENSE_SOURCE: &str = include_str!("../../../kernels/dense_rows.cu");
+const MMA_SOURCE: &str = include_str!("../../../kernels/affine_mma.cu");
 /// The affine dot product it shares with the MoE expert kernels.
 const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../../kernels/affine_dot.cuh"));
 
@@ -36,6 +37,37 @@ fn kernel() -> Result<&'static CudaKernel> {
     cuda_kernel::once(&KERNEL, || {
         CudaKernel::new("cohort_affine_rows", "affine_rows.cu", &["x", "w", "s", "b"], &["y"], SOURCE, Some(HEADER))
     })
+}
+
+fn mma_kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new("cohort_affine_mma", "affine_mma.cu", &["x", "w", "s", "b"], &["y"], MMA_SOURCE, None)
+    })
+}
+
+/// Words of a channel's row a lane of the tensor-core kernel loads a span (`kernels/affine_mma.cu`):
+/// the widest of 4, 2, 1 for which the row is whole spans, a lane's codes lie in one group and
+/// fill whole 16-byte loads of x. By the weight's shape alone, never by the block's rows; `None`
+/// where no width fits (the scalar kernel serves those).
+fn mma_lane_words(input: i32, spec: QuantSpec) -> Option<i32> {
+    let per_word = 32 / spec.bits;
+    [4, 2, 1].into_iter().find(|&lw| {
+        let codes = lw * per_word;
+        input % (4 * codes) == 0 && spec.group_size % codes == 0 && codes % 8 == 0
+    })
+}
+
+/// 8-channel tiles a warp of the tensor-core kernel takes: by the width alone. A wide product (an
+/// LM head) has warps enough to take several, each reading x once for all of them.
+fn mma_tiles(out: i32) -> i32 {
+    if out >= 65_536 {
+        4
+    } else if out >= 8_192 {
+        2
+    } else {
+        1
+    }
 }
 
 fn dense_kernel() -> Result<&'static CudaKernel> {
@@ -101,7 +133,7 @@ pub fn dense_product(x: &Array, w: &Array) -> Result<Array> {
     launch(dense_kernel()?, x, &[w], w.shape()[0], channels_per_warp(w.shape()[0]), &[])
 }
 
-/// The launch both kernels share: a block of WARPS warps for each WARPS * CPW channels, x
+/// The launch every kernel here shares: a block of WARPS warps for each WARPS * CPW channels, x
 /// flattened to [rows, input], the result given x's leading shape back. The kernels' K, N and
 /// CPW are set here; `more` adds a kernel's own constants.
 fn launch(
@@ -168,11 +200,47 @@ pub fn affine_product(
             scales.shape()
         );
     }
+    if crate::model::routes::current().mma_products
+        && let Some(product) = mma_product(x, w, scales, biases, spec, out)
+    {
+        return product;
+    }
     launch(kernel()?, x, &[w, scales, biases], out, channels_per_warp(out), &[("BITS", bits), ("G", g)])
 }
 
-/// [`affine_product`] with `cpw` output channels a warp instead of the width's own choice, for
-/// timing the choices side by side (`cohort device --time-invariance`); not row-checked here.
+/// The tensor-core kernel's product (`kernels/affine_mma.cu`), for a bf16 block whose weight
+/// shape it takes; `None` where it does not (the caller has checked the rest of the fit). Served
+/// by [`affine_product`] where the routes ask for it; timed beside it by `cohort device
+/// --time-invariance` either way.
+pub fn affine_product_mma(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    spec: QuantSpec,
+    out: i32,
+) -> Option<Result<Array>> {
+    mma_product(x, w, scales, biases, spec, out)
+}
+
+fn mma_product(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    biases: &Array,
+    spec: QuantSpec,
+    out: i32,
+) -> Option<Result<Array>> {
+    let input = x.shape()[x.ndim() - 1];
+    let lw = mma_lane_words(input, spec).filter(|_| x.dtype() == Dtype::Bfloat16)?;
+    let nt = mma_tiles(out);
+    let constants = [("BITS", spec.bits), ("G", spec.group_size), ("LW", lw), ("NT", nt)];
+    Some(mma_kernel().and_then(|k| launch(k, x, &[w, scales, biases], out, 8 * nt, &constants)))
+}
+
+/// The scalar kernel (`kernels/affine_rows.cu`) with `cpw` output channels a warp, for timing it
+/// beside what [`affine_product`] serves (`cohort device --time-invariance`); not row-checked
+/// here.
 pub fn affine_product_cpw(
     x: &Array,
     w: &Array,
