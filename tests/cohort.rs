@@ -47,6 +47,7 @@ fn req(i: usize, ids: &[u32], sampler: SamplerConfig, max_tokens: usize) -> Requ
         seed: 4200 + i as u64,
         stop: vec![],
         ignore_eos: true,
+        mode: None,
     }
 }
 
@@ -231,5 +232,42 @@ fn an_ar_cohort_gives_every_row_its_solo_ar_output() {
             assert_eq!(run.stats.verify_cycles, 0);
         }
         assert!(tel.lock().unwrap().fixed_width_cycles[&8] > 0);
+    }
+}
+
+/// Issue 40: a sealed MTP cohort of rows asking for both modes. Each AR row rides the cohort's
+/// MTP cycles without a draft and equals its plain-decoding solo run; each MTP row equals its
+/// MTP solo run; the telemetry and results say which mode each row ran. In an AR cohort a row
+/// asking for MTP decodes AR and says so.
+#[test]
+fn a_cohort_of_both_modes_gives_each_row_its_own_modes_solo_output() {
+    let (model, tok, prompts) = setup();
+    let mode_of = |i: usize| if i.is_multiple_of(2) { GenerationMode::Ar } else { GenerationMode::Mtp };
+    for sampler in [SamplerConfig::greedy(), SamplerConfig::default()] {
+        let reqs: Vec<Request> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Request { mode: Some(mode_of(i)), ..req(i, p, sampler, 12 + 2 * i) })
+            .collect();
+        for engine in [GenerationMode::Mtp, GenerationMode::Ar] {
+            let mut rs = runs(&model, &tok, &reqs);
+            let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
+            let cfg = CohortConfig { chunk: 32, route_id: "mixed".into(), mode: engine };
+            run_cohort(&model, &tok, &mut rs, &cfg, &tel, &mut |_| {}).unwrap();
+            for (i, (r, run)) in reqs.iter().zip(rs.iter_mut()).enumerate() {
+                let ran = engine.serving(Some(mode_of(i)));
+                let plain = Request { mode: None, ..r.clone() };
+                let mut alone = prepare(&model, &tok, &plain, CancelFlag::default()).unwrap();
+                run_solo(&model, &tok, &mut alone, ran, 32, &mut |_| {}).unwrap();
+                let what = format!("row {i} asking {:?} in an {engine:?} cohort ({sampler:?})", mode_of(i));
+                assert_eq!(run.tokens, alone.tokens, "{what}: differs from its solo {ran:?} run");
+                assert_eq!(run.result(&tok).stats.mode, Some(ran), "{what}");
+                assert_eq!(tel.lock().unwrap().rows[i].mode, Some(ran), "{what}");
+                if ran == GenerationMode::Ar {
+                    assert_eq!((run.stats.verify_cycles, run.stats.accepted_drafts), (0, 0), "{what}: drafted");
+                }
+            }
+            assert!(tel.lock().unwrap().fixed_width_cycles[&8] > 0);
+        }
     }
 }

@@ -53,6 +53,7 @@ fn twenty_cohorts_in_a_row_do_not_grow_memory() {
             seed: 0,
             stop: vec![],
             ignore_eos: true,
+            mode: None,
         })
         .collect();
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
@@ -109,6 +110,7 @@ fn a_lane_that_reports_itself_idle_has_already_let_go_of_its_rows() {
             seed: 0,
             stop: vec![],
             ignore_eos: true,
+            mode: None,
         };
         lane.admit(Pending { req, cancel: cancel.clone(), events: tx, arrived: Instant::now() });
         rows.push((cancel, rx));

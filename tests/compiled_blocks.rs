@@ -75,6 +75,7 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
                     seed: 0,
                     stop: vec![],
                     ignore_eos: true,
+                    mode: None,
                 };
                 let mut run = prepare(&model, &tok, &req, CancelFlag::default()).unwrap();
                 run_solo(&model, &tok, &mut run, GenerationMode::Mtp, 32, &mut |_| {}).unwrap();

@@ -169,6 +169,7 @@ fn on_the_host_path_every_cohort_row_equals_its_solo_run() {
                     seed: 77 + i as u64,
                     stop: vec![],
                     ignore_eos: true,
+                    mode: None,
                 })
                 .collect();
             let mut runs: Vec<_> =

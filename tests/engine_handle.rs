@@ -39,6 +39,7 @@ fn request(i: usize, max_tokens: usize) -> Request {
         seed: 4200 + i as u64,
         stop: vec![],
         ignore_eos: true,
+        mode: None,
     }
 }
 

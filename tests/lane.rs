@@ -72,6 +72,7 @@ fn request(id: &str, prompt: &[u32], max_tokens: usize, sampler: SamplerConfig, 
         seed,
         stop: vec![],
         ignore_eos: true,
+        mode: None,
     }
 }
 
@@ -191,7 +192,19 @@ fn randomized(
     width: WidthPolicy,
     scenarios: u64,
 ) -> usize {
-    let pool = pool(prompts);
+    randomized_over(model, tok, &pool(prompts), mode, width, scenarios)
+}
+
+/// [`randomized`] over the requests of `pool`; every finished row also says the mode it ran in
+/// (its own where the lane's mode serves it, else AR).
+fn randomized_over(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    pool: &[Request],
+    mode: GenerationMode,
+    width: WidthPolicy,
+    scenarios: u64,
+) -> usize {
     let want: Vec<Vec<u32>> = pool.iter().map(|r| solo(model, tok, r, mode)).collect();
     let cfg = config(mode, width);
     let mut joined_late = 0;
@@ -199,7 +212,7 @@ fn randomized(
         let mut rng = Rng::new(0xC0FFEE + s);
         let entries = random_entries(&mut rng, pool.len());
         let cap = 1 + (rng.next_u64() % 8) as usize;
-        let (seen, t) = run_scenario(model, tok, &cfg, &pool, &entries, cap);
+        let (seen, t) = run_scenario(model, tok, &cfg, pool, &entries, cap);
         for (i, (e, got)) in entries.iter().zip(&seen).enumerate() {
             let what = format!("scenario {s} (cap {cap}), request {i} ({})", pool[e.pool].id);
             assert_eq!(got.dones, 1, "{what}: {} results", got.dones);
@@ -211,7 +224,10 @@ fn randomized(
                     expected[..r.token_ids.len()],
                     "{what}: a cancelled row's tokens are not a prefix of its solo run"
                 ),
-                FinishReason::Length => assert_eq!(&r.token_ids, expected, "{what}: differs from its solo run"),
+                FinishReason::Length => {
+                    assert_eq!(&r.token_ids, expected, "{what}: differs from its solo run");
+                    assert_eq!(r.stats.mode, Some(mode.serving(pool[e.pool].mode)), "{what}: the mode it ran in");
+                }
                 other => panic!("{what}: finished {other:?}: {:?}", r.error),
             }
             if e.cancel_at.is_none() {
@@ -237,6 +253,44 @@ fn padded_widths_and_plain_decoding_keep_rows_exact_too() {
     let (model, tok, prompts) = qwen();
     randomized(&*model, &tok, &prompts, GenerationMode::Mtp, WidthPolicy::PowerOfTwo, 20);
     randomized(&*model, &tok, &prompts, GenerationMode::Ar, WidthPolicy::Packed, 20);
+}
+
+/// Every request of `pool` twice: once asking for AR, once for MTP.
+fn in_both_modes(pool: Vec<Request>) -> Vec<Request> {
+    let mut both = Vec::new();
+    for r in pool {
+        for mode in [GenerationMode::Ar, GenerationMode::Mtp] {
+            both.push(Request { id: format!("{}{}", r.id, mode.name()), mode: Some(mode), ..r.clone() });
+        }
+    }
+    both
+}
+
+/// Issue 40: each pane has its own generation mode, so a lane runs rows of both modes together.
+/// In an MTP lane an AR row rides the MTP cycle without drafting (keep = 1): its tokens are its
+/// plain-decoding solo run's, and every MTP row's are its MTP solo run's, whoever sits beside
+/// them. In an AR lane a row asking for MTP decodes AR, and its result says so.
+#[test]
+fn rows_of_both_modes_in_one_lane_each_equal_their_own_modes_solo_run() {
+    let (model, tok, prompts) = qwen();
+    let both = in_both_modes(pool(&prompts));
+    for r in &both {
+        let plain = Request { mode: None, ..r.clone() };
+        let engine = r.mode.unwrap();
+        assert_eq!(
+            solo(&*model, &tok, r, GenerationMode::Mtp),
+            solo(&*model, &tok, &plain, engine),
+            "{}: a solo run of its own mode in an MTP engine is that engine mode's run",
+            r.id
+        );
+    }
+    randomized_over(&*model, &tok, &both, GenerationMode::Mtp, WidthPolicy::Packed, 40);
+    randomized_over(&*model, &tok, &both, GenerationMode::Mtp, WidthPolicy::PowerOfTwo, 10);
+    randomized_over(&*model, &tok, &both, GenerationMode::Ar, WidthPolicy::Packed, 10);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (model, tok, prompts) = tiny_llama(dir.path());
+    randomized_over(&*model, &tok, &in_both_modes(pool(&prompts)), GenerationMode::Mtp, WidthPolicy::Packed, 15);
 }
 
 #[test]

@@ -18,7 +18,16 @@ use mlx_rs::Dtype;
 const FIXTURES: [&str; 3] = ["qwen35_moe_4bit", "qwen35_dense_8bit", "qwen35_dense_bf16"];
 
 fn request(ids: Vec<u32>, sampler: SamplerConfig, seed: u64, max_tokens: usize) -> Request {
-    Request { id: "t".into(), prompt: Prompt::Ids(ids), max_tokens, sampler, seed, stop: vec![], ignore_eos: true }
+    Request {
+        id: "t".into(),
+        prompt: Prompt::Ids(ids),
+        max_tokens,
+        sampler,
+        seed,
+        stop: vec![],
+        ignore_eos: true,
+        mode: None,
+    }
 }
 
 fn generate(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, mode: GenerationMode) -> RowRun {

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use cohort::config::keymap::{Command, KeyList, Keymap};
+use cohort::config::profile::Settings;
 use cohort::config::theme::Theme;
-use cohort::engine::request::{FinishReason, Prompt, RequestResult};
+use cohort::engine::request::{FinishReason, GenerationMode, Prompt, RequestResult};
 use cohort::engine::row::RowEvent;
 use cohort::engine::telemetry::RowState;
 use cohort::tui::action::{Action, Effect, OpenedSession, ProfileSwitch};
@@ -871,7 +872,7 @@ fn cancel_all_cancels_every_running_answer() {
 
 /// Open the focused pane's settings (alt+,), set `(field, text)` pairs (fields counted from the
 /// top: 0 system prompt, 1 temperature, 2 top_p, 3 top_k, 4 max_tokens, 5 presence_penalty,
-/// 6 frequency_penalty), then press `then`.
+/// 6 frequency_penalty, 7 generation mode), then press `then`.
 fn set_settings(app: &mut App, fields: &[(usize, &str)], then: KeyEvent) -> Vec<Effect> {
     assert!(app.handle_key(KeyEvent::new(KeyCode::Char(','), KeyModifiers::ALT)).is_empty());
     assert!(matches!(app.overlay, Some(Overlay::Settings(_))), "alt+, opens the settings");
@@ -910,7 +911,7 @@ fn a_panes_own_settings_go_with_its_requests_only() {
         other => panic!("no settings form: {other:?}"),
     };
     app.handle_key(KeyEvent::new(KeyCode::Char(','), KeyModifiers::ALT));
-    assert_eq!(form(&app), ["", "0.6", "0.95", "20", "512", "0", "0"], "the form opens with the profile's values");
+    assert_eq!(form(&app), ["", "0.6", "0.95", "20", "512", "0", "0", ""], "the form opens with the profile's values");
     app.handle_key(key(KeyCode::Esc));
 
     let fx = set_settings(&mut app, &[(0, "Be terse."), (1, "0.2"), (3, "40"), (4, "64")], key(KeyCode::Enter));
@@ -949,7 +950,7 @@ fn a_panes_own_settings_go_with_its_requests_only() {
 #[test]
 fn bad_settings_are_refused_naming_the_field() {
     let mut app = fixture::app(1, "dark");
-    let cases: [(usize, &str, &[&str]); 8] = [
+    let cases: [(usize, &str, &[&str]); 9] = [
         (2, "1.5", &["top_p = 1.5", "(0, 1]"]),
         (1, "warm", &["temperature", "\"warm\" is not a number"]),
         (1, "-1", &["temperature = -1", ">= 0"]),
@@ -958,6 +959,7 @@ fn bad_settings_are_refused_naming_the_field() {
         (4, "0", &["max_tokens = 0", "at least 1"]),
         (4, "5000", &["max_tokens = 5000", "context window of 4096"]),
         (6, "inf", &["frequency_penalty = inf", "finite"]),
+        (7, "fast", &["mode: \"fast\" is not a mode", "mtp or ar"]),
     ];
     for (field, text, words) in cases {
         let fx = set_settings(&mut app, &[(field, text)], key(KeyCode::Enter));
@@ -1009,6 +1011,7 @@ fn profiles_carry_each_panes_own_settings() {
     let mut own = settings.chat();
     own.system = Some("Answer in French.".into());
     own.sampler.top_k = 5;
+    own.mode = Some(GenerationMode::Ar);
     settings.pane_settings.insert(2, own.clone());
     let mut app = App::new(settings, Theme::builtin("dark"), Keymap::default(), fixture::SESSION);
     assert_eq!(app.panes.iter().map(|p| p.settings.clone()).collect::<Vec<_>>(), [None, Some(own.clone()), None]);
@@ -1016,7 +1019,7 @@ fn profiles_carry_each_panes_own_settings() {
     type_text(&mut app, "bonjour");
     let fx = app.handle_key(key(KeyCode::Enter));
     let (request, messages) = the_request(&fx);
-    assert_eq!((messages[0].1.as_str(), request.sampler.top_k), ("Answer in French.", 5));
+    assert_eq!((messages[0].1.as_str(), request.sampler.top_k, request.mode), ("Answer in French.", 5, own.mode));
 
     app.handle_key(ctrl('s'));
     app.handle_key(ctrl('u'));
@@ -1027,6 +1030,41 @@ fn profiles_carry_each_panes_own_settings() {
     let saved = &profile.pane["2"];
     assert_eq!(saved.system.as_deref(), Some("Answer in French."));
     assert_eq!(saved.sampler.as_ref().and_then(|s| s.top_k), Some(5));
+    assert_eq!(saved.mode, Some(GenerationMode::Ar));
+    // Written as TOML and read back, the profile gives pane 2 the same settings, mode included.
+    let text = toml::to_string(profile).unwrap();
+    assert!(text.contains("[pane.2]") && text.contains("mode = \"ar\""), "{text}");
+    let loaded = cohort::config::profile::LoadedProfile {
+        name: "french".into(),
+        origin: "french.toml".into(),
+        profile: cohort::config::profile::parse_profile(&text, "french.toml").unwrap(),
+    };
+    let resolved = Settings::resolve(&loaded, &Default::default()).unwrap();
+    assert_eq!((resolved.pane_start(2), resolved.pane_start(1)), (Some(own), None));
+}
+
+/// Issue 40 (item 2): a pane's own generation mode goes with its requests (None: the engine's),
+/// is shown on the pane, and a blank field gives the pane the engine's mode back.
+#[test]
+fn a_panes_generation_mode_goes_with_its_requests() {
+    let mut app = fixture::app(2, "dark");
+    set_settings(&mut app, &[(7, "ar")], key(KeyCode::Enter));
+    assert_eq!(app.panes[0].settings.as_ref().and_then(|s| s.mode), Some(GenerationMode::Ar));
+    let notice = &app.notice.as_ref().unwrap().text;
+    assert!(notice.contains("pane 1") && notice.ends_with("max512 ar from the next message on"), "{notice}");
+    type_text(&mut app, "hi");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert_eq!(the_request(&fx).0.mode, Some(GenerationMode::Ar));
+    app.handle_key(alt(KeyCode::Char('2')));
+    type_text(&mut app, "hi");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert_eq!(the_request(&fx).0.mode, None, "pane 2 decodes in the engine's mode");
+
+    app.handle_key(alt(KeyCode::Char('1')));
+    let fx = set_settings(&mut app, &[(7, "MTP")], key(KeyCode::Enter));
+    assert_eq!(settings_records(&fx)[0].1.as_ref().and_then(|s| s.mode), Some(GenerationMode::Mtp));
+    let fx = set_settings(&mut app, &[(7, "")], key(KeyCode::Enter));
+    assert_eq!(settings_records(&fx), [(1, None)], "a blank mode and the profile's values: the profile's again");
 }
 
 /// Issue 40 (item 3): alt+i drills into the focused pane's row of the inspector (opening the

@@ -247,8 +247,8 @@ fn an_edited_turn_reads_back_in_place_of_the_old_one() {
     assert_eq!((panes[0].turns[0].user.as_str(), panes[0].turns[0].answer.as_str()), ("hi", "hello"));
 }
 
-/// Issue 40 (item 2): a pane's own settings are recorded when set and restored by `--resume`
-/// (the last record wins; `null` = back to the profile's); a pane without a record takes its
+/// Issue 40 (item 2): a pane's own settings (its generation mode too) are recorded when set and
+/// restored by `--resume` (the last record wins; `null` = back to the profile's); a pane without a record takes its
 /// profile's `[pane.N]`, if any.
 #[test]
 fn a_resumed_pane_gets_its_own_settings_back() {
@@ -259,6 +259,7 @@ fn a_resumed_pane_gets_its_own_settings_back() {
     let mut terse = base.clone();
     terse.system = Some("Be terse.".into());
     terse.sampler.temperature = 0.1;
+    terse.mode = Some(cohort::engine::request::GenerationMode::Ar);
     let settings = |s: Option<&cohort::config::profile::ChatSettings>| Record::Settings { settings: s.cloned() };
     for r in [settings(Some(&terse)), user("a", "first"), done("a", FinishReason::Stop, "one")] {
         writer.append(1, &r).unwrap();
@@ -269,6 +270,7 @@ fn a_resumed_pane_gets_its_own_settings_back() {
     writer.append(3, &user("c", "first")).unwrap();
     let text = std::fs::read_to_string(writer.pane_path(1)).unwrap();
     assert!(text.contains("\"kind\":\"settings\"") && text.contains("Be terse."), "{text}");
+    assert!(text.contains("\"mode\":\"ar\""), "the pane's generation mode is recorded: {text}");
     drop(writer);
     let (_, _, panes) = load_session(dir.path(), &session).unwrap();
     let recorded: Vec<_> = panes.iter().map(|p| p.settings.clone()).collect();

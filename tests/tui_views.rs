@@ -614,8 +614,8 @@ fn plain_key(code: crossterm::event::KeyCode) -> crossterm::event::KeyEvent {
 }
 
 /// Issue 40 (item 2): the focused pane's settings form: every per-request value with its range,
-/// the engine's generation mode noted as shared by every pane, and a refused value's message
-/// naming the field (top_p here, focused).
+/// the pane's own generation mode (blank: the engine's, named) with what the modes do, and a
+/// refused value's message naming the field (top_p here, focused).
 #[test]
 fn the_pane_settings_form() {
     let mut app = fixture::mixed(2, "dark");
@@ -624,6 +624,12 @@ fn the_pane_settings_form() {
     for c in "Answer in one short paragraph.".chars() {
         app.handle_key(plain_key(crossterm::event::KeyCode::Char(c)));
     }
+    // Up from the first field wraps to the last, the generation mode.
+    app.handle_key(plain_key(crossterm::event::KeyCode::Up));
+    for c in "ar".chars() {
+        app.handle_key(plain_key(crossterm::event::KeyCode::Char(c)));
+    }
+    app.handle_key(plain_key(crossterm::event::KeyCode::Down));
     app.handle_key(plain_key(crossterm::event::KeyCode::Down));
     app.handle_key(plain_key(crossterm::event::KeyCode::Down));
     app.handle_key(crossterm::event::KeyEvent::new(
@@ -639,8 +645,8 @@ fn the_pane_settings_form() {
     assert_eq!(style_at(&terminal, "✖ invalid sampler setting top_p").fg, app.styles.error.fg);
 }
 
-/// Issue 40 (item 2): each pane shows its settings on its bottom border: its own in the accent
-/// colour, the profile's muted; a narrow pane keeps what fits.
+/// Issue 40 (item 2): each pane shows its settings on its bottom border (its own generation mode
+/// too): its own in the accent colour, the profile's muted; a narrow pane keeps what fits.
 #[test]
 fn a_pane_shows_its_settings() {
     let mut app = fixture::mixed(2, "dark");
@@ -648,10 +654,11 @@ fn a_pane_shows_its_settings() {
     own.sampler = cohort::engine::sampler::SamplerConfig::greedy();
     own.max_tokens = 64;
     own.system = Some("Be terse.".into());
+    own.mode = Some(cohort::engine::request::GenerationMode::Ar);
     app.panes[0].settings = Some(own);
     let terminal = draw(&app, 100, 16);
     insta::assert_snapshot!(terminal.backend());
-    assert_eq!(style_at(&terminal, "greedy max64 sys").fg, app.styles.accent.fg);
+    assert_eq!(style_at(&terminal, "greedy max64 sys ar").fg, app.styles.accent.fg);
     assert_eq!(style_at(&terminal, "t0.6 p0.95 k20 max512").fg, app.styles.muted.fg);
     let narrow = draw(&app, 44, 16);
     insta::assert_snapshot!("a_pane_shows_its_settings_narrow", narrow.backend());

@@ -74,6 +74,7 @@ fn prompts(sampler: SamplerConfig, max_tokens: usize, chat: bool) -> Vec<Request
                 seed: 4200 + i as u64,
                 stop: vec![],
                 ignore_eos: false,
+                mode: None,
             }
         })
         .collect()

@@ -104,6 +104,7 @@ fn chat(id: &str, text: &str, max_tokens: usize, ignore_eos: bool) -> Request {
         seed: 4200,
         stop: vec![],
         ignore_eos,
+        mode: None,
     }
 }
 

@@ -95,6 +95,7 @@ impl<'m> Cohort<'m> {
                 seed: b as u64,
                 stop: Vec::new(),
                 ignore_eos: true,
+                mode: None,
             };
             let mut run = RowRun::new(&req, ids, Vec::new(), CancelFlag::default());
             let mut row = model.new_row();

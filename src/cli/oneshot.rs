@@ -63,6 +63,7 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<u8> {
         seed: settings.seed,
         stop: Vec::new(),
         ignore_eos: settings.ignore_eos,
+        mode: None,
     };
     let submission = engine.submit(request);
     let mut out = std::io::stdout().lock();

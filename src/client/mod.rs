@@ -139,6 +139,9 @@ fn request_body(req: &Request) -> (&'static str, Value) {
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    if let Some(mode) = req.mode {
+        body["generation_mode"] = json!(mode);
+    }
     let path = match &req.prompt {
         Prompt::Chat(messages) => {
             body["messages"] = json!(messages);

@@ -106,6 +106,7 @@ fn server_stats(chunk: &Value) -> Stats {
         ttft_s: f(&c["ttft_s"]),
         joined_at_cycle: c["joined_at_cycle"].as_u64().unwrap_or(0),
         decode_tok_s: f(&c["decode_tok_s"]),
+        mode: serde_json::from_value(c["generation_mode"].clone()).ok(),
         ..Stats::default()
     }
 }

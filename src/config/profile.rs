@@ -72,7 +72,7 @@ pub struct Profile {
     pub sampler: Option<SamplerConfig>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub keys: BTreeMap<String, KeyList>,
-    /// `[pane.N]`: pane N's own system prompt, sampler values and max_tokens (N from 1).
+    /// `[pane.N]`: pane N's own system prompt, sampler values, max_tokens and mode (N from 1).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pane: BTreeMap<String, PaneProfile>,
 }
@@ -88,6 +88,9 @@ pub struct PaneProfile {
     pub max_tokens: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampler: Option<SamplerOverrides>,
+    /// `ar` or `mtp`: this pane's own generation mode (unset: the engine's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<GenerationMode>,
 }
 
 /// A pane's `[pane.N.sampler]`: only the values it changes.
@@ -120,6 +123,7 @@ impl PaneProfile {
                 presence_penalty: Some(s.presence_penalty),
                 frequency_penalty: Some(s.frequency_penalty),
             }),
+            mode: own.mode,
         }
     }
 
@@ -131,6 +135,9 @@ impl PaneProfile {
         }
         if let Some(n) = self.max_tokens {
             out.max_tokens = n;
+        }
+        if self.mode.is_some() {
+            out.mode = self.mode;
         }
         if let Some(o) = &self.sampler {
             let s = &mut out.sampler;
@@ -144,9 +151,9 @@ impl PaneProfile {
     }
 }
 
-/// What a pane's requests carry besides the conversation: the system prompt, the sampler and
-/// the answer's length. Each goes with every request, so panes can differ; the engine's mode,
-/// preset and numerics are the engine's, the same for every pane.
+/// What a pane's requests carry besides the conversation: the system prompt, the sampler, the
+/// answer's length and the generation mode. Each goes with every request, so panes can differ;
+/// the preset and numerics are the engine's, the same for every pane.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatSettings {
@@ -154,6 +161,9 @@ pub struct ChatSettings {
     pub system: Option<String>,
     pub sampler: SamplerConfig,
     pub max_tokens: usize,
+    /// `ar` or `mtp`; None = the engine's (an engine without MTP serves every pane AR).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<GenerationMode>,
 }
 
 impl ChatSettings {
@@ -286,7 +296,7 @@ impl Settings {
     /// The profile's own system prompt, sampler and max_tokens (what a pane without settings of
     /// its own sends).
     pub fn chat(&self) -> ChatSettings {
-        ChatSettings { system: self.system.clone(), sampler: self.sampler, max_tokens: self.max_tokens }
+        ChatSettings { system: self.system.clone(), sampler: self.sampler, max_tokens: self.max_tokens, mode: None }
     }
 
     /// What the pane at position `n` (from 1) starts with: the profile's `[pane.N]`, if any

@@ -71,6 +71,9 @@ pub fn run_cohort(
     let (dummy_row, dummy_in) = dummy(model)?;
     let mut rows: Vec<RowCache> = vec![dummy_row.clone(); FIXED_WIDTH];
     let inert: Vec<Inert> = vec![dummy_in; FIXED_WIDTH];
+    for run in runs.iter_mut() {
+        run.serve_in(cfg.mode);
+    }
     publish_rows(tel, runs, &rows, RowState::Queued);
 
     // Prefill row by row; cancellation is polled before each prefill and at the boundary.
@@ -81,7 +84,8 @@ pub fn run_cohort(
         }
         set_state(tel, b, RowState::Prefill);
         let mut row = model.new_row();
-        match prefill_row(model, tok, run, &mut row, cfg.chunk, cfg.mode == GenerationMode::Mtp, events) {
+        // An AR row never drafts, so it needs no MTP history.
+        match prefill_row(model, tok, run, &mut row, cfg.chunk, run.mode == GenerationMode::Mtp, events) {
             Ok(()) if run.cancel.is_cancelled() => run.cancel_now(), // the merge-boundary poll
             Ok(()) => rows[b] = row,                                 // ownership moves into the cohort
             Err(e) => run.fail(format!("prefill failed: {e:#}")),
@@ -199,7 +203,13 @@ fn publish_rows(tel: &SharedTelemetry, runs: &[RowRun], rows: &[RowCache], state
     if let Ok(mut t) = tel.lock() {
         t.rows = runs
             .iter()
-            .map(|r| RowTelemetry { id: r.id.clone(), state, prefill_total: r.prompt_ids.len(), ..Default::default() })
+            .map(|r| RowTelemetry {
+                id: r.id.clone(),
+                state,
+                prefill_total: r.prompt_ids.len(),
+                mode: Some(r.mode),
+                ..Default::default()
+            })
             .collect();
         t.active = runs.len();
         let _ = rows;
@@ -236,6 +246,7 @@ pub(crate) fn observe_row(rt: &mut RowTelemetry, run: &RowRun, row: &RowCache) -
     rt.mtp_committed_offset = row.mtp.offset();
     rt.mtp_physical_offset = row.mtp.physical();
     rt.tokens = run.tokens.len();
+    rt.mode = Some(run.mode);
     rt.accepted = run.stats.accepted_drafts;
     rt.rejected = run.stats.rejected_drafts;
     let cycles = run.stats.verify_cycles.max(1) as f64;

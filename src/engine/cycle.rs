@@ -25,6 +25,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use mlx_rs::{Array, Dtype};
 
+use super::request::GenerationMode;
 use super::row::{RowEvent, RowRun};
 use super::sampler::{Decision, Dist, SamplerConfig, decide, distributions};
 use super::solo::{draft_inputs, restore_from_capture};
@@ -254,8 +255,8 @@ fn owe_history(model: &dyn LanguageModel, runs: &mut [RowRun], rows: &mut [RowCa
 }
 
 /// Phase Draft: the MTP module reads every slot's (hidden, x0) and proposes a draft. A row with
-/// no room for two tokens proposes nothing of its own (it draws no random number here, exactly
-/// as its solo run), and a row's scripted draft (a test hook) replaces the module's.
+/// no room for two tokens, or decoding AR, proposes nothing of its own (it draws no random number
+/// here, exactly as its solo run), and a row's scripted draft (a test hook) replaces the module's.
 fn draft(
     model: &dyn LanguageModel,
     runs: &mut [RowRun],
@@ -311,7 +312,7 @@ fn draft(
                 q[b] = Dist::one_hot(d);
                 d
             }
-            None if slots.active[b] && runs[b].budget_left() >= 2 => runs[b].draw(&q[b]),
+            None if slots.active[b] && runs[b].drafts() => runs[b].draw(&q[b]),
             None => q[b].argmax(),
         });
     }
@@ -369,12 +370,13 @@ fn verify(
 /// A live row's verdict on its draft.
 struct Verdict {
     decision: Decision,
-    /// Whether the row proposed a draft (a row with no room for two tokens does not).
+    /// Whether the row proposed a draft (a row with no room for two tokens, or decoding AR, does
+    /// not).
     proposed: bool,
 }
 
 /// Phase Decide: each live row accepts or rejects its draft with its own RNG. A row with no room
-/// for two tokens takes position 0's token as plain decoding would (keep = 1).
+/// for two tokens, or decoding AR, takes position 0's token as plain decoding would (keep = 1).
 fn decide_rows(runs: &mut [RowRun], v: &Verified, slots: &Slots) -> Vec<Option<Verdict>> {
     (0..slots.width())
         .map(|b| {
@@ -382,7 +384,7 @@ fn decide_rows(runs: &mut [RowRun], v: &Verified, slots: &Slots) -> Vec<Option<V
                 return None;
             }
             let run = &mut runs[b];
-            let proposed = run.budget_left() >= 2;
+            let proposed = run.drafts();
             let decision = if proposed {
                 decide(&v.p0[b], &v.q[b], v.drafts[b], run.sampler.is_greedy(), &mut run.rng)
             } else {
@@ -410,7 +412,10 @@ fn commit(
     for (b, verdict) in verdicts.into_iter().enumerate() {
         let Some(Verdict { decision, proposed }) = verdict else { continue };
         let run = &mut runs[b];
-        run.stats.verify_cycles += 1;
+        // An AR row's cycle is a plain step to it (its stats are those of plain decoding).
+        if run.mode == GenerationMode::Mtp {
+            run.stats.verify_cycles += 1;
+        }
         let hidden = slice_axis(&v.out.hidden, 0, b as i32, b as i32 + 1)?;
         let h0 = slice_axis(&hidden, 1, 0, 1)?;
         match decision {
@@ -585,6 +590,7 @@ mod tests {
                 seed: 100 + u64::from(b),
                 stop: Vec::new(),
                 ignore_eos: true,
+                mode: None,
             };
             let mut run = RowRun::new(&req, ids, Vec::new(), CancelFlag::default());
             let mut row = model.new_row();

@@ -66,10 +66,11 @@ pub struct LaneConfig {
 }
 
 impl LaneConfig {
-    /// The route a cycle at physical width `width` runs.
-    pub fn route(&self, width: usize) -> String {
+    /// The route a row of mode `mode` takes in a cycle at physical width `width`: alone, its own
+    /// mode's solo route; beside others, the lane's (an AR row rides an MTP cycle without a draft).
+    pub fn route(&self, mode: GenerationMode, width: usize) -> String {
         match (self.mode, width) {
-            (mode, 1) => route_id(mode, 1),
+            (lane, 1) => route_id(lane.serving(Some(mode)), 1),
             (GenerationMode::Mtp, w) => self.numerics.route_id_at(&self.family, w),
             (GenerationMode::Ar, w) => format!("{}_ar_batch_b{w}_t1_m{w}", self.family),
         }
@@ -158,6 +159,7 @@ impl<'m> Lane<'m> {
             Ok(run) => run,
             Err(e) => return p.done(RequestResult::refused(&p.req.id, format!("{e:#}"))),
         };
+        run.serve_in(self.cfg.mode);
         run.arrived = p.arrived;
         run.stats.queue_wait_s = p.arrived.elapsed().as_secs_f64();
         let total = run.prompt_ids.len();
@@ -167,6 +169,7 @@ impl<'m> Lane<'m> {
             state: RowState::Prefill,
             prefill_total: total,
             admission_wait_s: run.stats.queue_wait_s,
+            mode: Some(run.mode),
             ..Default::default()
         };
         self.readers.push_back(Reader { p, run, row: self.model.new_row(), next: 0, hiddens: Vec::new(), tel });
@@ -316,7 +319,7 @@ impl<'m> Lane<'m> {
             r.run.fail(format!("prefill failed: {e:#}"));
         }
         if !r.run.is_active() {
-            r.run.stats.route = self.cfg.route(1);
+            r.run.stats.route = self.cfg.route(r.run.mode, 1);
             self.end(r.p, &mut r.run);
             return;
         }
@@ -383,11 +386,11 @@ impl<'m> Lane<'m> {
         kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
         self.cycles += 1;
         let live = self.runs.len();
-        let route = self.cfg.route(width);
         for run in self.runs.iter_mut() {
             run.stats.real_width = run.stats.real_width.max(live);
-            run.stats.route.clone_from(&route);
+            run.stats.route = self.cfg.route(run.mode, width);
         }
+        let route = self.runs.first().map_or_else(String::new, |r| r.stats.route.clone());
         self.record_cycle(tel, live, width, route);
         Ok(())
     }
@@ -424,7 +427,7 @@ impl<'m> Lane<'m> {
             self.rows.remove(b);
             run.stats.decode_s = seat.decode_started.elapsed().as_secs_f64();
             if run.stats.route.is_empty() {
-                run.stats.route = self.cfg.route(1);
+                run.stats.route = self.cfg.route(run.mode, 1);
             }
             self.end(seat.p, &mut run);
             left += 1;

@@ -318,6 +318,7 @@ fn run_group(
     for p in group {
         match prepare(model, tok, &p.req, p.cancel.clone()) {
             Ok(mut run) => {
+                run.serve_in(mode);
                 run.stats.queue_wait_s = start.duration_since(p.arrived).as_secs_f64();
                 run.arrived = p.arrived;
                 members.push((p, run));
@@ -347,12 +348,12 @@ fn run_group(
     };
     let chunk = setup.scheduler.prefill_chunk;
     if width == 1 || setup.numerics == Numerics::B1Exact {
-        let route_name = if width > 1 && mode == GenerationMode::Mtp {
-            Numerics::B1Exact.route_id(family)
-        } else {
-            route_id(mode, 1)
-        };
         for (p, mut run) in members {
+            let route_name = if width > 1 && mode == GenerationMode::Mtp {
+                Numerics::B1Exact.route_id(family)
+            } else {
+                route_id(run.mode, 1)
+            };
             run.stats.real_width = width;
             let outcome = run_solo(model, tok, &mut run, mode, chunk, &mut route);
             if let Err(e) = outcome {

@@ -1,6 +1,6 @@
 //! The request and result contract shared by `cohort generate`, the scheduler and the TUI.
 //! Request lines: `{"id", "prompt" | "prompt_ids", "chat", "max_tokens", "temperature", "top_p",
-//! "top_k", "seed", "stop", "ignore_eos", "presence_penalty", "frequency_penalty"}`.
+//! "top_k", "seed", "stop", "ignore_eos", "presence_penalty", "frequency_penalty", "mode"}`.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +26,34 @@ impl Prompt {
     }
 }
 
+/// How a row decodes: depth-one MTP (a draft and a T=2 verify a cycle) or plain autoregressive
+/// steps. Both give the same tokens for a row; MTP only changes how many a cycle can commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GenerationMode {
+    Ar,
+    Mtp,
+}
+
+impl GenerationMode {
+    /// The mode a row asking for `asked` runs in an engine of this mode: an AR engine (a model
+    /// without MTP weights, or MTP declined by the exactness gate) serves every row AR; an MTP
+    /// engine serves each row the mode it asks for, MTP when it asks for none.
+    pub fn serving(self, asked: Option<GenerationMode>) -> GenerationMode {
+        match self {
+            GenerationMode::Ar => GenerationMode::Ar,
+            GenerationMode::Mtp => asked.unwrap_or(GenerationMode::Mtp),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GenerationMode::Ar => "ar",
+            GenerationMode::Mtp => "mtp",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Request {
     pub id: String,
@@ -35,6 +63,8 @@ pub struct Request {
     pub seed: u64,
     pub stop: Vec<String>,
     pub ignore_eos: bool,
+    /// The row's own generation mode; None = the engine's.
+    pub mode: Option<GenerationMode>,
 }
 
 pub const DEFAULT_MAX_TOKENS: usize = 256;
@@ -60,6 +90,8 @@ pub struct RequestLine {
     pub stop: Vec<String>,
     #[serde(default)]
     pub ignore_eos: bool,
+    /// `"ar"` or `"mtp"`: this request's own generation mode (unset: the engine's).
+    pub mode: Option<GenerationMode>,
 }
 
 impl RequestLine {
@@ -99,6 +131,7 @@ impl RequestLine {
             seed: self.seed.unwrap_or(0),
             stop: self.stop,
             ignore_eos: self.ignore_eos,
+            mode: self.mode,
         })
     }
 }
@@ -137,6 +170,9 @@ pub struct Stats {
     /// The lane's cycle count when the row began decoding (0 outside a continuous lane).
     #[serde(default)]
     pub joined_at_cycle: u64,
+    /// The mode the row decoded in (what it asked for, or AR where the engine has no MTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<GenerationMode>,
 }
 
 /// One line of `generate` output.
@@ -177,5 +213,27 @@ impl RequestResult {
     /// The request itself cannot run (see [`RequestResult::refused`]).
     pub fn refused(id: &str, message: String) -> Self {
         Self { refused: true, ..Self::error(id, message) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40: a request line may name its own generation mode; an engine without MTP serves
+    /// every row AR, an MTP engine each row the mode it asks for.
+    #[test]
+    fn a_request_may_ask_for_its_own_mode() {
+        let line: RequestLine = serde_json::from_str(r#"{"prompt":"hi","mode":"ar"}"#).unwrap();
+        assert_eq!(line.into_request(1, &SamplerConfig::default()).unwrap().mode, Some(GenerationMode::Ar));
+        let line: RequestLine = serde_json::from_str(r#"{"prompt":"hi"}"#).unwrap();
+        assert_eq!(line.into_request(1, &SamplerConfig::default()).unwrap().mode, None);
+        assert!(serde_json::from_str::<RequestLine>(r#"{"prompt":"hi","mode":"fast"}"#).is_err());
+        use GenerationMode::{Ar, Mtp};
+        let served: Vec<_> = [(Mtp, None), (Mtp, Some(Ar)), (Mtp, Some(Mtp)), (Ar, None), (Ar, Some(Mtp))]
+            .into_iter()
+            .map(|(engine, asked)| engine.serving(asked))
+            .collect();
+        assert_eq!(served, [Mtp, Ar, Mtp, Ar, Ar]);
     }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::request::{FinishReason, Request, RequestResult, Stats};
+use super::request::{FinishReason, GenerationMode, Request, RequestResult, Stats};
 use super::sampler::{Dist, PenaltyState, SamplerConfig};
 use crate::model::text::tokenizer::{StreamDecoder, TextTokenizer};
 use crate::platform::rng::Rng;
@@ -76,6 +76,10 @@ pub struct RowRun {
     pub id: String,
     pub prompt_ids: Vec<u32>,
     pub sampler: SamplerConfig,
+    /// How this row decodes: what its request asked for (MTP when it asked for none), narrowed
+    /// to AR by an engine without MTP ([`RowRun::serve_in`]). In an MTP cycle an AR row never
+    /// proposes a draft: it takes position 0's token exactly as plain decoding does.
+    pub mode: GenerationMode,
     pub rng: Rng,
     pub max_tokens: usize,
     pub stop: Vec<String>,
@@ -113,6 +117,7 @@ impl RowRun {
             id: req.id.clone(),
             prompt_ids,
             sampler: req.sampler,
+            mode: req.mode.unwrap_or(GenerationMode::Mtp),
             rng: Rng::new(req.seed),
             max_tokens: req.max_tokens,
             stop: req.stop.clone(),
@@ -142,6 +147,17 @@ impl RowRun {
     /// Tokens the row may still emit.
     pub fn budget_left(&self) -> usize {
         self.max_tokens.saturating_sub(self.tokens.len())
+    }
+
+    /// Run in an engine of mode `engine`: the row keeps its own mode where the engine can serve
+    /// it, and decodes AR where it cannot (the result says so, never an error).
+    pub fn serve_in(&mut self, engine: GenerationMode) {
+        self.mode = engine.serving(Some(self.mode));
+    }
+
+    /// Whether the row proposes a draft this cycle: it decodes MTP and has room for two tokens.
+    pub fn drafts(&self) -> bool {
+        self.mode == GenerationMode::Mtp && self.budget_left() >= 2
     }
 
     /// Draw from `dist` with the row's own RNG (greedy rows never touch the RNG).
@@ -214,6 +230,7 @@ impl RowRun {
         let (reason, error) = self.finish.clone().unwrap_or((FinishReason::Length, None));
         let mut stats = self.stats.clone();
         stats.completion_tokens = self.tokens.len();
+        stats.mode = Some(self.mode);
         if stats.decode_s > 0.0 {
             stats.decode_tok_s = self.tokens.len().saturating_sub(1) as f64 / stats.decode_s;
         }

@@ -22,12 +22,7 @@ use crate::model::layers::gated_delta::PositionStates;
 use crate::model::ops::slice_axis;
 use crate::model::text::tokenizer::TextTokenizer;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum GenerationMode {
-    Ar,
-    Mtp,
-}
+pub use super::request::GenerationMode;
 
 /// The processed distribution of one row of logits [.., V] (last position).
 pub fn dist_of(run: &RowRun, logits: &Array) -> Result<Dist> {
@@ -134,6 +129,9 @@ pub fn run_solo_on(
     chunk: usize,
     events: &mut dyn FnMut(RowEvent),
 ) -> Result<()> {
+    // The row's own mode where this engine's can serve it.
+    run.serve_in(mode);
+    let mode = run.mode;
     if run.cancel.is_cancelled() {
         run.cancel_now();
         return Ok(());
@@ -163,8 +161,9 @@ pub fn run_solo_on(
     Ok(())
 }
 
-/// One cycle of a row decoding alone (the solo path, and a continuous lane down to one row): a
-/// draft and a T=2 verify when there is room for two tokens, else one plain step.
+/// One cycle of a row decoding alone (the solo path, and a continuous lane down to one row) in
+/// an engine of mode `mode`: a draft and a T=2 verify when the row decodes MTP and has room for
+/// two tokens, else one plain step.
 pub fn lone_cycle(
     model: &dyn LanguageModel,
     tok: &TextTokenizer,
@@ -173,7 +172,7 @@ pub fn lone_cycle(
     mode: GenerationMode,
     events: &mut dyn FnMut(RowEvent),
 ) -> Result<()> {
-    let mtp = mode == GenerationMode::Mtp;
+    let mtp = mode.serving(Some(run.mode)) == GenerationMode::Mtp;
     let room_for_two = run.budget_left() >= 2;
     if mtp && !room_for_two {
         // No room for a proposal: still record this transition in the MTP history so it always

@@ -57,6 +57,9 @@ pub struct RowTelemetry {
     pub joined_at_cycle: u64,
     /// The row's slot in the physical batch (None while it reads its prompt).
     pub slot: Option<usize>,
+    /// The mode the row decodes in (its own, or AR where the engine has no MTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::engine::request::GenerationMode>,
 }
 
 /// The construction check of a batched route against B1 references.

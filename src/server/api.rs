@@ -71,6 +71,8 @@ struct Body {
     /// Extension: keep going past end-of-sequence until the budget.
     #[serde(default)]
     ignore_eos: bool,
+    /// Extension: `"ar"` or `"mtp"`, this request's own generation mode (unset: the engine's).
+    generation_mode: Option<crate::engine::request::GenerationMode>,
     logprobs: Option<Value>,
     top_logprobs: Option<Value>,
     tools: Option<Vec<Value>>,
@@ -170,6 +172,7 @@ pub fn parse(endpoint: Endpoint, bytes: &[u8], defaults: &Defaults) -> Result<Pa
         seed: body.seed.unwrap_or(0),
         stop,
         ignore_eos: body.ignore_eos,
+        mode: body.generation_mode,
     };
     let include_usage = body.stream_options.is_some_and(|o| o.include_usage);
     if include_usage && !body.stream {
@@ -303,6 +306,7 @@ pub fn cohort_stats(r: &RequestResult) -> Value {
         "ttft_s": s.ttft_s,
         "joined_at_cycle": s.joined_at_cycle,
         "decode_tok_s": s.decode_tok_s,
+        "generation_mode": s.mode,
     })
 }
 
@@ -392,6 +396,7 @@ mod tests {
             (r#""logprobs":true"#, "logprobs"),
             (r#""seed":-1"#, "seed"),
             (r#""stream_options":{"include_usage":true}"#, "stream_options"),
+            (r#""generation_mode":"fast""#, "generation_mode"),
         ] {
             let e = err(Endpoint::Chat, &format!("{{{m},{extra}}}"));
             assert_eq!(e.param.as_deref(), Some(param), "{extra}: {}", e.message);
@@ -415,7 +420,7 @@ mod tests {
     fn fields_map_onto_the_engine_request() {
         let body = r#"{"messages":[{"role":"developer","content":"be brief"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
             "temperature":0,"top_p":0.5,"top_k":7,"seed":9,"stop":"\n","max_completion_tokens":12,"max_tokens":99,
-            "presence_penalty":0.25,"frequency_penalty":-0.5,"stream":true,"stream_options":{"include_usage":true},"user":"x"}"#;
+            "presence_penalty":0.25,"frequency_penalty":-0.5,"stream":true,"stream_options":{"include_usage":true},"user":"x","generation_mode":"ar"}"#;
         let p = parse(Endpoint::Chat, body.as_bytes(), &defaults()).unwrap();
         let r = p.request;
         assert_eq!(
@@ -427,7 +432,9 @@ mod tests {
         assert_eq!((s.temperature, s.top_p, s.top_k), (0.0, 0.5, 7));
         assert_eq!((s.presence_penalty, s.frequency_penalty), (0.25, -0.5));
         assert!(p.stream && p.include_usage);
+        assert_eq!(r.mode, Some(crate::engine::request::GenerationMode::Ar));
         let p = parse(Endpoint::Completions, br#"{"prompt":[[5,6,7]]}"#, &defaults()).unwrap();
+        assert_eq!(p.request.mode, None, "the engine's mode when none is given");
         assert_eq!(p.request.prompt, Prompt::Ids(vec![5, 6, 7]));
         assert_eq!(p.request.max_tokens, 256, "the profile's budget when none is given");
         assert_eq!(p.request.sampler, SamplerConfig::default());

@@ -90,6 +90,7 @@ pub fn run_prompts(
                 seed: seed + i as u64,
                 stop: vec![],
                 ignore_eos: false,
+                mode: None,
             };
             let mut run = prepare(model, tok, &req, CancelFlag::default())?;
             run_solo(model, tok, &mut run, mode, 512, &mut |_| {})?;

@@ -705,6 +705,7 @@ impl App {
             seed,
             stop: Vec::new(),
             ignore_eos: self.settings.ignore_eos,
+            mode: chat.mode,
         };
         pane.turns.push(Turn { request_id: id.clone(), user: text.clone(), ..Turn::default() });
         pane.in_flight = Some(InFlight {

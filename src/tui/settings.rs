@@ -1,14 +1,15 @@
 //! A pane's settings form: the values every request of the pane carries (system prompt, sampler,
-//! max_tokens), typed as text, checked as the engine checks them before anything is applied.
-//! The engine's generation mode is not here: it is the engine's, one for every pane.
+//! max_tokens, generation mode), typed as text, checked as the engine checks them before anything
+//! is applied. A blank mode is the engine's.
 
 use super::input::InputLine;
 use crate::config::profile::ChatSettings;
 use crate::engine::prepare::VERIFY_SLACK;
+use crate::engine::request::GenerationMode;
 use crate::engine::sampler::SamplerConfig;
 
 /// The form's fields, top to bottom: (name as the engine and profiles spell it, label, range).
-pub const FIELDS: [(&str, &str, &str); 7] = [
+pub const FIELDS: [(&str, &str, &str); 8] = [
     ("system", "system prompt", ""),
     ("temperature", "temperature", "0 = greedy"),
     ("top_p", "top_p", "(0, 1]; 1 = off"),
@@ -16,6 +17,7 @@ pub const FIELDS: [(&str, &str, &str); 7] = [
     ("max_tokens", "max_tokens", "at least 1"),
     ("presence_penalty", "presence_penalty", "0 = off"),
     ("frequency_penalty", "frequency_penalty", "0 = off"),
+    ("mode", "generation mode", "mtp or ar; blank = the engine's"),
 ];
 
 pub const SYSTEM: usize = 0;
@@ -25,6 +27,7 @@ const TOP_K: usize = 3;
 pub const MAX_TOKENS: usize = 4;
 const PRESENCE: usize = 5;
 const FREQUENCY: usize = 6;
+pub const MODE: usize = 7;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettingsForm {
@@ -56,6 +59,7 @@ impl SettingsForm {
             values.max_tokens.to_string(),
             s.presence_penalty.to_string(),
             s.frequency_penalty.to_string(),
+            values.mode.map(GenerationMode::name).unwrap_or_default().to_owned(),
         ];
         self.inputs = text.iter().map(|t| InputLine::new(t)).collect();
         self.error = None;
@@ -108,8 +112,14 @@ impl SettingsForm {
                 ),
             ));
         }
+        let mode = match text(MODE).to_ascii_lowercase().as_str() {
+            "" => None,
+            "mtp" => Some(GenerationMode::Mtp),
+            "ar" => Some(GenerationMode::Ar),
+            _ => return Err((MODE, format!("mode: \"{}\" is not a mode ({})", text(MODE), FIELDS[MODE].2))),
+        };
         let system = Some(self.inputs[SYSTEM].text().to_owned()).filter(|s| !s.trim().is_empty());
-        Ok(ChatSettings { system, sampler, max_tokens })
+        Ok(ChatSettings { system, sampler, max_tokens, mode })
     }
 }
 
@@ -121,7 +131,8 @@ pub fn most_tokens(max_context: i32) -> Option<usize> {
 }
 
 /// A pane's settings in a few characters each, most telling first: `t0.6`, `p0.95`, `k20` (or
-/// `greedy`), `max256`, the penalties when set (`pp0.5`, `fp0.5`), `sys` with a system prompt.
+/// `greedy`), `max256`, the penalties when set (`pp0.5`, `fp0.5`), `sys` with a system prompt,
+/// and the pane's own mode when it has one (`ar`, `mtp`).
 pub fn summary(values: &ChatSettings) -> Vec<String> {
     let s = &values.sampler;
     let mut parts = Vec::new();
@@ -140,6 +151,9 @@ pub fn summary(values: &ChatSettings) -> Vec<String> {
     if values.system.is_some() {
         parts.push("sys".to_owned());
     }
+    if let Some(mode) = values.mode {
+        parts.push(mode.name().to_owned());
+    }
     parts
 }
 
@@ -149,7 +163,7 @@ mod tests {
     use crate::engine::sampler::MAX_TOP_K;
 
     fn values() -> ChatSettings {
-        ChatSettings { system: None, sampler: SamplerConfig::default(), max_tokens: 256 }
+        ChatSettings { system: None, sampler: SamplerConfig::default(), max_tokens: 256, mode: None }
     }
 
     #[test]
@@ -158,9 +172,22 @@ mod tests {
         v.system = Some("line one\nline two".into());
         v.sampler.presence_penalty = -0.5;
         assert_eq!(SettingsForm::new(1, &v).parse(Some(4096)), Ok(v.clone()));
+        for mode in [GenerationMode::Ar, GenerationMode::Mtp] {
+            v.mode = Some(mode);
+            assert_eq!(SettingsForm::new(1, &v).parse(Some(4096)), Ok(v.clone()));
+        }
         let mut form = SettingsForm::new(1, &v);
         form.inputs[SYSTEM].set("   ");
         assert_eq!(form.parse(None).map(|s| s.system), Ok(None), "a blank system prompt is none");
+        form.inputs[MODE].set(" AR ");
+        assert_eq!(form.parse(None).map(|s| s.mode), Ok(Some(GenerationMode::Ar)));
+        form.inputs[MODE].set("");
+        assert_eq!(form.parse(None).map(|s| s.mode), Ok(None), "a blank mode is the engine's");
+        form.inputs[MODE].set("fast");
+        assert_eq!(
+            form.parse(None).unwrap_err(),
+            (MODE, "mode: \"fast\" is not a mode (mtp or ar; blank = the engine's)".into())
+        );
     }
 
     #[test]
@@ -171,6 +198,8 @@ mod tests {
         v.sampler.frequency_penalty = 0.5;
         v.system = Some("x".into());
         assert_eq!(summary(&v), ["greedy", "max256", "fp0.5", "sys"]);
+        v.mode = Some(GenerationMode::Ar);
+        assert_eq!(summary(&v).last().map(String::as_str), Some("ar"));
     }
 
     #[test]

@@ -107,6 +107,7 @@ pub fn soak(model: &Path, spec: &SoakSpec) -> SoakReport {
                     seed: n as u64,
                     stop: vec![],
                     ignore_eos: spec.ignore_eos,
+                    mode: None,
                 };
                 (req, cancel)
             })

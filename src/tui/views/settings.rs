@@ -1,6 +1,6 @@
 //! A pane's settings form: one row per value its requests carry (the field being edited marked
-//! and highlighted, its range beside it), a note that the generation mode is the engine's (one
-//! for every pane), why the last apply was refused, and the form's keys.
+//! and highlighted, its range beside it; a blank generation mode names the engine's), what the
+//! two modes do, why the last apply was refused, and the form's keys.
 
 use ratatui::Frame;
 use ratatui::layout::{Position, Rect};
@@ -11,7 +11,7 @@ use super::popup;
 use crate::config::keymap::Command;
 use crate::tui::app::{App, EngineStatus};
 use crate::tui::input::InputLine;
-use crate::tui::settings::{FIELDS, MAX_TOKENS, SYSTEM, SettingsForm, most_tokens};
+use crate::tui::settings::{FIELDS, MAX_TOKENS, MODE, SYSTEM, SettingsForm, most_tokens};
 use crate::tui::wrap::Wrapper;
 
 /// Columns: a marker, the label, the value (numbers), the range.
@@ -33,6 +33,12 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, form: &SettingsForm) {
         EngineStatus::Ready(summary) => most_tokens(summary.max_context),
         _ => None,
     };
+    // The mode a blank field means: the engine's (or the server's), once it is known.
+    let (engine_mode, whose) = match &app.engine {
+        EngineStatus::Ready(summary) if summary.weights == "server" => (Some(summary.mode.clone()), "the server's"),
+        EngineStatus::Ready(summary) => (Some(summary.mode.clone()), "the engine's"),
+        _ => (app.settings.mode.map(|m| m.name().to_owned()), "the engine's"),
+    };
     let mut lines = Vec::new();
     let mut cursor = None;
     for (i, (_, label, range)) in FIELDS.iter().enumerate() {
@@ -50,6 +56,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, form: &SettingsForm) {
         }
         let range = match (i, window) {
             (MAX_TOKENS, Some(most)) => format!("1 to {most}"),
+            (MODE, _) => format!("mtp or ar; blank = {whose} ({})", engine_mode.as_deref().unwrap_or("auto")),
             _ => (*range).to_owned(),
         };
         if !range.is_empty() {
@@ -61,20 +68,24 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, form: &SettingsForm) {
         lines.push(Line::from(spans));
     }
     lines.push(Line::default());
-    let (mode, whose) = match &app.engine {
-        EngineStatus::Ready(summary) if summary.weights == "server" => (summary.mode.clone(), "the server's"),
-        EngineStatus::Ready(summary) => (summary.mode.clone(), "the engine's"),
-        _ => (app.settings.mode.map(|m| format!("{m:?}").to_lowercase()).unwrap_or("auto".into()), "the engine's"),
-    };
-    let profiles = app.keymap.describe_keys(Command::Profiles);
     let mut w = Wrapper::new(width, vec![Span::raw(" ")], vec![Span::raw(" ")]);
-    w.push(&format!("generation mode {mode}"), s.popup);
-    w.push(
-        &format!(
-            ": {whose}, the same for every pane (a profile's `mode`: {profiles} switches profile, restarting the engine)"
-        ),
-        s.muted,
-    );
+    w.push("generation mode", s.popup);
+    if engine_mode.as_deref() == Some("ar") {
+        let profiles = app.keymap.describe_keys(Command::Profiles);
+        w.push(
+            &format!(
+                ": {whose} is ar (no MTP head in use), so every pane decodes ar whatever it asks; a profile's `mode` \
+                 ({profiles}) restarts the engine"
+            ),
+            s.muted,
+        );
+    } else {
+        w.push(
+            ": mtp drafts a token with the MTP head and verifies it, ar decodes one token a step; greedy answers \
+             are the same either way, only the speed differs",
+            s.muted,
+        );
+    }
     lines.extend(w.finish());
     lines.push(Line::default());
     if let Some(error) = &form.error {
