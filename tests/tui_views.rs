@@ -701,6 +701,27 @@ fn a_drilled_row_that_has_ended_shows_its_own_route() {
     assert!(running.contains(&format!("route     {} (the lane's)", fixture::ROUTE)), "{running}");
 }
 
+/// Issue 40 (item 2): a row decoding ar (its pane's own mode) shows no drafts but says why: from
+/// its result once it has ended, from the engine's row telemetry while it runs.
+#[test]
+fn a_drilled_row_decoding_ar_says_it_drafts_nothing() {
+    use cohort::engine::request::GenerationMode;
+    let mut app = fixture::mixed(4, "dark");
+    app.panes[0].turns[0].stats.as_mut().unwrap().mode = Some(GenerationMode::Ar);
+    app.focus = 0;
+    app.handle_key(alt_key('i'));
+    let ended = draw(&app, 200, 50).backend().to_string();
+    assert!(ended.contains("drafts    none: the row decodes ar, without drafts"), "{ended}");
+    app.handle_key(plain_key(crossterm::event::KeyCode::Down));
+    let running = draw(&app, 200, 50).backend().to_string();
+    assert!(running.contains(" accepted / ") && !running.contains("decodes ar"), "{running}");
+    for row in app.telemetry.rows.iter_mut() {
+        row.mode = Some(GenerationMode::Ar);
+    }
+    let running = draw(&app, 200, 50).backend().to_string();
+    assert!(running.contains("drafts    none: the row decodes ar, without drafts"), "{running}");
+}
+
 /// Issue 40 (item 3): a row that has left the lane still shows, as last seen, and says so.
 #[test]
 fn a_drilled_row_that_has_left_shows_as_last_seen() {

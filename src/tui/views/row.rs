@@ -1,7 +1,7 @@
 //! The inspector drilled into one row: its request and pane, its offsets (the target's and the
-//! MTP history's, committed and physical), tokens, prefill, drafts, the route (the lane's while
-//! it runs, its own once its result has come), how long it waited for a row (and for its first
-//! token, once ended); then its acceptance history: each recent draft, and the acceptance rate as a
+//! MTP history's, committed and physical), tokens, prefill, drafts (none for a row decoding ar),
+//! the route (the lane's while it runs, its own once its result has come), how long it waited for
+//! a row (and for its first token, once ended); then its acceptance history: each recent draft, and the acceptance rate as a
 //! moving average, both charted with their scales. A row that has left the lane shows as last
 //! seen. Figures and charts stack, or sit side by side in a short, wide inspector.
 
@@ -13,6 +13,7 @@ use ratatui::widgets::{Block, Paragraph, Wrap};
 
 use super::chart;
 use super::rows::pane_of;
+use crate::engine::request::GenerationMode;
 use crate::engine::telemetry::RowTelemetry;
 use crate::tui::app::App;
 use crate::tui::style::state_label;
@@ -119,16 +120,22 @@ fn figures(app: &App, row: &RowTelemetry, pane: Option<usize>) -> Vec<Line<'stat
     let drafts = row.accepted + row.rejected;
     let rate =
         if drafts > 0 { format!(" ({:.0}%)", 100.0 * row.accepted as f64 / drafts as f64) } else { String::new() };
-    lines.push(pair(
-        "drafts",
-        vec![
-            (row.accepted.to_string(), v),
-            (" accepted / ".into(), m),
-            (row.rejected.to_string(), v),
-            (format!(" rejected{rate}"), m),
-        ],
-        m,
-    ));
+    // The mode the row ran in: its result's once it has ended, else the engine's report of it.
+    let mode = result.and_then(|stats| stats.mode).or(row.mode);
+    if mode == Some(GenerationMode::Ar) {
+        lines.push(pair("drafts", vec![("none".into(), v), (": the row decodes ar, without drafts".into(), m)], m));
+    } else {
+        lines.push(pair(
+            "drafts",
+            vec![
+                (row.accepted.to_string(), v),
+                (" accepted / ".into(), m),
+                (row.rejected.to_string(), v),
+                (format!(" rejected{rate}"), m),
+            ],
+            m,
+        ));
+    }
     // A row reports no route while it runs: the lane's is shown, then the one its result names
     // (its last cycle's) once it has ended.
     match result {
