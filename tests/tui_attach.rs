@@ -65,6 +65,10 @@ fn attached_panes_chat_through_the_server_and_the_inspector_shows_its_engine() {
         for (i, pane) in app.panes.iter_mut().enumerate() {
             pane.input.set(&format!("Tell me about the sea, {i}."));
         }
+        // Pane 2 decodes ar (its own mode), the others in the server's mode.
+        let mut plain = app.settings.chat();
+        plain.mode = Some(cohort::engine::request::GenerationMode::Ar);
+        app.panes[1].settings = Some(plain);
         let mut ids = Vec::new();
         for effect in app.handle_key(KeyEvent::new(KeyCode::F(5), KeyModifiers::NONE)) {
             if let Effect::Submit { pane, mut request } = effect {
@@ -86,13 +90,18 @@ fn attached_panes_chat_through_the_server_and_the_inspector_shows_its_engine() {
             .await;
         bridge.cancel(&ids[2]);
         pump(&mut app, &mut bridge, |app| app.panes.iter().all(|p| !p.is_busy())).await;
-        for pane in &app.panes[..2] {
+        for (i, pane) in app.panes[..2].iter().enumerate() {
             let turn = &pane.turns[0];
             assert_eq!((turn.finish, turn.error.as_deref()), (Some(FinishReason::Length), None));
             let stats = turn.stats.as_ref().unwrap();
             assert_eq!(stats.completion_tokens, 40, "the server's usage");
             assert!(stats.real_width >= 2, "decoded beside the others on the server: {stats:?}");
             assert!(!stats.route.is_empty() && !turn.answer.is_empty());
+            let mode = if i == 1 { "Ar" } else { "Mtp" };
+            assert_eq!(format!("{:?}", stats.mode), format!("Some({mode})"), "the mode the server ran pane {}", i + 1);
+            if i == 1 {
+                assert_eq!(stats.acceptance_rate, 0.0, "an ar row drafts nothing: {stats:?}");
+            }
         }
         let cancelled = &app.panes[2];
         assert_eq!(cancelled.state, RowState::Cancelled);
