@@ -645,6 +645,20 @@ fn the_pane_settings_form() {
     assert_eq!(style_at(&terminal, "✖ invalid sampler setting top_p").fg, app.styles.error.fg);
 }
 
+/// Issue 40 (item 2): with an engine that decodes ar (no MTP head in use) the form says every
+/// pane decodes ar whatever it asks, and a blank mode names ar as the engine's.
+#[test]
+fn the_settings_form_says_an_ar_engine_serves_every_pane_ar() {
+    let mut app = fixture::mixed(2, "dark");
+    if let cohort::tui::app::EngineStatus::Ready(summary) = &mut app.engine {
+        summary.mode = "ar".into();
+    }
+    app.handle_key(alt_key(','));
+    let text = draw(&app, 100, 30).backend().to_string();
+    assert!(text.contains("mtp or ar; blank = the engine's (ar)"), "{text}");
+    assert!(text.contains("the engine decodes ar (no MTP head in use), so every pane does too"), "{text}");
+}
+
 /// Issue 40 (item 2): each pane shows its settings on its bottom border (its own generation mode
 /// too): its own in the accent colour, the profile's muted; a narrow pane keeps what fits.
 #[test]

@@ -74,8 +74,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, form: &SettingsForm) {
         let profiles = app.keymap.describe_keys(Command::Profiles);
         w.push(
             &format!(
-                ": {whose} is ar (no MTP head in use), so every pane decodes ar whatever it asks; a profile's `mode` \
-                 ({profiles}) restarts the engine"
+                ": {} decodes ar (no MTP head in use), so every pane does too, whatever it asks; a profile's \
+                 `mode` ({profiles}) restarts the engine",
+                whose.trim_end_matches("'s")
             ),
             s.muted,
         );
