@@ -3,12 +3,11 @@
 //!
 //! Layout: `engine` owns every MLX array (one model-owner thread, the scheduler, the solo and
 //! cohort paths); `model` holds loading and one file per layer kind or family; `tui` is state in,
-//! frame out; `config` holds profiles, themes and keymaps; `platform` is what all of them stand on
+//! frame out, with its profiles, themes and keymaps (`tui::config`); `platform` is what all of them stand on
 //! (backend, memory, rng, paths, logging, timing) and imports none of them.
 
 pub mod cli;
 pub mod client;
-pub mod config;
 pub mod engine;
 pub mod model;
 pub mod platform;

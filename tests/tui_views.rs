@@ -2,11 +2,11 @@
 //! TestBackend and compared with insta. Text-only snapshots cover layout; the theme snapshots
 //! include every style change, so a colour change shows up too.
 
-use cohort::config::theme::Theme;
 use cohort::engine::request::FinishReason;
 use cohort::engine::telemetry::RowState;
 use cohort::tui::action::Action;
 use cohort::tui::app::{App, InspectorPanel, Overlay};
+use cohort::tui::config::theme::Theme;
 use cohort::tui::input::InputLine;
 use cohort::tui::style::Styles;
 use cohort::tui::transcript::SessionEntry;
@@ -138,7 +138,7 @@ fn the_help_overlay_lists_every_command() {
         app.overlay = Some(Overlay::Help { scroll });
         text.push_str(&draw(&app, 100, 48).backend().to_string());
     }
-    for command in cohort::config::keymap::Command::all() {
+    for command in cohort::tui::config::keymap::Command::all() {
         let keys = app.keymap.describe_keys(command);
         assert!(text.contains(&format!("│ │ {keys} ")), "{} ({keys}) missing from the help", command.name());
     }
@@ -148,9 +148,13 @@ fn the_help_overlay_lists_every_command() {
 #[test]
 fn the_profile_picker() {
     let mut app = fixture::mixed(4, "dark");
-    app.profiles = cohort::config::profile::SHIPPED
+    app.profiles = cohort::tui::config::profile::SHIPPED
         .iter()
-        .map(|(name, _)| cohort::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
+        .map(|(name, _)| cohort::tui::config::profile::ProfileEntry {
+            name: (*name).into(),
+            path: None,
+            description: None,
+        })
         .collect();
     app.overlay = Some(Overlay::Profiles { selected: 1 });
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
@@ -167,7 +171,7 @@ fn the_save_profile_prompt() {
 fn the_model_still_loading() {
     let mut app = App::new(fixture::settings(2), Theme::builtin("dark"), Default::default(), fixture::SESSION);
     app.panes[0].input.set("queued before the model loaded");
-    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
+    app.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::Send));
     for _ in 0..45 {
         app.update(cohort::tui::action::Action::Tick);
     }
@@ -220,7 +224,7 @@ fn a_long_answer_scrolls_from_the_bottom() {
     fixture::play(&mut app, 0, "many lines", &long, Some(FinishReason::Length), std::time::Instant::now());
     let text = draw(&app, 40, 12).backend().to_string();
     assert!(text.contains("line 60"), "follows the newest text:\n{text}");
-    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::ScrollUp));
+    app.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::ScrollUp));
     let text = draw(&app, 40, 12).backend().to_string();
     assert!(!text.contains("line 60") && text.contains("↑"), "scrolled up:\n{text}");
 }
@@ -235,7 +239,7 @@ fn streaming_an_answer_renders_the_same_as_rendering_it_whole() {
     let t0 = std::time::Instant::now();
     let mut streamed = fixture::app(1, "dark");
     streamed.panes[0].input.set("q");
-    streamed.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
+    streamed.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::Send));
     let id = streamed.panes[0].in_flight.as_ref().unwrap().id.clone();
     let mut terminal = Terminal::new(TestBackend::new(50, 40)).unwrap();
     // Pieces of 1 to 3 characters (as tokens come), drawn after each.
@@ -313,7 +317,7 @@ fn a_queued_message_shows_under_the_answer() {
     let mut app = fixture::app(1, "dark");
     fixture::play(&mut app, 0, "Count to ten", fixture::PARTIAL_ANSWER, None, std::time::Instant::now());
     app.panes[0].input.set("and then backwards");
-    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
+    app.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::Send));
     app.notice = None;
     insta::assert_snapshot!(draw(&app, 60, 12).backend());
 }
@@ -362,8 +366,8 @@ fn the_input_wraps_between_words() {
 /// marker counts the lines below; paging back down to the bottom follows the new text again.
 #[test]
 fn a_scrolled_view_holds_still_while_text_streams() {
-    use cohort::config::keymap::Command;
     use cohort::tui::action::Action;
+    use cohort::tui::config::keymap::Command;
     let mut app = fixture::app(1, "dark");
     let long: String = (1..=40).map(|i| format!("line {i}\n")).collect();
     fixture::play(&mut app, 0, "many lines", &long, None, std::time::Instant::now());
@@ -777,7 +781,7 @@ fn inspector_queue_panel_lists_the_queue() {
     }
     app.focus = 0;
     app.panes[0].input.set("a question that waits for a free row");
-    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
+    app.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::Send));
     for _ in 0..75 {
         app.update(cohort::tui::action::Action::Tick);
     }

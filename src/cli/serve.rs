@@ -9,12 +9,12 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::model_args::ModelArgs;
-use crate::config::profile::{Overrides, Settings, load_startup_profile};
 use crate::engine::owner::EngineSetup;
 use crate::platform::paths::Paths;
 use crate::server::api::Defaults;
 use crate::server::state::{AppState, EngineSlot, Limits};
 use crate::server::{Cors, router, serve, shutdown_signal};
+use crate::tui::config::profile::{Overrides, Settings, load_startup_profile};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {

@@ -1,5 +1,7 @@
 //! The engine: the model-owner thread and everything that touches MLX state.
 
+/// Plain greedy decoding of one row, the baseline the tests hold every speculative path to.
+#[cfg(feature = "testing")]
 pub mod ar;
 pub mod cohort;
 pub mod construction;

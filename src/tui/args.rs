@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use crate::config::profile::Overrides;
+use crate::tui::config::profile::Overrides;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct TuiArgs {

@@ -22,11 +22,11 @@ use super::transcript::{
 };
 use super::{clipboard, editor, export, keys, views};
 use crate::cli::model_args::ModelArgs;
-use crate::config::keymap::Keymap;
-use crate::config::profile::{Overrides, Settings, load_profile, save_profile};
-use crate::config::theme::load_theme;
 use crate::engine::handle::EngineHandle;
 use crate::platform::paths::Paths;
+use crate::tui::config::keymap::Keymap;
+use crate::tui::config::profile::{Overrides, Settings, load_profile, save_profile};
+use crate::tui::config::theme::load_theme;
 
 /// Telemetry is copied every this many ticks (it clones every row's figures).
 pub const TELEMETRY_EVERY: u64 = 4;
@@ -99,7 +99,7 @@ async fn drive(
         let actions = tokio::select! {
             event = input.recv() => match event {
                 Some(event) => input_actions(app, event, area),
-                None => vec![Action::Command(crate::config::keymap::Command::Quit)],
+                None => vec![Action::Command(crate::tui::config::keymap::Command::Quit)],
             },
             Some(msg) = engine_rx.recv() => engine_actions(msg, bridge),
             // SIGTERM, or SIGHUP from a closed terminal: quit as the key does (answers are
@@ -107,7 +107,7 @@ async fn drive(
             () = &mut stop_signal, if !signalled => {
                 signalled = true;
                 tracing::info!("a stop signal: quitting");
-                vec![Action::Command(crate::config::keymap::Command::Quit)]
+                vec![Action::Command(crate::tui::config::keymap::Command::Quit)]
             }
             _ = ticker.tick() => {
                 let mut actions = bridge.drain();

@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::pane::Turn;
-use crate::config::profile::ChatSettings;
 use crate::engine::request::{FinishReason, Stats};
+use crate::tui::config::profile::ChatSettings;
 
 /// One event of a pane's conversation.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -20,10 +20,10 @@ use crate::platform::paths::Paths;
 
 /// Built-in profiles: (name, file as shipped in `config/`).
 pub const SHIPPED: &[(&str, &str)] = &[
-    ("throughput", include_str!("../../config/throughput.toml")),
-    ("balanced", include_str!("../../config/balanced.toml")),
-    ("b1-exact", include_str!("../../config/b1-exact.toml")),
-    ("latency", include_str!("../../config/latency.toml")),
+    ("throughput", include_str!("../../../config/throughput.toml")),
+    ("balanced", include_str!("../../../config/balanced.toml")),
+    ("b1-exact", include_str!("../../../config/b1-exact.toml")),
+    ("latency", include_str!("../../../config/latency.toml")),
 ];
 
 /// The profile used when `--profile` is not given and the user has no `default` profile.
