@@ -8,7 +8,7 @@ mod common;
 use std::io::Write;
 use std::process::Command;
 
-use common::{cohort_command, fixture, fixture_copy, results_by_id};
+use common::{cohort_command, fixture, fixture_copy, results_by_id, with_default_sigint};
 
 fn cohort() -> Command {
     cohort_command(&std::env::temp_dir().join("cohort-cli-tests"))
@@ -242,7 +242,7 @@ fn an_interrupted_run_keeps_every_finished_result() {
             .unwrap();
     }
     drop(f);
-    let mut child = cohort()
+    let mut child = with_default_sigint(&mut cohort())
         .args(["generate", "-m"])
         .arg(fixture("qwen35_moe_4bit"))
         .arg("-i")

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cohort::platform::rng::Rng;
-use common::{cohort_command, fixture};
+use common::{cohort_command, fixture, with_default_sigint};
 
 const REQUESTS: usize = 200;
 const RUNS: usize = 20;
@@ -39,7 +39,7 @@ fn generate_killed_at_random_then_rerun_answers_every_request_exactly_once() {
         let body: String = remaining.iter().map(|id| format!("{}\n", lines[*id])).collect();
         std::fs::write(&input, body).unwrap();
         let output = dir.path().join(format!("out-{run}.jsonl"));
-        let mut child = cohort_command(&home)
+        let mut child = with_default_sigint(&mut cohort_command(&home))
             .args(["generate", "-m"])
             .arg(fixture("qwen35_moe_4bit"))
             .arg("-i")

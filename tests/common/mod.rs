@@ -12,8 +12,6 @@ pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
-/// The default model's GGUF (SmolLM2-135M-Instruct Q4_1): `COHORT_SMOLLM2_GGUF`, else the copy
-/// setup unpacks under .runtime/; None when neither exists.
 /// A copy of a fixture model in `dir`/m (for tests that damage or extend one).
 pub fn fixture_copy(name: &str, dir: &std::path::Path) -> PathBuf {
     let model = dir.join("m");
@@ -30,6 +28,21 @@ pub fn cohort_command(home: &std::path::Path) -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"));
     c.env("COHORT_HOME", home);
     c
+}
+
+/// `cmd` with SIGINT at its default disposition in the child. A shell without job control starts
+/// a background job with SIGINT ignored and every child inherits that, so a test that interrupts
+/// a process it started must not depend on how the suite was started (`./setup.sh test &`: the
+/// child ignored the SIGINT and ran to the end).
+pub fn with_default_sigint(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal() is async-signal-safe, and it is the only call between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        })
+    }
 }
 
 /// `cohort generate`'s result lines.
@@ -52,6 +65,8 @@ pub fn results_by_id(stdout: &[u8], ids: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// The default model's GGUF (SmolLM2-135M-Instruct Q4_1): `COHORT_SMOLLM2_GGUF`, else the copy
+/// setup unpacks under .runtime/; None when neither exists.
 pub fn smollm2_gguf() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("COHORT_SMOLLM2_GGUF") {
         let p = PathBuf::from(p);
