@@ -92,7 +92,7 @@ fn a_lane_that_reports_itself_idle_has_already_let_go_of_its_rows() {
         budget: 512,
         mode: GenerationMode::Mtp,
         numerics: Numerics::Throughput,
-        batched: cohort::model::layers::linear::LinearRoute::Batched,
+        batched: cohort::model::routes::BlockRoute::Batched,
         width: WidthPolicy::Packed,
         family: "test".into(),
     };

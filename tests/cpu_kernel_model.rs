@@ -13,7 +13,8 @@ use cohort::engine::ar;
 use cohort::engine::probe::{self, Verdict};
 use cohort::model::families::llama::host_blocks_served;
 use cohort::model::forward::LanguageModel;
-use cohort::model::layers::linear::{LinearRoute, WeightPolicy};
+use cohort::model::layers::linear::WeightPolicy;
+use cohort::model::routes::BlockRoute;
 use cohort::model::routes::{self, Routes};
 use common::*;
 use mlx_rs::Dtype;
@@ -99,7 +100,7 @@ fn with_the_kernel_the_probe_finds_the_batched_verify_exact() {
         assert!(model.has_mtp(), "{}", model_dir.display());
         let decision = probe::gate(&*model, false).unwrap();
         assert_eq!(decision.reports[0].verdict, Verdict::Equal, "{}: {}", model_dir.display(), decision.summary);
-        assert!(decision.mtp_allowed && decision.route == LinearRoute::Batched, "{}", decision.summary);
+        assert!(decision.mtp_allowed && decision.route == BlockRoute::Batched, "{}", decision.summary);
     }
 }
 
@@ -131,7 +132,7 @@ fn smollm2_on_the_kernel_matches_mlx_lm_and_verifies_exactly_on_the_batched_rout
     // machine of earlier sessions, which then fell back to row-by-row products).
     let decision = probe::gate(&*model, false).unwrap();
     assert_eq!(decision.reports[0].verdict, Verdict::Equal, "{}", decision.summary);
-    assert_eq!(decision.route, LinearRoute::Batched, "{}", decision.summary);
+    assert_eq!(decision.route, BlockRoute::Batched, "{}", decision.summary);
 }
 
 #[test]

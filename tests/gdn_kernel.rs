@@ -85,7 +85,7 @@ fn the_fused_front_gives_the_ops_fronts_logits_and_states_in_the_model() {
         let own =
             |s: &cohort::model::layers::cache::GdnState| [s.conv().unwrap(), s.ssm().unwrap()].into_iter().flatten();
         for layer in &row.layers {
-            if let cohort::model::layers::cache::LayerState::Linear(s) = layer {
+            if let cohort::model::layers::cache::LayerState::GatedDelta(s) = layer {
                 parts.extend(own(s).map(|a| common::to_f32(&a)));
             }
         }

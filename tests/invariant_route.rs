@@ -1,4 +1,4 @@
-//! The invariant linear route (issue 41): cohort's row-invariant kernels serve every product and
+//! The invariant block route (issue 41): cohort's row-invariant kernels serve every product and
 //! short-block attention of a step-sized block on CUDA, so a verify block equals the chain of
 //! single steps it stands for and a cohort row equals the row alone, in bf16 too. The kernels
 //! need MLX's CUDA backend (COHORT_REQUIRE_CUDA=1 turns their skips into failures on the GPU
@@ -12,8 +12,8 @@ use cohort::model::config::QuantSpec;
 use cohort::model::cuda::attention_kernel::{self, Shape};
 use cohort::model::cuda::row_invariant;
 use cohort::model::forward::{LanguageModel, Logits};
-use cohort::model::layers::linear::LinearRoute;
 use cohort::model::routes;
+use cohort::model::routes::BlockRoute;
 use common::*;
 use mlx_rs::{Array, Dtype};
 
@@ -78,7 +78,7 @@ fn the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16() {
     assert!(decision.mtp_allowed, "{}", decision.summary);
     let kept = decision.reports.last().unwrap();
     assert_eq!(kept.verdict, Verdict::Equal, "{}", decision.summary);
-    assert!(matches!(decision.route, LinearRoute::Batched | LinearRoute::Invariant), "{}", decision.summary);
+    assert!(matches!(decision.route, BlockRoute::Batched | BlockRoute::Invariant), "{}", decision.summary);
 }
 
 /// Where the kernels do not serve (any backend but CUDA, or a block they do not hold), the
@@ -92,8 +92,8 @@ fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves(
     }
     let dir = fixture("llama").join("tiny_llama_mlx");
     let model = cohort::model::families::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
-    let run = |route: LinearRoute| -> Vec<u32> {
-        routes::with_linear(route, || {
+    let run = |route: BlockRoute| -> Vec<u32> {
+        routes::with_block(route, || {
             let mut rows: Vec<_> = (0..3).map(|_| model.new_row()).collect();
             for (i, row) in rows.iter_mut().enumerate() {
                 let prompt: Vec<u32> = (0..5 + 3 * i as u32).map(|t| (t * 37 + 11) % 512).collect();
@@ -105,7 +105,7 @@ fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves(
             cohort::model::ops::host_f32(&logits).unwrap().iter().map(|x| x.to_bits()).collect()
         })
     };
-    assert_eq!(run(LinearRoute::Invariant), run(LinearRoute::Batched));
+    assert_eq!(run(BlockRoute::Invariant), run(BlockRoute::Batched));
 }
 
 /// The route cost timer gives each route its verify and step medians at the asked width, and
@@ -114,10 +114,10 @@ fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves(
 fn route_costs_are_timed_for_every_route_in_turns() {
     let dir = fixture("llama").join("tiny_llama_mlx");
     let model = cohort::model::families::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
-    let timed = [LinearRoute::Batched, LinearRoute::Invariant];
-    let costs = routes::with_linear(LinearRoute::RowByRow, || {
+    let timed = [BlockRoute::Batched, BlockRoute::Invariant];
+    let costs = routes::with_block(BlockRoute::RowByRow, || {
         let costs = cohort::engine::route_cost::time_routes(&model, &timed, 3, 2).unwrap();
-        assert_eq!(routes::current().linear, LinearRoute::RowByRow);
+        assert_eq!(routes::current().block, BlockRoute::RowByRow);
         costs
     });
     assert_eq!(costs.iter().map(|c| c.route).collect::<Vec<_>>(), timed);

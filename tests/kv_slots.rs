@@ -6,9 +6,10 @@
 mod common;
 
 use cohort::model::config::LayerKind;
+use cohort::model::layers::attention::{self, Block, RopeSpec};
 use cohort::model::layers::cache::{KvCache, LayerState, RowCache};
-use cohort::model::layers::kv_slots::{self, Block, RopeSpec};
-use cohort::model::layers::linear::LinearRoute;
+use cohort::model::layers::kv_slots;
+use cohort::model::routes::BlockRoute;
 use cohort::model::routes::{self, Routes};
 use common::{Lcg, to_f32};
 use mlx_rs::Array;
@@ -81,7 +82,7 @@ fn step_ref(
 fn kv_of(row: &mut RowCache) -> &mut KvCache {
     match &mut row.layers[0] {
         LayerState::Attention(kv) => kv,
-        LayerState::Linear(_) => unreachable!(),
+        LayerState::GatedDelta(_) => unreachable!(),
     }
 }
 
@@ -140,7 +141,8 @@ fn step_and_check(
         if host_block {
             host_block_step(&mut caches, [&qd, &kd, &vd], t as usize, rope)
         } else {
-            kv_slots::attend(&mut caches, &Block { q: &q, k: &k, v: &v, rope, scale: (DIM as f32).powf(-0.5) }).unwrap()
+            attention::attend(&mut caches, &Block { q: &q, k: &k, v: &v, rope, scale: (DIM as f32).powf(-0.5) })
+                .unwrap()
         }
     };
     assert_eq!(out.shape(), &[w, HEADS, t, DIM]);
@@ -179,15 +181,15 @@ fn swap_middle(x: &[f32], w: usize, a: usize, b: usize) -> Vec<f32> {
     out
 }
 
-/// The host decode path's attention for one layer (`kv_slots::attend_host`, as `model::families::llama`'s
+/// The host decode path's attention for one layer (`attention::attend_host`, as `model::families::llama`'s
 /// host path calls it), after one evaluation of the rows' storage. Takes and returns the test's
 /// [w, heads, T, d] layout.
 fn host_block_step(caches: &mut [&mut KvCache], [q, k, v]: [&[f32]; 3], t: usize, rope: RopeSpec) -> Array {
     let (w, heads, kv_heads) = (caches.len(), HEADS as usize, KV_HEADS as usize);
-    let stored = kv_slots::stored_before(caches);
+    let stored = attention::stored_before(caches);
     let arrays: Vec<&Array> = stored.iter().flatten().flat_map(|r| [&r.keys, &r.values]).collect();
     mlx_rs::transforms::eval(arrays).unwrap();
-    let qkv = kv_slots::HostQkv {
+    let qkv = attention::HostQkv {
         q: swap_middle(q, w, heads, t),
         k: swap_middle(k, w, kv_heads, t),
         v: swap_middle(v, w, kv_heads, t),
@@ -196,14 +198,14 @@ fn host_block_step(caches: &mut [&mut KvCache], [q, k, v]: [&[f32]; 3], t: usize
         kv_heads,
         head_dim: DIM as usize,
     };
-    let out = kv_slots::attend_host(caches, stored, qkv, rope, (DIM as f32).powf(-0.5)).unwrap();
+    let out = attention::attend_host(caches, stored, qkv, rope, (DIM as f32).powf(-0.5)).unwrap();
     Array::from_slice(&swap_middle(&out, w, t, heads), &[w as i32, HEADS, t as i32, DIM])
 }
 
 /// How a run stores and attends.
 #[derive(Clone, Copy)]
 struct Setup {
-    route: LinearRoute,
+    route: BlockRoute,
     /// Move the rows' KV into one shared buffer first (as a cohort does).
     pack: bool,
     /// Short blocks attend over the whole capacity with a mask (the CUDA default).
@@ -214,12 +216,12 @@ struct Setup {
     host_block: bool,
 }
 
-const COHORT: Setup = Setup { route: LinearRoute::Batched, pack: true, padded: false, host: true, host_block: false };
+const COHORT: Setup = Setup { route: BlockRoute::Batched, pack: true, padded: false, host: true, host_block: false };
 
 fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
     let was = routes::current();
     let routes = Routes {
-        linear: setup.route,
+        block: setup.route,
         padded_blocks: setup.padded,
         host_attention: setup.host && was.host_attention,
         ..was
@@ -264,7 +266,7 @@ fn partial_rope_matches_the_reference_on_the_batched_route() {
 
 #[test]
 fn the_per_row_route_matches_the_reference_on_packed_rows() {
-    cohort_steps(Setup { route: LinearRoute::RowByRow, ..COHORT }, FULL_ROPE);
+    cohort_steps(Setup { route: BlockRoute::RowByRow, ..COHORT }, FULL_ROPE);
 }
 
 #[test]
@@ -274,7 +276,7 @@ fn unpacked_rows_match_the_reference() {
 
 #[test]
 fn capacity_wide_short_blocks_match_the_reference_on_every_path() {
-    for (route, pack) in [(LinearRoute::Batched, true), (LinearRoute::RowByRow, true), (LinearRoute::Batched, false)] {
+    for (route, pack) in [(BlockRoute::Batched, true), (BlockRoute::RowByRow, true), (BlockRoute::Batched, false)] {
         cohort_steps(Setup { route, pack, padded: true, host: false, host_block: false }, FULL_ROPE);
     }
 }
@@ -282,7 +284,7 @@ fn capacity_wide_short_blocks_match_the_reference_on_every_path() {
 #[test]
 fn mlx_sdpa_matches_the_reference_on_every_path() {
     // Where host attention serves short blocks (the CPU), MLX's own SDPA is checked as well.
-    for (route, pack) in [(LinearRoute::Batched, true), (LinearRoute::RowByRow, true), (LinearRoute::Batched, false)] {
+    for (route, pack) in [(BlockRoute::Batched, true), (BlockRoute::RowByRow, true), (BlockRoute::Batched, false)] {
         cohort_steps(Setup { route, pack, padded: false, host: false, host_block: false }, FULL_ROPE);
     }
 }
@@ -293,7 +295,7 @@ fn on_the_cpu_the_batched_step_equals_the_per_row_step_bit_for_bit() {
         eprintln!("skipped: the bit-for-bit claim is made for MLX's CPU backend");
         return;
     }
-    let per_row = Setup { route: LinearRoute::RowByRow, ..COHORT };
+    let per_row = Setup { route: BlockRoute::RowByRow, ..COHORT };
     assert_eq!(cohort_steps(COHORT, FULL_ROPE), cohort_steps(per_row, FULL_ROPE));
     let unpacked = Setup { pack: false, ..COHORT };
     assert_eq!(cohort_steps(COHORT, FULL_ROPE), cohort_steps(unpacked, FULL_ROPE));
@@ -301,7 +303,7 @@ fn on_the_cpu_the_batched_step_equals_the_per_row_step_bit_for_bit() {
 
 #[test]
 fn host_blocks_match_the_reference_on_packed_and_unpacked_rows_and_both_routes() {
-    for (route, pack) in [(LinearRoute::Batched, true), (LinearRoute::Batched, false), (LinearRoute::RowByRow, true)] {
+    for (route, pack) in [(BlockRoute::Batched, true), (BlockRoute::Batched, false), (BlockRoute::RowByRow, true)] {
         for rope in [FULL_ROPE, RopeSpec { dims: DIM / 2, ..FULL_ROPE }] {
             cohort_steps(Setup { route, pack, host_block: true, ..COHORT }, rope);
         }

@@ -19,7 +19,8 @@ use cohort::engine::scheduler::{Numerics, WidthPolicy};
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::forward::LanguageModel;
-use cohort::model::layers::linear::{LinearRoute, WeightPolicy};
+use cohort::model::layers::linear::WeightPolicy;
+use cohort::model::routes::BlockRoute;
 use cohort::model::text::tokenizer::TextTokenizer;
 use cohort::platform::rng::Rng;
 use common::*;
@@ -34,7 +35,7 @@ fn config(mode: GenerationMode, width: WidthPolicy) -> LaneConfig {
         budget: CHUNK,
         mode,
         numerics: Numerics::Throughput,
-        batched: LinearRoute::Batched,
+        batched: BlockRoute::Batched,
         width,
         family: "test".into(),
     }

@@ -98,7 +98,7 @@ fn assert_row_matches_fresh_prefill(model: &Qwen35Model, row: &cohort::model::la
                 assert_close(&xk, &yk, &format!("layer {i} keys"));
                 assert_close(&xv, &yv, &format!("layer {i} values"));
             }
-            (LayerState::Linear(x), LayerState::Linear(y)) => {
+            (LayerState::GatedDelta(x), LayerState::GatedDelta(y)) => {
                 let (xc, yc) = (x.conv().unwrap().unwrap(), y.conv().unwrap().unwrap());
                 let (xs, ys) = (x.ssm().unwrap().unwrap(), y.ssm().unwrap().unwrap());
                 assert_close(&xc, &yc, &format!("layer {i} conv tail"));

@@ -29,7 +29,7 @@ fn a_probe_forced_to_diverge_declines_mtp_and_says_so() {
 #[test]
 fn allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact() {
     use cohort::engine::probe::{self, Verdict};
-    use cohort::model::layers::linear::LinearRoute;
+    use cohort::model::routes::BlockRoute;
     let test = "allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact";
     let Some(dir) = smollm2_imported(test) else { return };
     let head = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
@@ -37,14 +37,14 @@ fn allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact()
     let model = cohort::model::families::llama::LlamaModel::load(dir.path(), Dtype::Float32).unwrap();
     let exact = probe::gate(&model, false).unwrap();
     let fast = probe::gate(&model, true).unwrap();
-    assert!(fast.mtp_allowed && fast.route == LinearRoute::Batched, "{}", fast.summary);
+    assert!(fast.mtp_allowed && fast.route == BlockRoute::Batched, "{}", fast.summary);
     assert_eq!(fast.reports.len(), 1, "no row-by-row retry once inexact MTP is allowed");
     if exact.reports[0].verdict == Verdict::Equal {
         eprintln!("the batched route is exact on this machine: nothing to trade");
         return;
     }
     // SmolLM2 in float32 on OpenBLAS: the batched T=2 block differs from the chain by ~4e-5.
-    assert!(exact.mtp_allowed && exact.route == LinearRoute::RowByRow, "{}", exact.summary);
+    assert!(exact.mtp_allowed && exact.route == BlockRoute::RowByRow, "{}", exact.summary);
     assert!(fast.summary.contains("COHORT_MTP_ALLOW_INEXACT=1 keeps MTP"), "{}", fast.summary);
 }
 

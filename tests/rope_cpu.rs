@@ -3,7 +3,7 @@
 
 mod common;
 
-use cohort::model::layers::kv_slots::RopeSpec;
+use cohort::model::layers::attention::RopeSpec;
 use cohort::model::layers::rope::{mlx_rope, rope};
 use mlx_rs::Array;
 

@@ -19,7 +19,7 @@ use crate::model::families::qwen3_5::Qwen35Model;
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots;
-use crate::model::layers::linear::LinearRoute;
+use crate::model::routes::BlockRoute;
 use crate::model::routes::Routes;
 use crate::model::text::tokenizer::TextTokenizer;
 use crate::platform::backend::{MemoryStats, human_bytes};
@@ -278,8 +278,8 @@ pub(super) fn ms(t: Instant) -> f64 {
 /// The exactness gate and the construction check as the engine runs them at load: the linear
 /// route a B8 MTP cohort is served on (the cycles timed below run on it), and what they decided,
 /// in words.
-fn served_route(model: &dyn LanguageModel) -> Result<(LinearRoute, String)> {
-    let batched = LinearRoute::Batched;
+fn served_route(model: &dyn LanguageModel) -> Result<(BlockRoute, String)> {
+    let batched = BlockRoute::Batched;
     if !model.has_mtp() {
         return Ok((batched, format!("{batched:?} (no MTP weights: AR only)")));
     }
@@ -334,7 +334,7 @@ fn step_bytes(cfg: &Qwen35Config, rows: i64, with_head: bool) -> f64 {
     let mut bytes = 0.0;
     for l in 0..cfg.num_hidden_layers {
         bytes += match cfg.layer_kind(l) {
-            LayerKind::Linear => {
+            LayerKind::GatedDelta => {
                 let (hv, dv) = (cfg.linear_num_value_heads as i64, cfg.linear_value_head_dim as i64);
                 q(cfg.conv_dim() as i64, h) + q(hv * dv, h) + 2.0 * q(hv, h) + q(h, hv * dv)
             }
@@ -735,10 +735,10 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let cfg = cfg.expect("at least one model");
     let model = &models[0].1;
     let tok = tokenizer_for(dir.as_deref(), cfg.vocab_size as usize)?;
-    // Every step below runs under the first model's routes on the linear route the engine serves.
+    // Every step below runs under the first model's routes on the block route the engine serves.
     let _in_force = crate::model::routes::enter(model.routes());
     let (served, said) = served_route(model.as_ref())?;
-    let _in_force = crate::model::routes::enter(model.routes().with_linear(served));
+    let _in_force = crate::model::routes::enter(model.routes().with_block(served));
     println!("route the engine serves: {said}");
     let load_s = t_load.elapsed().as_secs_f64();
     let mem_loaded = MemoryStats::read();

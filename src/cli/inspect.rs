@@ -58,7 +58,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         }
     }
     let kinds: Vec<LayerKind> = (0..cfg.num_hidden_layers).map(|i| cfg.layer_kind(i)).collect();
-    let linear = kinds.iter().filter(|k| **k == LayerKind::Linear).count();
+    let linear = kinds.iter().filter(|k| **k == LayerKind::GatedDelta).count();
     let full = kinds.len() - linear;
     let quant = cfg
         .quantization

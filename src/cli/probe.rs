@@ -10,7 +10,7 @@ use crate::engine::construction::check_batched;
 use crate::engine::probe;
 use crate::engine::scheduler::Numerics;
 use crate::model::forward::LanguageModel;
-use crate::model::layers::linear::LinearRoute;
+use crate::model::routes::BlockRoute;
 
 #[derive(Args)]
 pub struct ProbeArgs {
@@ -81,8 +81,8 @@ pub fn run(args: ProbeArgs) -> Result<()> {
     };
     let route_costs = match args.time_routes {
         Some(reps) => {
-            let mut routes = vec![LinearRoute::Batched];
-            if decision.route != LinearRoute::Batched {
+            let mut routes = vec![BlockRoute::Batched];
+            if decision.route != BlockRoute::Batched {
                 routes.push(decision.route);
             }
             crate::engine::route_cost::time_routes(
@@ -105,7 +105,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             r.route, r.verdict, r.differing_logits, r.compared_logits, r.max_abs_diff, r.block_ms, r.chain_ms
         );
     }
-    println!("MTP {}; linear route {:?}", if decision.mtp_allowed { "allowed" } else { "declined" }, decision.route);
+    println!("MTP {}; block route {:?}", if decision.mtp_allowed { "allowed" } else { "declined" }, decision.route);
     if let Some(c) = construction {
         println!(
             "construction check, throughput cohort at widths 2-{}: max |B - B1| {:.3e} (bound {:.3e}): {}",

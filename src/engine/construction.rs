@@ -12,7 +12,6 @@ use super::scheduler::Numerics;
 use super::telemetry::ConstructionCheck;
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::kv_slots;
-use crate::model::layers::linear;
 use crate::model::ops::{host_f32, slice_axis};
 use crate::platform::rng::Rng;
 
@@ -25,12 +24,11 @@ fn bound_for(dtype: Dtype) -> f32 {
 pub fn construction_check(
     model: &dyn LanguageModel,
     numerics: Numerics,
-    batched: linear::LinearRoute,
+    batched: crate::model::routes::BlockRoute,
     route: &str,
     widths: &[usize],
 ) -> Result<ConstructionCheck> {
-    let (max_abs, scale) =
-        crate::model::routes::with_linear(numerics.linear_route(batched), || compare(model, widths))?;
+    let (max_abs, scale) = crate::model::routes::with_block(numerics.block_route(batched), || compare(model, widths))?;
     let bound = bound_for(model.dtype()) * scale.max(1.0);
     Ok(ConstructionCheck {
         route: route.to_owned(),
@@ -89,7 +87,7 @@ fn compare(model: &dyn LanguageModel, widths: &[usize]) -> Result<(f32, f32)> {
 pub struct BatchedChoice {
     pub check: ConstructionCheck,
     /// The route batched cycles take (the one the check passed on, or the one it refused).
-    pub route: linear::LinearRoute,
+    pub route: crate::model::routes::BlockRoute,
     /// Said when the check moved the cohort to the invariant route.
     pub note: Option<String>,
 }
@@ -102,23 +100,24 @@ pub struct BatchedChoice {
 pub fn check_batched(
     model: &dyn LanguageModel,
     numerics: Numerics,
-    batched: linear::LinearRoute,
+    batched: crate::model::routes::BlockRoute,
     route: &str,
     widths: &[usize],
 ) -> Result<BatchedChoice> {
     let check = construction_check(model, numerics, batched, route, widths)?;
     let retry = !check.passed
-        && batched == linear::LinearRoute::Batched
+        && batched == crate::model::routes::BlockRoute::Batched
         && numerics == Numerics::Throughput
         && crate::platform::backend::Backend::is_cuda();
     if !retry {
         return Ok(BatchedChoice { check, route: batched, note: None });
     }
-    let probed = crate::model::routes::with_linear(linear::LinearRoute::Invariant, || super::probe::probe(model))?;
+    let probed =
+        crate::model::routes::with_block(crate::model::routes::BlockRoute::Invariant, || super::probe::probe(model))?;
     if probed.verdict != super::probe::Verdict::Equal {
         return Ok(BatchedChoice { check, route: batched, note: None });
     }
-    let invariant = construction_check(model, numerics, linear::LinearRoute::Invariant, route, widths)?;
+    let invariant = construction_check(model, numerics, crate::model::routes::BlockRoute::Invariant, route, widths)?;
     if !invariant.passed {
         return Ok(BatchedChoice { check, route: batched, note: None });
     }
@@ -126,5 +125,5 @@ pub fn check_batched(
         "batched cohort over its bound (max |B - B1| {:.3e} > {:.3e}); invariant route Equal and exact at widths {:?}: kept",
         check.max_abs_diff, check.bound, widths
     );
-    Ok(BatchedChoice { check: invariant, route: linear::LinearRoute::Invariant, note: Some(note) })
+    Ok(BatchedChoice { check: invariant, route: crate::model::routes::BlockRoute::Invariant, note: Some(note) })
 }

@@ -27,7 +27,7 @@ use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry};
 use crate::model::forward::{LanguageModel, last_position, prefill_chunk};
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots::{self, SlotHandle};
-use crate::model::layers::linear::LinearRoute;
+use crate::model::routes::BlockRoute;
 use crate::model::text::tokenizer::TextTokenizer;
 
 /// A request waiting for a row.
@@ -58,8 +58,8 @@ pub struct LaneConfig {
     pub budget: usize,
     pub mode: GenerationMode,
     pub numerics: Numerics,
-    /// The batched route the exactness gate chose ([`Numerics::linear_route`]).
-    pub batched: LinearRoute,
+    /// The batched route the exactness gate chose ([`Numerics::block_route`]).
+    pub batched: BlockRoute,
     pub width: WidthPolicy,
     /// Short family name for route ids.
     pub family: String,
@@ -76,8 +76,8 @@ impl LaneConfig {
         }
     }
 
-    fn linear_route(&self) -> LinearRoute {
-        self.numerics.linear_route(self.batched)
+    fn block_route(&self) -> BlockRoute {
+        self.numerics.block_route(self.batched)
     }
 }
 
@@ -376,7 +376,7 @@ impl<'m> Lane<'m> {
             lone_cycle(*model, tok, &mut runs[0], &mut rows[0], cfg.mode, &mut |ev| route(0, ev))?;
         } else {
             let inert = vec![dummy.1.clone(); width];
-            crate::model::routes::with_linear(cfg.linear_route(), || match cfg.mode {
+            crate::model::routes::with_block(cfg.block_route(), || match cfg.mode {
                 GenerationMode::Mtp => cycle::mtp(*model, tok, runs, rows, &inert, &mut Untimed, &mut route),
                 GenerationMode::Ar => cycle::ar(*model, tok, runs, rows, &inert, &mut Untimed, &mut route),
             })?;

@@ -22,8 +22,8 @@ use super::scheduler::{Admission, Numerics, SchedulerConfig};
 use super::solo::{GenerationMode, route_id, run_solo};
 use super::telemetry::{FinalizeScope, SharedTelemetry};
 use crate::model::forward::LanguageModel;
-use crate::model::layers::linear::LinearRoute;
 use crate::model::routes;
+use crate::model::routes::BlockRoute;
 use crate::model::text::tokenizer::TextTokenizer;
 
 #[derive(Debug, Clone)]
@@ -46,7 +46,7 @@ pub struct EngineInfo {
     pub mode: GenerationMode,
     pub numerics: Numerics,
     pub probe: Option<String>,
-    pub linear_route: LinearRoute,
+    pub block_route: BlockRoute,
     pub construction: Option<super::telemetry::ConstructionCheck>,
     pub vocab_size: i32,
     pub max_context: i32,
@@ -75,16 +75,16 @@ pub fn run_owner(
     tel: SharedTelemetry,
     ready: mpsc::Sender<Result<EngineInfo>>,
 ) {
-    let started = (|| -> Result<(Loaded, EngineInfo, LinearRoute)> {
+    let started = (|| -> Result<(Loaded, EngineInfo, BlockRoute)> {
         let loaded = load()?;
         let model = loaded.model.as_ref();
         let _in_force = routes::enter(model.routes());
         let mut probe_summary = None;
-        // The linear route every block takes from now on: the gate's verdict.
-        let mut linear_route = LinearRoute::Batched;
+        // The block route every block takes from now on: the gate's verdict.
+        let mut block_route = BlockRoute::Batched;
         // The route a batched cycle takes: MLX's products unless the gate found only cohort's
         // row-invariant kernels exact.
-        let mut batched_route = LinearRoute::Batched;
+        let mut batched_route = BlockRoute::Batched;
         let mut mode = match setup.mode {
             Some(GenerationMode::Mtp) if !model.has_mtp() => {
                 anyhow::bail!("MTP was asked for, but {} has no MTP weights", loaded.dir.display())
@@ -100,7 +100,7 @@ pub fn run_owner(
                 mode = GenerationMode::Ar;
             }
             batched_route = decision.batched_route();
-            linear_route = decision.route;
+            block_route = decision.route;
             probe_summary = Some(decision.summary);
         }
         let mut construction = None;
@@ -117,7 +117,7 @@ pub fn run_owner(
             batched_route = choice.route;
             if let Some(note) = choice.note {
                 // The construction check kept the invariant route in place of MLX's products.
-                linear_route = choice.route;
+                block_route = choice.route;
                 tracing::info!("{note}");
                 probe_summary = probe_summary.map(|p| format!("{p}; {note}"));
             }
@@ -133,7 +133,7 @@ pub fn run_owner(
             mode,
             numerics: setup.numerics,
             probe: probe_summary,
-            linear_route,
+            block_route,
             construction,
             vocab_size: model.vocab_size(),
             max_context: model.max_context(),
@@ -149,8 +149,8 @@ pub fn run_owner(
         }
     };
     // Everything this thread runs from here on runs under the model's routes and the gate's
-    // linear route (a cycle narrows it where its numerics ask).
-    let _in_force = routes::enter(loaded.model.routes().with_linear(info.linear_route));
+    // block route (a cycle narrows it where its numerics ask).
+    let _in_force = routes::enter(loaded.model.routes().with_block(info.block_route));
     if let Ok(mut t) = tel.lock() {
         t.probe_verdict = info.probe.clone();
         t.construction_check = info.construction.clone();
@@ -308,7 +308,7 @@ fn run_group(
     family: &str,
     mode: GenerationMode,
     setup: &EngineSetup,
-    batched: LinearRoute,
+    batched: BlockRoute,
     group: Vec<Pending>,
     queued: &mut VecDeque<Pending>,
     tel: &SharedTelemetry,
@@ -383,7 +383,7 @@ fn run_group(
     };
     let (pendings, mut runs): (Vec<Pending>, Vec<RowRun>) = members.into_iter().unzip();
     let cfg = CohortConfig { chunk, route_id: route_name.clone(), mode };
-    let outcome = routes::with_linear(setup.numerics.linear_route(batched), || {
+    let outcome = routes::with_block(setup.numerics.block_route(batched), || {
         run_cohort(model, tok, &mut runs, &cfg, tel, &mut route)
     });
     let cleanup = outcome.and_then(|()| mlx_rs::memory::clear_cache().map_err(anyhow::Error::from));

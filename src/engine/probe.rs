@@ -9,9 +9,9 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::layers::linear::LinearRoute;
 use crate::model::ops::slice_axis;
-use crate::model::routes::with_linear;
+use crate::model::routes::BlockRoute;
+use crate::model::routes::with_block;
 use crate::platform::rng::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -30,7 +30,7 @@ pub struct ProbeReport {
     pub max_abs_diff: f32,
     pub differing_logits: usize,
     pub compared_logits: usize,
-    pub route: LinearRoute,
+    pub route: BlockRoute,
     pub block_ms: f64,
     pub chain_ms: f64,
 }
@@ -58,7 +58,7 @@ fn forced_divergence() -> bool {
 /// Beyond this (relative to the logits' scale) a difference is not rounding.
 const LOCALIZED_BOUND: f32 = 1e-3;
 
-/// Run the probe on the current linear route.
+/// Run the probe on the current block route.
 pub fn probe(model: &dyn LanguageModel) -> Result<ProbeReport> {
     let vocab = model.vocab_size() as u32;
     let (mut max_abs, mut differing, mut compared, mut argmax_agree) = (0f32, 0usize, 0usize, true);
@@ -126,7 +126,7 @@ pub fn probe(model: &dyn LanguageModel) -> Result<ProbeReport> {
         max_abs_diff: max_abs,
         differing_logits: differing,
         compared_logits: compared,
-        route: crate::model::routes::current().linear,
+        route: crate::model::routes::current().block,
         block_ms: block_s * 1e3 / (DRAWS - 1) as f64,
         chain_ms: chain_s * 1e3 / (DRAWS - 1) as f64,
     })
@@ -152,7 +152,7 @@ fn argmax(v: &[f32]) -> usize {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GateDecision {
     pub mtp_allowed: bool,
-    pub route: LinearRoute,
+    pub route: BlockRoute,
     pub reports: Vec<ProbeReport>,
     /// One line saying what was traded.
     pub summary: String,
@@ -162,8 +162,8 @@ impl GateDecision {
     /// The route a batched cohort's products take: the invariant route where the gate kept it,
     /// else MLX's batched products (the row-by-row route serves B1 verifies only; a throughput
     /// cohort stays batched and the construction check bounds it).
-    pub fn batched_route(&self) -> LinearRoute {
-        if self.route == LinearRoute::Invariant { LinearRoute::Invariant } else { LinearRoute::Batched }
+    pub fn batched_route(&self) -> BlockRoute {
+        if self.route == BlockRoute::Invariant { BlockRoute::Invariant } else { BlockRoute::Batched }
     }
 }
 
@@ -179,13 +179,13 @@ pub fn allow_inexact() -> bool {
 /// byte-identical, else retry with the row-by-row route and keep that if it is byte-identical,
 /// else decline MTP.
 pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecision> {
-    let fast = with_linear(LinearRoute::Batched, || probe(model))?;
+    let fast = with_block(BlockRoute::Batched, || probe(model))?;
     if fast.verdict == Verdict::Equal {
         let summary = format!(
             "MTP exactness probe: Equal on the batched route (block {:.2} ms, chain {:.2} ms)",
             fast.block_ms, fast.chain_ms
         );
-        return Ok(GateDecision { mtp_allowed: true, route: LinearRoute::Batched, reports: vec![fast], summary });
+        return Ok(GateDecision { mtp_allowed: true, route: BlockRoute::Batched, reports: vec![fast], summary });
     }
     if allow_inexact {
         // The user trades exactness for speed: the row-by-row route would read every weight once
@@ -194,14 +194,14 @@ pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecisi
             "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); COHORT_MTP_ALLOW_INEXACT=1 keeps MTP on it",
             fast.verdict, fast.max_abs_diff
         );
-        return Ok(GateDecision { mtp_allowed: true, route: LinearRoute::Batched, reports: vec![fast], summary });
+        return Ok(GateDecision { mtp_allowed: true, route: BlockRoute::Batched, reports: vec![fast], summary });
     }
     let cost = |exact: &ProbeReport| {
         if fast.block_ms > 0.0 { (exact.block_ms / fast.block_ms - 1.0) * 100.0 } else { 0.0 }
     };
     let mut reports = vec![fast.clone()];
     if crate::platform::backend::Backend::is_cuda() {
-        let invariant = with_linear(LinearRoute::Invariant, || probe(model))?;
+        let invariant = with_block(BlockRoute::Invariant, || probe(model))?;
         if invariant.verdict == Verdict::Equal {
             let summary = format!(
                 "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); invariant route Equal, kept at {:+.0}% verify time",
@@ -210,11 +210,11 @@ pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecisi
                 cost(&invariant)
             );
             reports.push(invariant);
-            return Ok(GateDecision { mtp_allowed: true, route: LinearRoute::Invariant, reports, summary });
+            return Ok(GateDecision { mtp_allowed: true, route: BlockRoute::Invariant, reports, summary });
         }
         reports.push(invariant);
     }
-    let exact = with_linear(LinearRoute::RowByRow, || probe(model))?;
+    let exact = with_block(BlockRoute::RowByRow, || probe(model))?;
     if exact.verdict == Verdict::Equal {
         let summary = format!(
             "MTP exactness probe: batched route {:?} (max |diff| {:.3e}); row-by-row route Equal, kept at {:+.0}% verify time",
@@ -223,12 +223,12 @@ pub fn gate(model: &dyn LanguageModel, allow_inexact: bool) -> Result<GateDecisi
             cost(&exact)
         );
         reports.push(exact);
-        return Ok(GateDecision { mtp_allowed: true, route: LinearRoute::RowByRow, reports, summary });
+        return Ok(GateDecision { mtp_allowed: true, route: BlockRoute::RowByRow, reports, summary });
     }
     let summary = format!(
         "MTP exactness probe: {:?} on every route; MTP declined, plain decoding (set COHORT_MTP_ALLOW_INEXACT=1 to override)",
         exact.verdict
     );
     reports.push(exact);
-    Ok(GateDecision { mtp_allowed: false, route: LinearRoute::Batched, reports, summary })
+    Ok(GateDecision { mtp_allowed: false, route: BlockRoute::Batched, reports, summary })
 }

@@ -1,4 +1,4 @@
-//! What a linear route costs at the steps a cohort serves: a packed B-row verify block (T=2,
+//! What a block route costs at the steps a cohort serves: a packed B-row verify block (T=2,
 //! every position's logits) and a B-row single-token step, timed on each route in turn (A B A B
 //! ...) in one process, so the exact route's price is read against the fast one's on the same
 //! machine at the same moment (issue 41: the invariant route against MLX's batched products).
@@ -10,14 +10,14 @@ use mlx_rs::Array;
 
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::kv_slots;
-use crate::model::layers::linear::LinearRoute;
+use crate::model::routes::BlockRoute;
 use crate::platform::rng::Rng;
 use crate::platform::timing::median;
 
 /// One route's median times.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RouteCost {
-    pub route: LinearRoute,
+    pub route: BlockRoute,
     pub width: usize,
     /// A packed verify block of `width` rows x 2 positions, all logits, evaluated.
     pub verify_ms: f64,
@@ -36,7 +36,7 @@ type Timing = (f64, f64);
 /// for kernel compiles), on `width` rows holding random prompts.
 pub fn time_routes(
     model: &dyn LanguageModel,
-    routes: &[LinearRoute],
+    routes: &[BlockRoute],
     width: usize,
     reps: usize,
 ) -> Result<Vec<RouteCost>> {
@@ -53,11 +53,11 @@ pub fn time_routes(
     let tokens: Vec<i32> = (0..2 * width).map(|_| (rng.next_u64() % vocab) as i32).collect();
     let verify_tokens = Array::from_slice(&tokens, &[width as i32, 2]);
     let step_tokens = Array::from_slice(&tokens[..width], &[width as i32, 1]);
-    let time = |route: LinearRoute, tokens: &Array, logits: Logits| -> Result<Timing> {
+    let time = |route: BlockRoute, tokens: &Array, logits: Logits| -> Result<Timing> {
         let mut batch = rows.clone();
         kv_slots::pack(&mut batch)?;
         let mut refs: Vec<_> = batch.iter_mut().collect();
-        crate::model::routes::with_linear(route, || {
+        crate::model::routes::with_block(route, || {
             let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
             let t = Instant::now();
             let out = model.forward(tokens, &mut refs, logits, true)?;

@@ -154,12 +154,9 @@ impl Numerics {
     /// B1), the others batched over the rows on `batched`, the batched route the exactness gate
     /// chose at load (MLX's products, or the row-invariant kernels where those are exact and
     /// MLX's are not).
-    pub fn linear_route(
-        self,
-        batched: crate::model::layers::linear::LinearRoute,
-    ) -> crate::model::layers::linear::LinearRoute {
-        use crate::model::layers::linear::LinearRoute;
-        if self == Numerics::Balanced { LinearRoute::RowByRow } else { batched }
+    pub fn block_route(self, batched: crate::model::routes::BlockRoute) -> crate::model::routes::BlockRoute {
+        use crate::model::routes::BlockRoute;
+        if self == Numerics::Balanced { BlockRoute::RowByRow } else { batched }
     }
 
     /// The route id a sealed B8 cohort of this mode reports.

@@ -250,7 +250,7 @@ fn ar_pipelined(
 /// Replace a row's GDN state with the capture after `position` of a verify block.
 pub fn restore_from_capture(row: &mut RowCache, captures: &[Option<PositionStates>], position: usize, b: usize) {
     for (layer, cap) in row.layers.iter_mut().zip(captures) {
-        if let (LayerState::Linear(state), Some(cap)) = (layer, cap) {
+        if let (LayerState::GatedDelta(state), Some(cap)) = (layer, cap) {
             *state = cap[position][b].clone();
         }
     }

@@ -40,8 +40,8 @@ impl Quantization {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum LayerKind {
-    /// Gated DeltaNet linear attention.
-    Linear,
+    /// Gated DeltaNet (the checkpoints' "linear_attention" layers).
+    GatedDelta,
     /// Gated full attention.
     Full,
 }
@@ -82,7 +82,7 @@ pub struct Qwen35Config {
 
 impl Qwen35Config {
     pub fn layer_kind(&self, layer: i32) -> LayerKind {
-        if (layer + 1) % self.full_attention_interval == 0 { LayerKind::Full } else { LayerKind::Linear }
+        if (layer + 1) % self.full_attention_interval == 0 { LayerKind::Full } else { LayerKind::GatedDelta }
     }
 
     pub fn is_moe(&self) -> bool {

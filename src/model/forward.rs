@@ -59,7 +59,7 @@ pub trait LanguageModel {
     /// Activation dtype.
     fn dtype(&self) -> mlx_rs::Dtype;
     /// The routes the model was loaded under (its weights' layout follows them): whoever drives
-    /// the model puts them in force ([`crate::model::routes::enter`]), with the linear route the
+    /// the model puts them in force ([`crate::model::routes::enter`]), with the block route the
     /// exactness gate chose.
     fn routes(&self) -> crate::model::routes::Routes;
 

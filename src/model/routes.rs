@@ -5,7 +5,7 @@
 //!
 //! A value in force is scoped to the thread that drives the model, for the length of a closure
 //! ([`scoped`]): the engine's owner thread runs under its model's routes, a cycle narrows the
-//! linear route the exactness gate chose, a benchmark runs each arm under its own value, and a
+//! block route the exactness gate chose, a benchmark runs each arm under its own value, and a
 //! test under the value it checks. Layers read [`current`] where they choose. Nothing here is
 //! process-wide and mutable, so two models, two tests or two benchmark arms never see each
 //! other's choices; where nothing is in force the process's own value applies (the environment's,
@@ -22,15 +22,30 @@ use std::sync::OnceLock;
 
 use anyhow::{Result, bail};
 
-use super::layers::linear::{LinearRoute, WeightPolicy};
+use super::layers::linear::WeightPolicy;
 use super::switches::{SWITCHES, Values};
 use crate::platform::backend::Backend;
+
+/// How a step computes a block of several rows (the products and attention of a cohort's cycle,
+/// a verify's positions): the exactness gate's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum BlockRoute {
+    /// One matrix product for all rows (fast; the product's reduction order may depend on M).
+    Batched,
+    /// One product per row, so every row is computed exactly as a single-token step would be.
+    RowByRow,
+    /// One product for all rows through kernels that reduce every row in one fixed order
+    /// whatever the block's rows (CUDA: `row_invariant`'s kernels for every projection and the LM head,
+    /// the short-block attention kernel for steps and verifies): as exact as the row-by-row route,
+    /// at the batched route's reads of each weight.
+    Invariant,
+}
 
 /// Every route choice. `Copy`, compared and hashed whole (compiled graphs are keyed by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Routes {
-    /// How linear layers treat a block of several rows; the exactness gate's verdict.
-    pub linear: LinearRoute,
+    /// How a block of several rows is computed; the exactness gate's verdict.
+    pub block: BlockRoute,
     /// What loading does with quantized weights (chosen by `--weights` or the automatic policy).
     pub weights: WeightPolicy,
 
@@ -90,12 +105,12 @@ pub enum Stack {
 impl Routes {
     /// What a backend runs by default: every CUDA route where MLX drives CUDA (where each was
     /// measured to pay, docs/benchmarks.md), the host routes on MLX's CPU backend, and the batched
-    /// linear route with quantized weights until the gate and the loader say otherwise.
+    /// block route with quantized weights until the gate and the loader say otherwise.
     pub fn defaults(backend: Backend) -> Self {
         let cuda = backend == Backend::Cuda;
         let cpu = backend == Backend::Cpu;
         Routes {
-            linear: LinearRoute::Batched,
+            block: BlockRoute::Batched,
             weights: WeightPolicy::Quantized,
             batched_attention: true,
             flat_products: true,
@@ -163,9 +178,9 @@ impl Routes {
         Ok(routes)
     }
 
-    /// The same routes with another linear route (the gate's verdict; prefill runs batched).
-    pub fn with_linear(self, linear: LinearRoute) -> Self {
-        Routes { linear, ..self }
+    /// The same routes with another block route (the gate's verdict; prefill runs batched).
+    pub fn with_block(self, block: BlockRoute) -> Self {
+        Routes { block, ..self }
     }
 
     /// Whether projections of `kind` are stacked at load.
@@ -232,17 +247,17 @@ pub fn scoped<T>(routes: Routes, f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Run `f` with the routes in force but `linear` as the linear route.
-pub fn with_linear<T>(linear: LinearRoute, f: impl FnOnce() -> T) -> T {
-    scoped(current().with_linear(linear), f)
+/// Run `f` with the routes in force but `block` as the block route.
+pub fn with_block<T>(block: BlockRoute, f: impl FnOnce() -> T) -> T {
+    scoped(current().with_block(block), f)
 }
 
-/// Run `f` on the batched linear route. Prompt prefill always runs batched: the row-by-row route
+/// Run `f` on the batched block route. Prompt prefill always runs batched: the row-by-row route
 /// exists to make a verify block equal a chain of single steps, and a prefill batched in every
 /// mode leaves AR and MTP runs the same KV (the row-by-row route would make a 300-token prefill
 /// 300 single-row products, each reading every weight).
 pub fn batched<T>(f: impl FnOnce() -> T) -> T {
-    with_linear(LinearRoute::Batched, f)
+    with_block(BlockRoute::Batched, f)
 }
 
 /// The routes as `name = value` lines, with where each came from (`cohort device --routes`).
@@ -250,8 +265,8 @@ pub fn listing(routes: &Routes, backend: Backend) -> String {
     let defaults = Routes::defaults(backend);
     let width = SWITCHES.iter().map(|s| s.name.len()).max().unwrap_or(0);
     let mut out = format!(
-        "linear route  {:?} (the exactness gate's verdict replaces it when a model loads)\nweights       {:?} (--weights)\n",
-        routes.linear, routes.weights
+        "block route  {:?} (the exactness gate's verdict replaces it when a model loads)\nweights       {:?} (--weights)\n",
+        routes.block, routes.weights
     );
     for s in SWITCHES {
         let value = match s.route {
@@ -303,7 +318,7 @@ mod tests {
         let inner = Routes { flat_products: !outer.flat_products, ..outer };
         scoped(inner, || {
             assert_eq!(current(), inner);
-            with_linear(LinearRoute::RowByRow, || assert_eq!(current(), inner.with_linear(LinearRoute::RowByRow)));
+            with_block(BlockRoute::RowByRow, || assert_eq!(current(), inner.with_block(BlockRoute::RowByRow)));
             assert_eq!(current(), inner);
             assert_eq!(std::thread::spawn(current).join().unwrap(), process());
         });

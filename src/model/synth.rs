@@ -152,7 +152,7 @@ pub fn make_weights(cfg: &Qwen35Config, dtype: Dtype, seed: u64) -> Result<Weigh
         let p = format!("model.layers.{l}");
         m.vector(&format!("{p}.input_layernorm.weight"), h, 1.0)?;
         m.vector(&format!("{p}.post_attention_layernorm.weight"), h, 1.0)?;
-        if cfg.layer_kind(l) == super::config::LayerKind::Linear {
+        if cfg.layer_kind(l) == super::config::LayerKind::GatedDelta {
             let a = format!("{p}.linear_attn");
             let (hv, dv) = (cfg.linear_num_value_heads, cfg.linear_value_head_dim);
             m.linear(&format!("{a}.in_proj_qkv"), &[], cfg.conv_dim(), h, body)?;

@@ -1,7 +1,7 @@
 //! A packed cohort's attention for a short query block (a B8 verify's 2 positions, an AR step's
 //! or a draft's 1) as one CUDA kernel (`kernels/attention_short.cu`): every row's queries over
 //! its own keys in the slot buffer, visible by the row's offset, online softmax in float32. On
-//! MLX CUDA the masked SDPA it replaces (`kv_slots::attend_cohort`) falls back to ops for
+//! MLX CUDA the masked SDPA it replaces (`attention::attend_cohort`) falls back to ops for
 //! head_dim 256: per attention layer a mask made on the host and uploaded, a where over the whole
 //! buffer (19 us of a B8 verify's device time a layer, docs/benchmarks.md, session 31), a
 //! softmax, two batched matmuls with their pointer set-ups, and the views between them, each a
@@ -78,13 +78,13 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
 }
 
 /// Whether the cohort's attention takes the kernel for this block: turned on, or the invariant
-/// linear route is (whatever the switch says: a row's queries then meet the same code alone or in
+/// block route is (whatever the switch says: a row's queries then meet the same code alone or in
 /// a cohort and at one query or two, since warps take keys by index, a query skips the keys it
 /// does not see, and the warps' parts meet in one order, which the exactness gate needs of a
 /// verify); on CUDA; and a layout it holds.
 pub fn serves(q: &Array, keys: &Array, values: &Array) -> bool {
     let routes = crate::model::routes::current();
-    let wanted = routes.attention_kernel || routes.linear == crate::model::layers::linear::LinearRoute::Invariant;
+    let wanted = routes.attention_kernel || routes.block == crate::model::routes::BlockRoute::Invariant;
     wanted && crate::platform::backend::Backend::is_cuda() && fits(q, keys, values)
 }
 
@@ -155,7 +155,7 @@ pub fn check(s: Shape, offsets: &[i32], dtype: Dtype, kernel: bool, seed: u64) -
     let got = if kernel {
         attend(&q, &keys, &values, offsets, scale)?
     } else {
-        let mask = crate::model::layers::kv_slots::visibility(offsets, t, cap);
+        let mask = crate::model::layers::attention::visibility(offsets, t, cap);
         mlx_rs::fast::scaled_dot_product_attention(
             &q,
             &keys,

@@ -5,7 +5,7 @@
 //! so in bf16 a T=2 verify differs from the two single-token steps it stands for and a B8 row
 //! from the same row alone (issue 41: 216,412 of 294,912 logits differed on the H200). This
 //! kernel serves every projection of a step-sized block, LM head included, on the invariant
-//! linear route ([`crate::model::layers::linear::LinearRoute::Invariant`]), which the exactness gate chooses
+//! block route ([`crate::model::routes::BlockRoute::Invariant`]), which the exactness gate chooses
 //! when it finds the batched route inexact.
 //!
 //! [`check`] holds it to a float64 host product and to itself: every row of a block must equal,

@@ -12,8 +12,8 @@ use serde_json::Value;
 use crate::model::config::{LayerKind, QuantSpec, Quantization, parse_quantization};
 use crate::model::formats::weights::Weights;
 pub use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
+use crate::model::layers::attention::{self, Block, RopeSpec};
 use crate::model::layers::cache::{KvCache, LayerState, RowCache};
-use crate::model::layers::kv_slots::{self, Block, RopeSpec};
 use crate::model::layers::linear::{Embedding, Linear};
 use crate::model::layers::mlp::Mlp;
 use crate::model::layers::norm::RmsNorm;
@@ -174,7 +174,7 @@ impl LlamaAttention {
         let scale = (hd as f32).powf(-0.5);
         let rope = RopeSpec { dims: hd, traditional: self.rope_traditional, base: self.rope_theta };
         let block = Block { q: &queries, k: &keys, v: &values, rope, scale };
-        let o = kv_slots::attend(caches, &block)?;
+        let o = attention::attend(caches, &block)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
         self.o_proj.forward(&o)
     }

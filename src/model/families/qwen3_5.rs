@@ -22,7 +22,7 @@ use crate::model::routes::Routes;
 pub mod sanitize;
 
 enum Mixer {
-    Linear(GatedDeltaNet),
+    GatedDelta(GatedDeltaNet),
     Full(Attention),
 }
 
@@ -118,7 +118,9 @@ impl Qwen35Model {
         for i in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{i}");
             let mixer = match cfg.layer_kind(i) {
-                LayerKind::Linear => Mixer::Linear(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), &cfg, &quant)?),
+                LayerKind::GatedDelta => {
+                    Mixer::GatedDelta(GatedDeltaNet::load(w, &format!("{p}.linear_attn"), &cfg, &quant)?)
+                }
                 LayerKind::Full => Mixer::Full(Attention::load(w, &format!("{p}.self_attn"), &cfg, &quant)?),
             };
             layers.push(DecoderLayer {
@@ -244,11 +246,11 @@ impl LanguageModel for Qwen35Model {
         let mut normed = input_norm(0).forward(&x)?;
         for (li, layer) in self.layers.iter().enumerate() {
             let (mixed, cap) = match &layer.mixer {
-                Mixer::Linear(gdn) => {
+                Mixer::GatedDelta(gdn) => {
                     let mut states: Vec<_> = rows
                         .iter_mut()
                         .map(|r| match &mut r.layers[li] {
-                            LayerState::Linear(s) => Ok(s),
+                            LayerState::GatedDelta(s) => Ok(s),
                             LayerState::Attention(_) => bail!("row state does not match layer {li}"),
                         })
                         .collect::<Result<_>>()?;
@@ -259,7 +261,7 @@ impl LanguageModel for Qwen35Model {
                         .iter_mut()
                         .map(|r| match &mut r.layers[li] {
                             LayerState::Attention(kv) => Ok(kv),
-                            LayerState::Linear(_) => bail!("row state does not match layer {li}"),
+                            LayerState::GatedDelta(_) => bail!("row state does not match layer {li}"),
                         })
                         .collect::<Result<_>>()?;
                     (attn.forward(&normed, &mut kvs)?, None)
@@ -298,7 +300,7 @@ impl LanguageModel for Qwen35Model {
 impl DecoderLayer {
     fn nbytes(&self) -> usize {
         let m = match &self.mixer {
-            Mixer::Linear(g) => g.nbytes(),
+            Mixer::GatedDelta(g) => g.nbytes(),
             Mixer::Full(a) => a.nbytes(),
         };
         m + self.ffn.nbytes()

@@ -209,7 +209,7 @@ impl GdnState {
 #[derive(Clone)]
 pub enum LayerState {
     Attention(KvCache),
-    Linear(GdnState),
+    GatedDelta(GdnState),
 }
 
 /// Everything one row owns of the model's state.
@@ -228,7 +228,7 @@ impl RowCache {
             .iter()
             .map(|k| match k {
                 crate::model::config::LayerKind::Full => LayerState::Attention(KvCache::default()),
-                crate::model::config::LayerKind::Linear => LayerState::Linear(GdnState::default()),
+                crate::model::config::LayerKind::GatedDelta => LayerState::GatedDelta(GdnState::default()),
             })
             .collect();
         Self { layers, mtp: KvCache::default(), len: 0 }
@@ -239,7 +239,7 @@ impl RowCache {
         self.layers
             .iter()
             .map(|l| match l {
-                LayerState::Linear(s) => Some(s.clone()),
+                LayerState::GatedDelta(s) => Some(s.clone()),
                 LayerState::Attention(_) => None,
             })
             .collect()
@@ -247,7 +247,7 @@ impl RowCache {
 
     pub fn restore_recurrent(&mut self, snap: &[Option<GdnState>]) {
         for (layer, saved) in self.layers.iter_mut().zip(snap) {
-            if let (LayerState::Linear(s), Some(saved)) = (layer, saved) {
+            if let (LayerState::GatedDelta(s), Some(saved)) = (layer, saved) {
                 *s = saved.clone();
             }
         }
@@ -280,7 +280,7 @@ impl RowCache {
         for layer in &self.layers {
             match layer {
                 LayerState::Attention(kv) => out.extend(kv.arrays()),
-                LayerState::Linear(s) => out.extend(s.arrays()),
+                LayerState::GatedDelta(s) => out.extend(s.arrays()),
             }
         }
         out.extend(self.mtp.arrays());
@@ -292,7 +292,7 @@ impl RowCache {
     pub fn attention_offsets(&self) -> Option<(i32, i32)> {
         self.layers.iter().find_map(|l| match l {
             LayerState::Attention(kv) => Some((kv.offset(), kv.physical())),
-            LayerState::Linear(_) => None,
+            LayerState::GatedDelta(_) => None,
         })
     }
 }

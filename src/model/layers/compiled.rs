@@ -33,7 +33,7 @@ pub const MAX_ROWS: i32 = 64;
 /// kernels in it, and kept apart from the batched route's. Checked before a block gathers its
 /// weights, so the plain route pays nothing for the compiled one.
 pub fn serves(switch_on: bool, rows: i32) -> bool {
-    switch_on && rows <= MAX_ROWS && crate::model::routes::current().linear != super::linear::LinearRoute::RowByRow
+    switch_on && rows <= MAX_ROWS && crate::model::routes::current().block != crate::model::routes::BlockRoute::RowByRow
 }
 
 /// How one projection's weight is stored, which decides its op and how many inputs it takes.

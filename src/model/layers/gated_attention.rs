@@ -4,8 +4,8 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
+use super::attention::{self, Block, RopeSpec};
 use super::cache::KvCache;
-use super::kv_slots::{self, Block, RopeSpec};
 use super::linear::{Linear, fuse_outputs, split_widths};
 use super::norm::RmsNorm;
 use crate::model::config::{QuantSpec, Qwen35Config};
@@ -85,7 +85,7 @@ impl Attention {
         let scale = (hd as f32).powf(-0.5);
         let rope = RopeSpec { dims: self.rotary_dims, traditional: false, base: self.rope_theta };
         let block = Block { q: &queries, k: &keys, v: &values, rope, scale };
-        let o = kv_slots::attend(caches, &block)?;
+        let o = attention::attend(caches, &block)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
         self.o_proj.forward(&o.multiply(mlx_rs::ops::sigmoid(&gate)?)?)
     }

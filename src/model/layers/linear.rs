@@ -8,20 +8,6 @@ use crate::model::config::QuantSpec;
 use crate::model::cpu::cpu_qmm::PackedMatrix;
 use crate::model::formats::weights::Weights;
 
-/// How linear layers treat a block of several rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum LinearRoute {
-    /// One matrix product for all rows (fast; the product's reduction order may depend on M).
-    Batched,
-    /// One product per row, so every row is computed exactly as a single-token step would be.
-    RowByRow,
-    /// One product for all rows through kernels that reduce every row in one fixed order
-    /// whatever the block's rows (CUDA: `row_invariant`'s kernels for every projection and the LM head,
-    /// the short-block attention kernel for steps and verifies): as exact as the row-by-row route,
-    /// at the batched route's reads of each weight.
-    Invariant,
-}
-
 /// What loading does with quantized weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -139,7 +125,7 @@ impl Linear {
             // Row-independent by construction, so both routes take it as it is.
             return cpu_kernel_product(packed, x, rows);
         }
-        if rows > 1 && crate::model::routes::current().linear == LinearRoute::RowByRow {
+        if rows > 1 && crate::model::routes::current().block == crate::model::routes::BlockRoute::RowByRow {
             let flat = x.reshape(&[rows, shape[shape.len() - 1]])?;
             let outs = (0..rows)
                 .map(|r| self.forward_batched(&crate::model::ops::slice_axis(&flat, 0, r, r + 1)?))

@@ -138,7 +138,7 @@ pub fn served(x: &Array, arrays: &[Array], storage: Storage) -> Result<Array> {
 fn invariant_packed(x: &Array, arrays: &[Array], spec: QuantSpec, out: i32) -> Option<Result<Array>> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
-    let serves = crate::model::routes::current().linear == super::linear::LinearRoute::Invariant
+    let serves = crate::model::routes::current().block == crate::model::routes::BlockRoute::Invariant
         && crate::model::cuda::row_invariant::serves_affine(rows, shape[shape.len() - 1], spec, x.dtype());
     serves.then(|| crate::model::cuda::row_invariant::affine_product(x, &arrays[0], &arrays[1], &arrays[2], spec, out))
 }
@@ -179,7 +179,7 @@ pub fn quantized(x: &Array, w: &Array, scales: &Array, biases: &Array, group_siz
 pub fn dense(x: &Array, weight: &Array) -> Result<Array> {
     let shape = x.shape();
     let rows: i32 = shape[..shape.len() - 1].iter().product();
-    if crate::model::routes::current().linear == super::linear::LinearRoute::Invariant
+    if crate::model::routes::current().block == crate::model::routes::BlockRoute::Invariant
         && crate::model::cuda::row_invariant::serves_dense(rows, shape[shape.len() - 1], weight.dtype(), x.dtype())
     {
         return crate::model::cuda::row_invariant::dense_product(x, weight);

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::kv_slots::RopeSpec;
+use super::attention::RopeSpec;
 
 /// Rotate `a` [B, heads, T, head_dim]: position of (b, t) is `offsets[b] + t` (one offset for
 /// every row when `offsets` has one entry). MLX's fast RoPE where this does not apply.

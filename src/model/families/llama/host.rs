@@ -22,8 +22,8 @@ use crate::model::cpu::attention_cpu::RowKv;
 use crate::model::cpu::cpu_qmm::PackedMatrix;
 use crate::model::cpu::host_ops::{add_assign, rms_norm, silu_mul, to_host, token_ids, values};
 use crate::model::forward::{ForwardOutput, Logits};
+use crate::model::layers::attention::{self, HostQkv, RopeSpec};
 use crate::model::layers::cache::{KvCache, LayerState, RowCache};
-use crate::model::layers::kv_slots::{self, HostQkv, RopeSpec};
 use crate::model::layers::linear::Linear;
 use crate::model::layers::norm::RmsNorm;
 
@@ -124,7 +124,7 @@ impl LlamaModel {
                 }
             }
         }
-        let stored: Vec<Vec<Option<RowKv>>> = per_layer.iter().map(|c| kv_slots::stored_before(c)).collect();
+        let stored: Vec<Vec<Option<RowKv>>> = per_layer.iter().map(|c| attention::stored_before(c)).collect();
         settle(stored.iter().flatten())?;
         for ((layer, caches), stored) in self.layers.iter().zip(&mut per_layer).zip(stored) {
             self.host_layer(layer, &mut x, caches, stored, t)?;
@@ -173,7 +173,7 @@ impl LlamaModel {
             e.chunks_exact(h).zip(s.chunks_exact(h)).flat_map(|(e, s)| e.iter().chain(s)).copied().collect();
         let mut x = packed(&mtp.fc).context("MTP fc")?.matmul(&joined, b * t);
         let mut caches: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
-        let stored = kv_slots::stored_before(&caches);
+        let stored = attention::stored_before(&caches);
         settle(stored.iter())?;
         self.host_layer(&mtp.layer, &mut x, &mut caches, stored, t)?;
         head(&io, &mtp.norm.host(&x)?, b, t)
@@ -205,7 +205,7 @@ impl LlamaModel {
             head_dim: a.head_dim as usize,
         };
         let rope = RopeSpec { dims: a.head_dim, traditional: a.rope_traditional, base: a.rope_theta };
-        let attended = kv_slots::attend_host(caches, stored, qkv, rope, (a.head_dim as f32).powf(-0.5))?;
+        let attended = attention::attend_host(caches, stored, qkv, rope, (a.head_dim as f32).powf(-0.5))?;
         add_assign(x, &proj(&a.o_proj)?.matmul(&attended, m));
         let normed = layer.post_norm.host(x)?;
         let [mut gate, up]: [Vec<f32>; 2] =
