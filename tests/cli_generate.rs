@@ -14,6 +14,18 @@ fn cohort() -> Command {
     cohort_command(&std::env::temp_dir().join("cohort-cli-tests"))
 }
 
+/// `cohort generate` on the MoE fixture reading `input`, with `var` set to `value`.
+fn generate_under(var: &str, value: &str, input: &std::path::Path) -> std::process::Output {
+    cohort()
+        .env(var, value)
+        .args(["generate", "-m"])
+        .arg(fixture("qwen35_moe_4bit"))
+        .arg("-i")
+        .arg(input)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn bad_lines_fail_alone_and_the_exit_code_says_so() {
     let dir = tempfile::tempdir().unwrap();
@@ -388,14 +400,7 @@ fn switches_the_machine_cannot_honour_are_refused_naming_them() {
         cases.push(("COHORT_ROUTER_KERNEL", "1", "CUDA"));
     }
     for (var, value, says) in cases {
-        let out = cohort()
-            .env(var, value)
-            .args(["generate", "-m"])
-            .arg(fixture("qwen35_moe_4bit"))
-            .arg("-i")
-            .arg(&input)
-            .output()
-            .unwrap();
+        let out = generate_under(var, value, &input);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{var}={value}: {stderr}");
         assert!(stderr.contains(var) && stderr.contains(says), "{var}={value}: {stderr}");
@@ -411,14 +416,7 @@ fn a_memory_figure_that_is_not_a_number_is_refused_naming_it() {
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, "{\"prompt\":\"x\",\"max_tokens\":2}\n").unwrap();
     for value in ["8G", "1x", "-1"] {
-        let out = cohort()
-            .env("COHORT_MEMORY_AVAILABLE", value)
-            .args(["generate", "-m"])
-            .arg(fixture("qwen35_moe_4bit"))
-            .arg("-i")
-            .arg(&input)
-            .output()
-            .unwrap();
+        let out = generate_under("COHORT_MEMORY_AVAILABLE", value, &input);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "COHORT_MEMORY_AVAILABLE={value:?}: {stderr}");
         assert!(stderr.contains("COHORT_MEMORY_AVAILABLE"), "COHORT_MEMORY_AVAILABLE={value:?}: {stderr}");

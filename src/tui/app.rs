@@ -321,6 +321,19 @@ impl App {
         fx
     }
 
+    /// Open a message picker (`overlay` at an index) on the focused pane's newest message, or say
+    /// there is nothing to `verb`.
+    fn open_picker(&mut self, verb: &str, overlay: impl FnOnce(usize) -> Overlay) {
+        let count = self.focused().messages().len();
+        if count == 0 {
+            self.notify(format!("nothing to {verb}: this pane has no message yet"), true);
+        } else {
+            // The bottom bar shows the picker's keys.
+            self.notice = None;
+            self.overlay = Some(overlay(count - 1));
+        }
+    }
+
     pub fn notify(&mut self, text: String, error: bool) {
         self.notice = Some(Notice { text, error, until_tick: self.tick + NOTICE_TICKS });
     }
@@ -396,26 +409,8 @@ impl App {
                 Some(text) => fx.push(Effect::Copy { text: text.to_owned() }),
                 None => self.notify("nothing to copy: this pane has no answer yet".into(), true),
             },
-            Command::Select => {
-                let count = self.focused().messages().len();
-                if count == 0 {
-                    self.notify("nothing to copy: this pane has no message yet".into(), true);
-                } else {
-                    // The bottom bar shows the picker's keys.
-                    self.notice = None;
-                    self.overlay = Some(Overlay::Select { index: count - 1 });
-                }
-            }
-            Command::Branch => {
-                let count = self.focused().messages().len();
-                if count == 0 {
-                    self.notify("nothing to branch: this pane has no message yet".into(), true);
-                } else {
-                    // The bottom bar shows the picker's keys.
-                    self.notice = None;
-                    self.overlay = Some(Overlay::Branch { index: count - 1 });
-                }
-            }
+            Command::Select => self.open_picker("copy", |index| Overlay::Select { index }),
+            Command::Branch => self.open_picker("branch", |index| Overlay::Branch { index }),
             Command::Search => {
                 if self.focused().turns.is_empty() {
                     self.notify("nothing to search: this pane has no conversation yet".into(), true);

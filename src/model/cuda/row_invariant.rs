@@ -201,7 +201,7 @@ pub fn affine_product(
         );
     }
     if crate::model::routes::current().mma_products
-        && let Some(product) = mma_product(x, w, scales, biases, spec, out)
+        && let Some(product) = affine_product_mma(x, w, scales, biases, spec, out)
     {
         return product;
     }
@@ -213,17 +213,6 @@ pub fn affine_product(
 /// by [`affine_product`] where the routes ask for it; timed beside it by `cohort device
 /// --time-invariance` either way.
 pub fn affine_product_mma(
-    x: &Array,
-    w: &Array,
-    scales: &Array,
-    biases: &Array,
-    spec: QuantSpec,
-    out: i32,
-) -> Option<Result<Array>> {
-    mma_product(x, w, scales, biases, spec, out)
-}
-
-fn mma_product(
     x: &Array,
     w: &Array,
     scales: &Array,

@@ -96,8 +96,7 @@ impl Slot {
 
     /// The whole shared buffer (keys, values), every slot.
     pub fn storage(&self) -> (Array, Array) {
-        let buf = self.buffer.borrow();
-        (buf.keys.clone(), buf.values.clone())
+        storage(&self.buffer)
     }
 
     /// This slot's first `len` positions, [1, kv_heads, len, head_dim] each.
