@@ -265,7 +265,7 @@ pub fn listing(routes: &Routes, backend: Backend) -> String {
     let defaults = Routes::defaults(backend);
     let width = SWITCHES.iter().map(|s| s.name.len()).max().unwrap_or(0);
     let mut out = format!(
-        "block route  {:?} (the exactness gate's verdict replaces it when a model loads)\nweights       {:?} (--weights)\n",
+        "block route   {:?} (the exactness gate's verdict replaces it when a model loads)\nweights       {:?} (--weights)\n",
         routes.block, routes.weights
     );
     for s in SWITCHES {
