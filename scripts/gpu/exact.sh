@@ -16,7 +16,9 @@
 #   bench  `cohort bench` (8 marker prompts, seeds 4200-4207, paired rounds; MTP, served at the
 #          width the construction check allows): serial against cohort, greedy and default.
 #   checkm, probem, synthm, benchm: check, probe, synth and bench with COHORT_MMA_PRODUCTS=1 (the
-#          invariant route's bf16 products on the tensor cores, kernels/affine_mma.cu).
+#          invariant route's bf16 products on the tensor cores, kernels/affine_mma.cu). That is the
+#          CUDA default since it was checked (docs/benchmarks.md), so the plain steps serve it too;
+#          `COHORT_MMA_PRODUCTS=0 bash scripts/gpu/exact.sh ...` times the scalar kernel.
 # Same calls as lane.sh; this call must also carry .gpu/bin/mtp.safetensors (the trained head).
 #   bash scripts/gpu/exact.sh [check] [probe] [synth] [bench]
 set -u

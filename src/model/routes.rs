@@ -134,7 +134,7 @@ impl Routes {
             router_kernel: cuda,
             add_norm_kernel: false,
             attention_kernel: false,
-            mma_products: false,
+            mma_products: cuda,
             host_rope: cpu,
             host_attention: cpu,
             host_layers: cpu,

@@ -219,9 +219,9 @@ pub const SWITCHES: &[SwitchDoc] = &[
     ),
     switch(
         "COHORT_MMA_PRODUCTS",
-        "0",
+        "on for CUDA",
         true,
-        "1: the invariant route's quantized products of bf16 blocks on the tensor cores (kernels/affine_mma.cu: a weight decoded once for all 16 rows) instead of the scalar kernel (off until checked and timed on a GPU, docs/benchmarks.md)",
+        "0: the invariant route's quantized products of bf16 blocks through the scalar kernel (kernels/affine_rows.cu, a weight decoded once a row) instead of on the tensor cores (kernels/affine_mma.cu, decoded once for all 16 rows: the same bits a row, and the real geometry's B8 MTP cycle 1.5x faster, docs/benchmarks.md)",
         field!(mma_products),
     ),
     switch(
