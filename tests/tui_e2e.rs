@@ -557,3 +557,46 @@ fn the_session_list_deletes_renames_and_opens_sessions() {
     let left = std::fs::read_dir(&sessions).unwrap().filter_map(|e| e.ok()).count();
     assert_eq!(left, 2, "the session started in is kept, with its question");
 }
+
+/// Issue 40 (item 5): a code line wider than the pane is cut at its edge with `…`, not wrapped;
+/// shift+right scrolls the pane's code sideways to show the rest (`…` in the gutter for what is
+/// hidden on the left) while the prose around it stays, and shift+left brings it back. The
+/// answer is a saved session's, opened from the session list, so its text is known.
+#[test]
+fn code_blocks_scroll_sideways() {
+    use cohort::engine::request::{FinishReason, Stats};
+    use cohort::tui::transcript::{Record, TranscriptWriter};
+    let launched =
+        launch(Launch { tag: "code", size: (60, 20), max_tokens: 12, env: "", args: "--panes 1", after: "" });
+    let Some((home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(60);
+    let sessions = home.path().join("data").join("transcripts");
+    let mut writer = TranscriptWriter::new(&sessions, "20250101-000000", "throughput", None);
+    let request = "20250101-000000-p1-1".to_owned();
+    let user = Record::User { request: request.clone(), text: "show a long line".into(), replaces: None };
+    let text = "Here it is:\n```rust\nlet s = \"0123456789 this line runs well past the edge of a narrow pane TAIL-MARK\";\n```\nDone."
+        .to_owned();
+    writer.append(1, &user).unwrap();
+    writer
+        .append(1, &Record::Done { request, finish: FinishReason::Stop, text, error: None, stats: Stats::default() })
+        .unwrap();
+    tmux.keys(&["M-o"]);
+    tmux.wait_for("the session list", slow, |s| s.contains("sessions 1 saved") && s.contains("20250101-000000"));
+    tmux.keys(&["Enter"]);
+    let cut = tmux.wait_for("the session opened", slow, |s| s.contains("│ let s = \"0123456789"));
+    assert!(!cut.contains("TAIL-MARK") && cut.contains("…"), "cut at the edge, not wrapped:\n{cut}");
+    for _ in 0..8 {
+        tmux.keys(&["S-Right"]);
+    }
+    let scrolled = tmux.wait_for("the code scrolled", slow, |s| s.contains("TAIL-MARK\";") && s.contains("│…"));
+    assert!(scrolled.contains("Here it is:") && scrolled.contains("Done."), "the prose stays:\n{scrolled}");
+    assert!(!scrolled.contains("0123456789"), "the start of the line is hidden:\n{scrolled}");
+    for _ in 0..8 {
+        tmux.keys(&["S-Left"]);
+    }
+    tmux.wait_for("the code back at its start", slow, |s| {
+        s.contains("│ let s = \"0123456789") && !s.contains("TAIL-MARK")
+    });
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+}

@@ -583,6 +583,36 @@ fn the_wheel_scrolls_the_pane_under_the_pointer() {
     assert_eq!(app.panes[1].scroll_top, None, "wheeled back to the bottom, the view follows again");
 }
 
+/// Issue 40 (item 5): the sideways wheel scrolls the code blocks of the pane under the pointer,
+/// focused or not, and never past the end of its widest code line; other panes keep theirs.
+#[test]
+fn the_sideways_wheel_scrolls_code_in_the_pane_under_the_pointer() {
+    use crossterm::event::MouseEventKind;
+    let mut app = fixture::app(2, "dark");
+    let code = format!("```\n{}\n```\n", "x".repeat(200));
+    fixture::play(&mut app, 1, "a long line", &code, Some(FinishReason::Stop), Instant::now());
+    app.focus = 0;
+    let area = draw(&app, 80, 24);
+    let (_, second) = app.screen(area).panes[1];
+    let (column, row) = (second.x + 4, second.y + 4);
+    app.handle_mouse(mouse(MouseEventKind::ScrollRight, column, row), area);
+    assert_eq!(app.focus, 0, "the wheel does not move the focus");
+    assert_eq!(app.panes[0].code_scroll, 0);
+    let step = app.panes[1].code_scroll;
+    assert!(step > 0, "wheel right on pane 2 scrolls pane 2's code");
+    for _ in 0..100 {
+        app.handle_mouse(mouse(MouseEventKind::ScrollRight, column, row), area);
+    }
+    let max = app.panes[1].code_scroll;
+    assert!(max < 200 && max > 150, "stops at the end of the 200-cell line ({max})");
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
+    terminal.draw(|frame| cohort::tui::views::draw(frame, &app)).unwrap();
+    let text = terminal.backend().to_string();
+    assert!(text.contains("│…xxxxxxxx"), "the right pane shows code hidden on its left:\n{text}");
+    app.handle_mouse(mouse(MouseEventKind::ScrollLeft, column, row), area);
+    assert_eq!(app.panes[1].code_scroll, max - step);
+}
+
 /// Issue 40: a warning shown at start-up (a resumed session's profile that is gone) is not
 /// replaced by the model's "loaded" line.
 #[test]

@@ -126,6 +126,7 @@ fn the_help_overlay_lists_the_mouse() {
     assert!(text.contains("the mouse"), "{text}");
     assert!(text.contains("focus the pane clicked"), "{text}");
     assert!(text.contains("scroll the pane under the pointer"), "{text}");
+    assert!(text.contains("scroll code blocks sideways in the pane under the pointer"), "{text}");
 }
 
 /// Issue 40: every command is in the help overlay with its keys (scrolled through to the end),
@@ -447,6 +448,39 @@ fn markdown_answers_render_tables_emphasis_links_and_highlighted_code() {
         assert_eq!(style_at(screen, "flag ").fg, styles.heading.fg);
     }
     assert_eq!(style_at(&wide, "(https://example.com/guide)").fg, styles.muted.fg);
+}
+
+/// Issue 40 (item 5): code is never wrapped, so a narrow pane scrolls its code blocks sideways
+/// (shift+right / shift+left, through the keymap): `…` in the gutter marks code hidden on the
+/// left, the last cell code past the edge; the prose, the table and the frame stay where they
+/// are; the offset stops where the widest code line ends, and comes back to 0.
+#[test]
+fn code_blocks_scroll_sideways_in_a_narrow_pane() {
+    let mut app = markdown_app();
+    let shift = |code| crossterm::event::KeyEvent::new(code, crossterm::event::KeyModifiers::SHIFT);
+    let before = draw(&app, 40, 24).backend().to_string();
+    app.handle_key(shift(crossterm::event::KeyCode::Right));
+    app.handle_key(shift(crossterm::event::KeyCode::Right));
+    let scrolled = draw(&app, 40, 24);
+    insta::assert_snapshot!("markdown_answer_40_code_scrolled", scrolled.backend());
+    assert_eq!(style_at(&scrolled, "panes, and").fg, app.styles.code_string.fg, "highlighting survives the cut");
+    let text = scrolled.backend().to_string();
+    let same = |needle: &str| before.lines().find(|l| l.contains(needle)) == text.lines().find(|l| l.contains(needle));
+    assert!(same("gone. See the guide") && same("--panes") && same("╭─ rust"), "only code moves:\n{text}");
+    // Far right: the widest line's end shows, and no further.
+    for _ in 0..20 {
+        app.handle_key(shift(crossterm::event::KeyCode::Right));
+    }
+    let end = draw(&app, 40, 24).backend().to_string();
+    assert!(end.contains("a narrow pane\");"), "{end}");
+    let widest = "    println!(\"{panes} panes, and a line too long for a narrow pane\");".len();
+    // A 40-cell pane holds 36 cells of text (border and padding), 34 of code after the gutter.
+    assert_eq!(app.panes[0].code_scroll, widest - 34, "stops where the widest line ends");
+    for _ in 0..20 {
+        app.handle_key(shift(crossterm::event::KeyCode::Left));
+    }
+    assert_eq!(app.panes[0].code_scroll, 0);
+    assert_eq!(draw(&app, 40, 24).backend().to_string(), before);
 }
 
 /// Issue 40: a pane editing its last message says so on the rule above the input (what enter

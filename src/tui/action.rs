@@ -28,6 +28,12 @@ pub enum Action {
         pane: usize,
         lines: isize,
     },
+    /// Scroll pane `pane`'s code blocks `cells` sideways: left when negative (the mouse's
+    /// sideways wheel, or shift with the wheel where the terminal sends that).
+    ScrollCode {
+        pane: usize,
+        cells: isize,
+    },
     /// Bracketed paste into the focused input.
     Paste(String),
     Resize,

@@ -31,6 +31,8 @@ const NOTICE_TICKS: u64 = 5 * TICKS_PER_S;
 const QUIT_ARM_TICKS: u64 = 2 * TICKS_PER_S;
 /// A conversation past this share of the context window (percent) is warned about.
 pub const CONTEXT_WARN_PERCENT: usize = 80;
+/// Cells one press of code_left / code_right scrolls code blocks sideways.
+const CODE_STEP: isize = 8;
 /// Memory samples kept for the inspector's sparkline.
 pub const MEMORY_HISTORY: usize = 240;
 
@@ -273,6 +275,7 @@ impl App {
             Action::Command(c) => self.command(c, &mut fx),
             Action::Key(k) => self.key(k, &mut fx),
             Action::Scroll { pane, lines } => self.scroll(pane, lines),
+            Action::ScrollCode { pane, cells } => self.scroll_code(pane, cells),
             Action::Paste(text) => self.paste(&text),
             Action::Resize => {}
             Action::Tick => self.on_tick(),
@@ -446,6 +449,8 @@ impl App {
                 self.scroll(self.focus, page);
             }
             Command::ScrollBottom => self.focused_mut().scroll_top = None,
+            Command::CodeLeft => self.scroll_code(self.focus, -CODE_STEP),
+            Command::CodeRight => self.scroll_code(self.focus, CODE_STEP),
             Command::HistoryPrev => self.recall(-1),
             Command::HistoryNext => self.recall(1),
             Command::Profiles => {
@@ -589,6 +594,14 @@ impl App {
         } else {
             pane.scroll_top.map(|top| top + step).filter(|top| *top < max)
         };
+    }
+
+    /// Scroll pane `index`'s code blocks `cells` sideways (left when negative), as far as its
+    /// widest code line needs.
+    fn scroll_code(&mut self, index: usize, cells: isize) {
+        let Some(pane) = self.panes.get_mut(index) else { return };
+        let max = pane.max_code_scroll.get();
+        pane.code_scroll = pane.code_scroll.min(max).saturating_add_signed(cells).min(max);
     }
 
     fn add_pane(&mut self) {

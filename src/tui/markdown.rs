@@ -3,7 +3,8 @@
 //! rules, *emphasis*, **strong**, ~~strike~~, inline `code`, links as their text with the address
 //! dimmed after it, tables as aligned columns (cells cut with `…` when the pane is narrow), and
 //! fenced code blocks framed, highlighted by syntect (the colours come from the theme's `code_*`
-//! keys) and never wrapped: a code line longer than the pane is cut at its edge with `…`.
+//! keys) and never wrapped: code lines are kept whole ([`Rendered`]) and cut where a pane draws
+//! them, at its sideways scroll (`…` marks code past either edge).
 //!
 //! Chat models mean their line breaks, so the source is read line by line: each line outside a
 //! code block or table is parsed on its own (a paragraph's lines stay lines, and markdown that
@@ -26,6 +27,7 @@ use syntect::highlighting::{
 };
 use syntect::parsing::{ParseState, ScopeStack, SyntaxSet};
 
+use super::rendered::Rendered;
 use super::style::Styles;
 use super::wrap::{Wrapper, char_width, sanitize, width as text_width};
 
@@ -64,18 +66,18 @@ const TABLE_ROWS_AT_ONCE: usize = 200;
 /// highlighting of a minified kilobyte line can take long.
 const HIGHLIGHT_MAX_LINE: usize = 4096;
 
-/// Render `text` at `width` cells.
+/// Render `text` at `width` cells, code cut at the edge.
 pub fn render(text: &str, width: usize, styles: &Styles) -> Vec<Line<'static>> {
-    let mut out = Vec::new();
+    let mut out = Rendered::default();
     let mut state = BlockState::default();
     render_into(&mut state, text, width, styles, &mut out);
     finish(&mut state, width, styles, &mut out);
-    out
+    out.shown(width.max(4), 0)
 }
 
 /// Render `text` (one or more lines) continuing from `state`, appending to `out`. A table's lines
 /// stay in `state` until a line that is not part of it arrives, or [`finish`].
-pub fn render_into(state: &mut BlockState, text: &str, width: usize, styles: &Styles, out: &mut Vec<Line<'static>>) {
+pub fn render_into(state: &mut BlockState, text: &str, width: usize, styles: &Styles, out: &mut Rendered) {
     let text = sanitize(text);
     let width = width.max(4);
     for line in text.split('\n') {
@@ -84,7 +86,7 @@ pub fn render_into(state: &mut BlockState, text: &str, width: usize, styles: &St
 }
 
 /// Draw what `state` still holds (a table at the end of the text so far).
-pub fn finish(state: &mut BlockState, width: usize, styles: &Styles, out: &mut Vec<Line<'static>>) {
+pub fn finish(state: &mut BlockState, width: usize, styles: &Styles, out: &mut Rendered) {
     flush(state, width.max(4), styles, out);
 }
 
@@ -102,14 +104,14 @@ pub fn prewarm() {
     });
 }
 
-fn render_line(state: &mut BlockState, line: &str, width: usize, styles: &Styles, out: &mut Vec<Line<'static>>) {
+fn render_line(state: &mut BlockState, line: &str, width: usize, styles: &Styles, out: &mut Rendered) {
     if let Some(fence) = &mut state.fence {
         let t = line.trim();
         if t.len() >= fence.len && t.chars().all(|c| c == fence.marker) {
             out.push(frame_line("╰", "", width, styles));
             state.fence = None;
         } else {
-            code_line(fence, line, width, styles, out);
+            code_line(fence, line, styles, out);
         }
         return;
     }
@@ -191,7 +193,7 @@ fn frame_line(corner: &str, label: &str, width: usize, styles: &Styles) -> Line<
     Line::from(cut(vec![Span::styled(s, styles.code_frame)], width, styles.code_frame))
 }
 
-fn code_line(fence: &mut Fence, line: &str, width: usize, styles: &Styles, out: &mut Vec<Line<'static>>) {
+fn code_line(fence: &mut Fence, line: &str, styles: &Styles, out: &mut Rendered) {
     let mut spans = vec![Span::styled("│ ".to_owned(), styles.code_frame)];
     match fence.highlight.as_mut().and_then(|h| h.line(line, styles)) {
         Some(pieces) => spans.extend(pieces),
@@ -200,11 +202,11 @@ fn code_line(fence: &mut Fence, line: &str, width: usize, styles: &Styles, out: 
             spans.push(Span::styled(line.to_owned(), styles.code));
         }
     }
-    out.push(Line::from(cut(spans, width, styles.code_frame)));
+    out.push_code(Line::from(spans));
 }
 
 /// `spans` cut to `width` cells: when they are wider, the last cell shows `…` (in `marker`).
-fn cut(spans: Vec<Span<'static>>, width: usize, marker: Style) -> Vec<Span<'static>> {
+pub(super) fn cut(spans: Vec<Span<'static>>, width: usize, marker: Style) -> Vec<Span<'static>> {
     if spans.iter().map(Span::width).sum::<usize>() <= width {
         return spans;
     }
@@ -333,7 +335,7 @@ fn options() -> Options {
 }
 
 /// One line outside code blocks and tables, parsed on its own.
-fn block_line(line: &str, width: usize, styles: &Styles, out: &mut Vec<Line<'static>>) {
+fn block_line(line: &str, width: usize, styles: &Styles, out: &mut Rendered) {
     let trimmed = line.trim_start();
     if trimmed.is_empty() {
         out.push(Line::default());
@@ -489,7 +491,7 @@ impl<'s> Inline<'s> {
 // ---------------------------------------------------------------- tables
 
 /// Draw the pending lines: a table when pulldown-cmark reads them as one, else line by line.
-fn flush(state: &mut BlockState, width: usize, styles: &Styles, out: &mut Vec<Line<'static>>) {
+fn flush(state: &mut BlockState, width: usize, styles: &Styles, out: &mut Rendered) {
     if state.pending.is_empty() {
         return;
     }
@@ -505,7 +507,7 @@ fn flush(state: &mut BlockState, width: usize, styles: &Styles, out: &mut Vec<Li
 
 /// Draw `text` as a table if it is one: columns padded to their widest cell (aligned as the
 /// delimiter row says), narrowed to fit the pane by cutting the widest cells.
-fn table(text: &str, with_head: bool, width: usize, styles: &Styles, out: &mut Vec<Line<'static>>) -> bool {
+fn table(text: &str, with_head: bool, width: usize, styles: &Styles, out: &mut Rendered) -> bool {
     let mut events = TextMergeStream::new(Parser::new_ext(text, options()));
     let Some(Event::Start(Tag::Table(aligns))) = events.next() else { return false };
     let mut rows: Vec<Vec<Vec<Span<'static>>>> = Vec::new();
@@ -646,7 +648,7 @@ mod tests {
     /// copy of the state.
     fn streamed(text: &str, width: usize, styles: &Styles) -> Vec<Line<'static>> {
         let mut state = BlockState::default();
-        let mut out = Vec::new();
+        let mut out = Rendered::default();
         let stable = text.rfind('\n').map(|i| i + 1).unwrap_or(0);
         let mut done = 0;
         for (i, _) in text[..stable].match_indices('\n') {
@@ -656,7 +658,7 @@ mod tests {
         let mut tail_state = state.clone();
         render_into(&mut tail_state, &text[stable..], width, styles, &mut out);
         finish(&mut tail_state, width, styles, &mut out);
-        out
+        out.shown(width.max(4), 0)
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod keys;
 pub mod layout;
 pub mod markdown;
 pub mod pane;
+pub mod rendered;
 pub mod search;
 pub mod settings;
 pub mod style;

@@ -4,9 +4,8 @@
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
-use ratatui::text::Line;
-
 use super::input::InputLine;
+use super::rendered::Rendered;
 use crate::engine::request::{FinishReason, Stats};
 use crate::engine::telemetry::RowState;
 use crate::model::text::tokenizer::ChatMessage;
@@ -45,7 +44,7 @@ pub(crate) struct RenderCache {
     /// (width, style epoch) the lines were rendered for.
     pub key: (usize, u64),
     /// The user's message and the answer's complete lines.
-    pub lines: Vec<Line<'static>>,
+    pub lines: Rendered,
     /// How many of `lines` are the user's message.
     pub user_rows: usize,
     /// Bytes of the answer in `lines` (up to and including its last newline).
@@ -53,7 +52,7 @@ pub(crate) struct RenderCache {
     /// Markdown state after `stable_len` bytes.
     pub state: crate::tui::markdown::BlockState,
     /// The answer's last, unfinished line (and a table not yet ended).
-    pub tail: Vec<Line<'static>>,
+    pub tail: Rendered,
     /// Answer length `tail` was rendered for.
     pub tail_len: usize,
 }
@@ -107,6 +106,10 @@ pub struct Pane {
     pub(crate) page: Cell<usize>,
     /// Lines above the visible ones at the last render (the most `scroll` can be).
     pub(crate) max_scroll: Cell<usize>,
+    /// Cells the pane's code blocks are scrolled sideways (code is never wrapped).
+    pub code_scroll: usize,
+    /// The widest code line's overhang at the last render (the most `code_scroll` can be).
+    pub(crate) max_code_scroll: Cell<usize>,
     /// The first line shown at the last render (where a search leaves the view).
     pub(crate) shown_top: Cell<usize>,
     /// Matches of the search at the last render (what its keys move through).
@@ -129,6 +132,8 @@ impl Pane {
             settings: None,
             page: Cell::new(10),
             max_scroll: Cell::new(0),
+            code_scroll: 0,
+            max_code_scroll: Cell::new(0),
             shown_top: Cell::new(0),
             search_hits: Cell::new(0),
         }

@@ -23,6 +23,7 @@ const EDITING: &[(&str, &str)] = &[
 const MOUSE: &[(&str, &str)] = &[
     ("click", "focus the pane clicked"),
     ("wheel", "scroll the pane under the pointer (shift+drag selects text in most terminals)"),
+    ("sideways wheel", "scroll code blocks sideways in the pane under the pointer"),
 ];
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, scroll: usize) {

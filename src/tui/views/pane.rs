@@ -16,7 +16,7 @@ use crate::tui::pane::{Pane, RenderCache, Turn};
 use crate::tui::settings::summary;
 use crate::tui::style::{Styles, state_label};
 use crate::tui::wrap::{Wrapper, sanitize};
-use crate::tui::{markdown, search};
+use crate::tui::{markdown, rendered, search};
 
 /// Input rows shown at most (longer input scrolls inside the box).
 const MAX_INPUT_ROWS: usize = 4;
@@ -224,6 +224,10 @@ fn draw_body(
         .collect();
     let total: usize =
         blocks.iter().map(|(body, status)| body.lines.len() + body.tail.len() + status.len()).sum::<usize>() + last;
+    let widest_code = blocks.iter().map(|(body, _)| body.lines.widest_code().max(body.tail.widest_code())).max();
+    let max_code_scroll = rendered::max_offset(widest_code.unwrap_or(0), width);
+    pane.max_code_scroll.set(max_code_scroll);
+    let code_scroll = pane.code_scroll.min(max_code_scroll);
     let max_scroll = total.saturating_sub(height);
     pane.max_scroll.set(max_scroll);
     let mut start = pane.scroll_top.map_or(max_scroll, |top| top.min(max_scroll));
@@ -252,7 +256,7 @@ fn draw_body(
         let mut line_no = 0;
         for (i, (body, status)) in blocks.iter().enumerate() {
             line_no += usize::from(i > 0);
-            for line in body.lines.iter().chain(&body.tail).chain(status.iter()) {
+            for line in body.lines.lines().iter().chain(body.tail.lines()).chain(status.iter()) {
                 hits.extend(search::find(&search::line_text(line), query).into_iter().map(|(a, b)| (line_no, a, b)));
                 line_no += 1;
             }
@@ -273,7 +277,9 @@ fn draw_body(
     let mut line_no = 0;
     for (i, (body, status)) in blocks.iter().enumerate() {
         let separator = (i > 0).then(Line::default);
-        for line in separator.iter().chain(&body.lines).chain(&body.tail).chain(status.iter()) {
+        let plain = |line| (line, false);
+        let lines = separator.iter().map(plain).chain(body.lines.iter()).chain(body.tail.iter());
+        for (line, code) in lines.chain(status.iter().map(plain)) {
             if line_no >= start && visible.len() < height {
                 let mut line = line.clone();
                 if range.is_some_and(|(from, to)| (from..to).contains(&line_no)) {
@@ -290,6 +296,9 @@ fn draw_body(
                     .collect();
                 if !marks.is_empty() {
                     line = search::mark(&line, &marks);
+                }
+                if code {
+                    line = rendered::code_view(line, code_scroll, width);
                 }
                 visible.push(line);
             }
@@ -341,11 +350,11 @@ fn cached_lines<'t>(turn: &'t Turn, width: usize, styles: &Styles, epoch: u64) -
             let user_rows = user.len();
             *slot = Some(RenderCache {
                 key: (width, epoch),
-                lines: user,
+                lines: user.into(),
                 user_rows,
                 stable_len: 0,
                 state: Default::default(),
-                tail: Vec::new(),
+                tail: Default::default(),
                 tail_len: usize::MAX,
             });
         }
