@@ -611,6 +611,10 @@ fn the_sideways_wheel_scrolls_code_in_the_pane_under_the_pointer() {
     assert!(text.contains("│…xxxxxxxx"), "the right pane shows code hidden on its left:\n{text}");
     app.handle_mouse(mouse(MouseEventKind::ScrollLeft, column, row), area);
     assert_eq!(app.panes[1].code_scroll, max - step);
+    // A new conversation starts with its code at the left edge.
+    app.focus = 1;
+    app.update(Action::Command(Command::ClearPane));
+    assert_eq!(app.panes[1].code_scroll, 0);
 }
 
 /// Issue 40: a warning shown at start-up (a resumed session's profile that is gone) is not

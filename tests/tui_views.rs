@@ -483,6 +483,29 @@ fn code_blocks_scroll_sideways_in_a_narrow_pane() {
     assert_eq!(draw(&app, 40, 24).backend().to_string(), before);
 }
 
+/// Issue 40 (item 5): a search match inside code past the pane's edge is shown: the code is
+/// drawn from a little before it, marked as the current match, while the search is open; closed,
+/// the code goes back to where the pane had it.
+#[test]
+fn a_search_match_in_code_past_the_edge_is_scrolled_into_view() {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut app = markdown_app();
+    let before = draw(&app, 40, 24).backend().to_string();
+    assert!(!before.contains("narrow pane"), "{before}");
+    app.handle_key(KeyEvent::new(KeyCode::Char('f'), KeyModifiers::CONTROL));
+    for c in "narrow pane".chars() {
+        app.handle_key(plain_key(KeyCode::Char(c)));
+    }
+    let found = draw(&app, 40, 24);
+    let text = found.backend().to_string();
+    assert!(text.contains("find: narrow pane  1 of 1"), "{text}");
+    assert!(text.contains("│…") && text.contains("narrow pane"), "the match is on screen:\n{text}");
+    assert_eq!(style_at(&found, "narrow pane").bg, app.styles.selection.bg, "marked as the current match");
+    assert_eq!(app.panes[0].code_scroll, 0, "the pane's own offset is unchanged");
+    app.handle_key(plain_key(KeyCode::Esc));
+    assert_eq!(draw(&app, 40, 24).backend().to_string(), before);
+}
+
 /// Issue 40: a pane editing its last message says so on the rule above the input (what enter
 /// and esc do), with the message back in the box.
 #[test]

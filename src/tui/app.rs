@@ -820,6 +820,7 @@ impl App {
         pane.state = RowState::Idle;
         pane.row = None;
         pane.scroll_top = None;
+        pane.code_scroll = 0;
         fx.push(Effect::Record { pane: pane.id, record: Record::Clear });
     }
 

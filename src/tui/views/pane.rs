@@ -15,7 +15,7 @@ use crate::tui::app::{App, CONTEXT_WARN_PERCENT, EngineStatus, Overlay};
 use crate::tui::pane::{Pane, RenderCache, Turn};
 use crate::tui::settings::summary;
 use crate::tui::style::{Styles, state_label};
-use crate::tui::wrap::{Wrapper, sanitize};
+use crate::tui::wrap::{Wrapper, char_width, sanitize};
 use crate::tui::{markdown, rendered, search};
 
 /// Input rows shown at most (longer input scrolls inside the box).
@@ -250,25 +250,40 @@ fn draw_body(
             start = from.min(to.saturating_sub(height)).min(max_scroll);
         }
     }
-    // A search's matches, top to bottom: (line, from, to) in characters of the line.
+    // A search's matches, top to bottom: (line, from, to) in characters of the line, and in a
+    // code line, the cells of its code they cover.
     let mut hits = Vec::new();
     if let Some((query, _)) = search.filter(|(q, _)| !q.is_empty()) {
         let mut line_no = 0;
         for (i, (body, status)) in blocks.iter().enumerate() {
             line_no += usize::from(i > 0);
-            for line in body.lines.lines().iter().chain(body.tail.lines()).chain(status.iter()) {
-                hits.extend(search::find(&search::line_text(line), query).into_iter().map(|(a, b)| (line_no, a, b)));
+            let plain = |line| (line, false);
+            for (line, code) in body.lines.iter().chain(body.tail.iter()).chain(status.iter().map(plain)) {
+                let text = search::line_text(line);
+                hits.extend(search::find(&text, query).into_iter().map(|(a, b)| {
+                    let cells = code.then(|| (code_cells(&text, a), code_cells(&text, b)));
+                    (line_no, a, b, cells)
+                }));
                 line_no += 1;
             }
         }
     }
     pane.search_hits.set(hits.len());
     let current = search.and_then(|(_, back)| hits.len().checked_sub(1 + back % hits.len().max(1)));
-    if let Some(&(line, _, _)) = current.and_then(|k| hits.get(k))
-        && (line < start || line >= start + height)
-    {
-        // Into view, in the middle where it can be.
-        start = line.saturating_sub(height / 2).min(max_scroll);
+    let mut code_scroll = code_scroll;
+    if let Some(&(line, _, _, cells)) = current.and_then(|k| hits.get(k)) {
+        if line < start || line >= start + height {
+            // Into view, in the middle where it can be.
+            start = line.saturating_sub(height / 2).min(max_scroll);
+        }
+        // A match in code past either edge: the code shown from a little before it, for this
+        // frame (the pane's own offset is where the view goes back when the search closes).
+        let room = width.saturating_sub(rendered::GUTTER + 1).max(1);
+        if let Some((from, to)) = cells
+            && (from < code_scroll || to > code_scroll + room)
+        {
+            code_scroll = from.saturating_sub(room / 4).min(max_code_scroll);
+        }
     }
     pane.shown_top.set(start);
     // Lines below the view (the marker's count).
@@ -317,6 +332,12 @@ fn draw_body(
             frame.render_widget(Paragraph::new(marker).style(app.styles.accent), at);
         }
     }
+}
+
+/// Cells of a code line's code (after its gutter) before its `chars`-th character.
+fn code_cells(text: &str, chars: usize) -> usize {
+    let before: usize = text.chars().take(chars).map(char_width).sum();
+    before.saturating_sub(rendered::GUTTER)
 }
 
 /// A picked message's line: every span and the rest of the row in the selection style.
