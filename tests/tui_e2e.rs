@@ -247,6 +247,19 @@ fn a_pane_sends_its_follow_up_while_another_still_answers() {
     tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
 }
 
+/// A saved session `name` under `sessions`: pane 1 asked `question` and got `answer`.
+fn save_session(sessions: &Path, name: &str, question: &str, answer: &str) {
+    use cohort::engine::request::{FinishReason, Stats};
+    use cohort::tui::transcript::{Record, TranscriptWriter};
+    let mut writer = TranscriptWriter::new(sessions, name, "throughput", None);
+    let request = format!("{name}-p1-1");
+    let user = Record::User { request: request.clone(), text: question.into(), replaces: None };
+    let text = answer.to_owned();
+    let done = Record::Done { request, finish: FinishReason::Stop, text, error: None, stats: Stats::default() };
+    writer.append(1, &user).unwrap();
+    writer.append(1, &done).unwrap();
+}
+
 /// The pid of the cohort process keeping its files under `home`.
 fn cohort_pid(home: &Path) -> Option<u32> {
     let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_cohort")).ok()?;
@@ -505,8 +518,6 @@ fn the_inspector_drills_into_a_running_row() {
 /// appended to its transcript, and its name printed at exit.
 #[test]
 fn the_session_list_deletes_renames_and_opens_sessions() {
-    use cohort::engine::request::{FinishReason, Stats};
-    use cohort::tui::transcript::{Record, TranscriptWriter};
     let launched =
         launch(Launch { tag: "sessions", size: (120, 30), max_tokens: 12, env: "", args: "--panes 1", after: "" });
     let Some((home, tmux)) = launched else { return };
@@ -514,13 +525,7 @@ fn the_session_list_deletes_renames_and_opens_sessions() {
     let sessions = home.path().join("data").join("transcripts");
     for (name, question) in [("20250101-000000", "an old question about rivers"), ("20250102-000000", "to be deleted")]
     {
-        let mut writer = TranscriptWriter::new(&sessions, name, "throughput", None);
-        let request = format!("{name}-p1-1");
-        let user = Record::User { request: request.clone(), text: question.into(), replaces: None };
-        let text = "the Danube".to_owned();
-        let done = Record::Done { request, finish: FinishReason::Stop, text, error: None, stats: Stats::default() };
-        writer.append(1, &user).unwrap();
-        writer.append(1, &done).unwrap();
+        save_session(&sessions, name, question, "the Danube");
     }
     tmux.type_text("a new question");
     tmux.keys(&["Enter"]);
@@ -564,22 +569,13 @@ fn the_session_list_deletes_renames_and_opens_sessions() {
 /// answer is a saved session's, opened from the session list, so its text is known.
 #[test]
 fn code_blocks_scroll_sideways() {
-    use cohort::engine::request::{FinishReason, Stats};
-    use cohort::tui::transcript::{Record, TranscriptWriter};
     let launched =
         launch(Launch { tag: "code", size: (60, 20), max_tokens: 12, env: "", args: "--panes 1", after: "" });
     let Some((home, tmux)) = launched else { return };
     let slow = Duration::from_secs(60);
     let sessions = home.path().join("data").join("transcripts");
-    let mut writer = TranscriptWriter::new(&sessions, "20250101-000000", "throughput", None);
-    let request = "20250101-000000-p1-1".to_owned();
-    let user = Record::User { request: request.clone(), text: "show a long line".into(), replaces: None };
-    let text = "Here it is:\n```rust\nlet s = \"0123456789 this line runs well past the edge of a narrow pane TAIL-MARK\";\n```\nDone."
-        .to_owned();
-    writer.append(1, &user).unwrap();
-    writer
-        .append(1, &Record::Done { request, finish: FinishReason::Stop, text, error: None, stats: Stats::default() })
-        .unwrap();
+    let answer = "Here it is:\n```rust\nlet s = \"0123456789 this line runs well past the edge of a narrow pane TAIL-MARK\";\n```\nDone.";
+    save_session(&sessions, "20250101-000000", "show a long line", answer);
     tmux.keys(&["M-o"]);
     tmux.wait_for("the session list", slow, |s| s.contains("sessions 1 saved") && s.contains("20250101-000000"));
     tmux.keys(&["Enter"]);

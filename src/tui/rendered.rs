@@ -11,7 +11,7 @@ use super::wrap::char_width;
 /// Cells before a code line's code: its gutter span, `│ `.
 pub const GUTTER: usize = 2;
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Rendered {
     lines: Vec<Line<'static>>,
     /// Which of `lines` are code lines (ascending indices).
@@ -34,10 +34,6 @@ impl Rendered {
         self.widest_code = self.widest_code.max(line.width().saturating_sub(GUTTER));
         self.code.push(self.lines.len());
         self.lines.push(line);
-    }
-
-    pub fn lines(&self) -> &[Line<'static>] {
-        &self.lines
     }
 
     pub fn len(&self) -> usize {

@@ -257,8 +257,7 @@ fn draw_body(
         let mut line_no = 0;
         for (i, (body, status)) in blocks.iter().enumerate() {
             line_no += usize::from(i > 0);
-            let plain = |line| (line, false);
-            for (line, code) in body.lines.iter().chain(body.tail.iter()).chain(status.iter().map(plain)) {
+            for (line, code) in turn_lines(body, status) {
                 let text = search::line_text(line);
                 hits.extend(search::find(&text, query).into_iter().map(|(a, b)| {
                     let cells = code.then(|| (code_cells(&text, a), code_cells(&text, b)));
@@ -292,9 +291,7 @@ fn draw_body(
     let mut line_no = 0;
     for (i, (body, status)) in blocks.iter().enumerate() {
         let separator = (i > 0).then(Line::default);
-        let plain = |line| (line, false);
-        let lines = separator.iter().map(plain).chain(body.lines.iter()).chain(body.tail.iter());
-        for (line, code) in lines.chain(status.iter().map(plain)) {
+        for (line, code) in separator.iter().map(|line| (line, false)).chain(turn_lines(body, status)) {
             if line_no >= start && visible.len() < height {
                 let mut line = line.clone();
                 if range.is_some_and(|(from, to)| (from..to).contains(&line_no)) {
@@ -332,6 +329,15 @@ fn draw_body(
             frame.render_widget(Paragraph::new(marker).style(app.styles.accent), at);
         }
     }
+}
+
+/// A turn's lines as the view lists them (its complete lines, the unfinished tail, then its
+/// status lines), each with whether it is a code line.
+fn turn_lines<'a>(
+    body: &'a RenderCache,
+    status: &'a [Line<'static>],
+) -> impl Iterator<Item = (&'a Line<'static>, bool)> {
+    body.lines.iter().chain(body.tail.iter()).chain(status.iter().map(|line| (line, false)))
 }
 
 /// Cells of a code line's code (after its gutter) before its `chars`-th character.
