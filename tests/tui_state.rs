@@ -1383,3 +1383,24 @@ fn search_takes_the_keys_until_esc() {
     assert_eq!((app.overlay.as_ref(), app.panes[0].scroll_top), (None, Some(1)), "no match was shown: the view stays");
     assert_eq!(app.keymap.describe_keys(Command::Search), "ctrl+f");
 }
+
+/// alt+i right after a send, before the lane's first report of the new row has reached the
+/// TUI (telemetry is polled a few times a second), drills into that request anyway and fills in
+/// once the report comes; it used to say "no row to inspect yet" although the pane was decoding.
+#[test]
+fn a_row_can_be_drilled_into_before_its_first_report() {
+    let mut app = fixture::app(2, "dark");
+    type_text(&mut app, "hello");
+    app.handle_key(key(KeyCode::Enter));
+    let id = request_id(&app, 0);
+    assert!(app.telemetry.rows.is_empty());
+    app.handle_key(alt(KeyCode::Char('i')));
+    assert_eq!(app.overlay, Some(Overlay::Row { id: id.clone(), opened: true }), "{:?}", app.notice);
+    assert!(app.row_seen.is_none());
+    let mut report = fixture::telemetry(&app);
+    let mut row = fixture::mixed(1, "dark").telemetry.rows.remove(0);
+    row.id = id.clone();
+    report.rows = vec![row];
+    app.update(Action::Telemetry(Box::new(report)));
+    assert_eq!(app.row_seen.as_ref().map(|r| r.id.as_str()), Some(id.as_str()), "the report fills it in");
+}

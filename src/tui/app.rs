@@ -1339,11 +1339,20 @@ impl App {
     fn inspect_row(&mut self) {
         let rows = &self.telemetry.rows;
         let pane = self.focused();
-        let mine = [pane.in_flight.as_ref().map(|f| f.id.as_str()), pane.turns.last().map(|t| t.request_id.as_str())];
-        let row = mine.iter().flatten().find_map(|id| rows.iter().find(|r| r.id == *id)).or(rows.first());
-        let Some(row) = row.cloned() else {
-            let send = self.keymap.describe_keys(Command::Send);
-            return self.notify(format!("no row to inspect yet: the lane has had no request ({send} sends one)"), true);
+        let flight = pane.in_flight.as_ref().map(|f| f.id.clone());
+        let mine = [flight.clone(), pane.turns.last().map(|t| t.request_id.clone())];
+        let row = mine.iter().flatten().find_map(|id| rows.iter().find(|r| r.id == *id)).or(rows.first()).cloned();
+        // A request just sent may not be in the last report yet (telemetry is polled a few times a
+        // second): drill into it all the same; the next report fills the view in.
+        let id = match (&row, flight) {
+            (Some(row), _) if mine.iter().flatten().any(|id| *id == row.id) => row.id.clone(),
+            (_, Some(flight)) => flight,
+            (Some(row), None) => row.id.clone(),
+            (None, None) => {
+                let send = self.keymap.describe_keys(Command::Send);
+                let text = format!("no row to inspect yet: the lane has had no request ({send} sends one)");
+                return self.notify(text, true);
+            }
         };
         let opened = self.inspector.is_none();
         if opened {
@@ -1351,8 +1360,8 @@ impl App {
         }
         // The bottom bar shows the drill-down's keys.
         self.notice = None;
-        self.overlay = Some(Overlay::Row { id: row.id.clone(), opened });
-        self.row_seen = Some(row);
+        self.row_seen = row.filter(|r| r.id == id);
+        self.overlay = Some(Overlay::Row { id, opened });
     }
 
     fn on_telemetry(&mut self, telemetry: Telemetry) {

@@ -46,7 +46,12 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, id: &str) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let Some(row) = row else {
-        let text = " this row is no longer in the lane (esc goes back)";
+        let sent = app.panes.iter().any(|p| p.in_flight.as_ref().is_some_and(|f| f.id == id));
+        let text = if sent {
+            " waiting for the lane's first report of this request (esc goes back)"
+        } else {
+            " this row is no longer in the lane (esc goes back)"
+        };
         return frame.render_widget(Paragraph::new(Span::styled(text, s.muted)), inner);
     };
     let figures = figures(app, row, pane);
