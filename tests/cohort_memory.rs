@@ -95,6 +95,7 @@ fn a_lane_that_reports_itself_idle_has_already_let_go_of_its_rows() {
         batched: cohort::model::routes::BlockRoute::Batched,
         width: WidthPolicy::Packed,
         family: "test".into(),
+        packed_prefill: false,
     };
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
     let mut lane = Lane::new(&model, &tok, cfg).unwrap();

@@ -284,6 +284,9 @@ impl cohort::model::forward::LanguageModel for Unrunnable {
     ) -> anyhow::Result<mlx_rs::Array> {
         anyhow::bail!("the device was lost")
     }
+    fn head_logits(&self, _: &mlx_rs::Array) -> anyhow::Result<mlx_rs::Array> {
+        anyhow::bail!("the device was lost")
+    }
     fn has_mtp(&self) -> bool {
         false
     }

@@ -38,6 +38,7 @@ fn config(mode: GenerationMode, width: WidthPolicy) -> LaneConfig {
         batched: BlockRoute::Batched,
         width,
         family: "test".into(),
+        packed_prefill: false,
     }
 }
 
@@ -92,8 +93,18 @@ fn pool(prompts: &[Vec<u32>]) -> Vec<Request> {
 }
 
 fn solo(model: &dyn LanguageModel, tok: &TextTokenizer, r: &Request, mode: GenerationMode) -> Vec<u32> {
+    solo_in_chunks(model, tok, r, mode, CHUNK)
+}
+
+fn solo_in_chunks(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    r: &Request,
+    mode: GenerationMode,
+    chunk: usize,
+) -> Vec<u32> {
     let mut run = prepare(model, tok, r, CancelFlag::default()).unwrap();
-    run_solo(model, tok, &mut run, mode, CHUNK, &mut |_| {}).unwrap();
+    run_solo(model, tok, &mut run, mode, chunk, &mut |_| {}).unwrap();
     run.tokens
 }
 
@@ -206,14 +217,27 @@ fn randomized_over(
     width: WidthPolicy,
     scenarios: u64,
 ) -> usize {
-    let want: Vec<Vec<u32>> = pool.iter().map(|r| solo(model, tok, r, mode)).collect();
-    let cfg = config(mode, width);
+    randomized_in(model, tok, pool, &config(mode, width), scenarios).0
+}
+
+/// [`randomized_over`] with the lane configured as `cfg`; also the telemetry of the last
+/// scenario.
+fn randomized_in(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    pool: &[Request],
+    cfg: &LaneConfig,
+    scenarios: u64,
+) -> (usize, Vec<Telemetry>) {
+    let mode = cfg.mode;
+    let want: Vec<Vec<u32>> = pool.iter().map(|r| solo_in_chunks(model, tok, r, mode, cfg.chunk)).collect();
     let mut joined_late = 0;
+    let mut reports = Vec::new();
     for s in 0..scenarios {
         let mut rng = Rng::new(0xC0FFEE + s);
         let entries = random_entries(&mut rng, pool.len());
         let cap = 1 + (rng.next_u64() % 8) as usize;
-        let (seen, t) = run_scenario(model, tok, &cfg, pool, &entries, cap);
+        let (seen, t) = run_scenario(model, tok, cfg, pool, &entries, cap);
         for (i, (e, got)) in entries.iter().zip(&seen).enumerate() {
             let what = format!("scenario {s} (cap {cap}), request {i} ({})", pool[e.pool].id);
             assert_eq!(got.dones, 1, "{what}: {} results", got.dones);
@@ -238,8 +262,9 @@ fn randomized_over(
         }
         assert_eq!(t.active, 0, "scenario {s}: the lane ended with live rows");
         assert_eq!(t.width_now, 0);
+        reports.push(t);
     }
-    joined_late
+    (joined_late, reports)
 }
 
 #[test]
@@ -363,4 +388,43 @@ fn a_long_prompt_is_read_between_cycles() {
     let decoded = t.rows[0].tokens - tokens_before;
     assert!(decoded >= chunks - 1, "the running row decoded {decoded} tokens over {} cycles", chunks - 1);
     assert_eq!(progress, (0..chunks).map(|c| c * CHUNK).collect::<Vec<_>>(), "one chunk a cycle");
+}
+
+/// The default model on the CPU reads waiting prompts several rows to a block (the start-up check
+/// finds a packed read exact here): rows that arrive together, join a running lane or are
+/// cancelled while reading still equal their solo runs, and reads were packed.
+#[test]
+fn packed_prompt_reads_keep_every_row_equal_to_its_solo_run() {
+    let test = "packed_prompt_reads_keep_every_row_equal_to_its_solo_run";
+    let Some(dir) = smollm2_imported(test) else { return };
+    let head = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
+    std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
+    let model = cohort::model::load::load_with_policy(dir.path(), Dtype::Float32, WeightPolicy::Kernel).unwrap();
+    let tok = TextTokenizer::load(dir.path()).unwrap();
+    if model.prefill_block(0, 64).is_none() {
+        eprintln!("SKIPPED {test}: this backend reads prompt chunks as they are");
+        return;
+    }
+    assert!(cohort::engine::construction::packed_prompt_check(&*model).unwrap(), "the start-up check");
+    let mut rng = Rng::new(0x5EED);
+    let prompts: Vec<Vec<u32>> = [23usize, 40, 57, 12, 70]
+        .iter()
+        .map(|&n| (0..n).map(|_| 17 + (rng.next_u64() % 49_000) as u32).collect())
+        .collect();
+    let pool: Vec<Request> = prompts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| {
+            [(SamplerConfig::greedy(), 3), (SamplerConfig::default(), 6)]
+                .into_iter()
+                .map(move |(sampler, max)| request(&format!("p{i}m{max}"), p, max, sampler, 77 + i as u64))
+        })
+        .collect();
+    // Chunks of 32: the 40- to 70-token prompts are read over two or three boundaries, packed
+    // beside whatever else is reading then.
+    let cfg =
+        LaneConfig { chunk: 32, budget: 256, packed_prefill: true, ..config(GenerationMode::Mtp, WidthPolicy::Packed) };
+    let (_, reports) = randomized_in(&*model, &tok, &pool, &cfg, 6);
+    let packed: u64 = reports.iter().map(|t| t.packed_reads).sum();
+    assert!(packed > 0, "no prompt read was packed in any scenario");
 }

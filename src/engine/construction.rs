@@ -4,7 +4,7 @@
 //! separable, so any difference is reduction order; it must stay under a stated bound at every
 //! width or the route is refused.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use mlx_rs::{Array, Dtype};
 
 use super::cohort::FIXED_WIDTH;
@@ -126,4 +126,37 @@ pub fn check_batched(
         check.max_abs_diff, check.bound, widths
     );
     Ok(BatchedChoice { check: invariant, route: crate::model::routes::BlockRoute::Invariant, note: Some(note) })
+}
+
+/// Whether waiting prompts may be read several rows to a block: the model pads its chunks
+/// ([`LanguageModel::prefill_block`]) and, on synthetic prompts of three lengths, a packed read
+/// gives every row the bits of its hidden states and logits read alone. A machine whose BLAS
+/// behaves otherwise reads prompts one at a time, as exactly as before.
+pub fn packed_prompt_check(model: &dyn LanguageModel) -> Result<bool> {
+    let lens = [21usize, 38, 29];
+    if lens.iter().any(|&n| model.prefill_block(0, n).is_none()) {
+        return Ok(false);
+    }
+    let vocab = model.vocab_size() as u64;
+    let mut rng = Rng::new(0x9AC);
+    let prompts: Vec<Vec<u32>> =
+        lens.iter().map(|&n| (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect()).collect();
+    let mut rows: Vec<_> = prompts.iter().map(|_| model.new_row()).collect();
+    let parts: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    let packed = {
+        let mut refs: Vec<_> = rows.iter_mut().collect();
+        crate::model::prefill::read_chunks(model, &mut refs, &parts, &[true; 3])?
+    };
+    for (prompt, packed) in prompts.iter().zip(&packed) {
+        let lone = crate::model::forward::prefill_chunk(model, &mut model.new_row(), prompt, true)?;
+        let same = |a: &Array, b: &Array| -> Result<bool> {
+            let (a, b) = (host_f32(a)?, host_f32(b)?);
+            Ok(a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()))
+        };
+        let logits = |o: &crate::model::forward::ForwardOutput| o.logits.clone().context("a last chunk without logits");
+        if !same(&lone.hidden, &packed.hidden)? || !same(&logits(&lone)?, &logits(packed)?)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

@@ -24,9 +24,10 @@ use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Numerics, WidthPolicy};
 use super::solo::{GenerationMode, first_token, lone_cycle, prefill_mtp_history, route_id};
 use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry};
-use crate::model::forward::{LanguageModel, last_position, prefill_chunk};
+use crate::model::forward::{LanguageModel, last_position};
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots::{self, SlotHandle};
+use crate::model::prefill::read_chunks;
 use crate::model::routes::BlockRoute;
 use crate::model::text::tokenizer::TextTokenizer;
 
@@ -63,6 +64,9 @@ pub struct LaneConfig {
     pub width: WidthPolicy,
     /// Short family name for route ids.
     pub family: String,
+    /// Waiting prompts are read several rows to a block where the model pads their chunks and
+    /// the start-up check found a packed read exact ([`super::construction::packed_prompt_check`]).
+    pub packed_prefill: bool,
 }
 
 impl LaneConfig {
@@ -114,6 +118,8 @@ pub struct Lane<'m> {
     /// The seated set changed since the KV was last packed.
     repack: bool,
     cycles: u64,
+    /// Prompt reads of several rows in one block.
+    packed_reads: u64,
     /// Rows that took a seat while others decoded, and rows that left while others decoded on.
     joins: usize,
     leaves: usize,
@@ -137,6 +143,7 @@ impl<'m> Lane<'m> {
             slots: Vec::new(),
             repack: false,
             cycles: 0,
+            packed_reads: 0,
             joins: 0,
             leaves: 0,
             outbox: Vec::new(),
@@ -251,10 +258,12 @@ impl<'m> Lane<'m> {
     }
 
     /// Read waiting prompts, oldest first, chunk by chunk until the budget is spent (at least one
-    /// chunk, so a lone prompt always moves). A prompt read to its end draws its first token and
-    /// takes a seat.
+    /// chunk, so a lone prompt always moves); where the lane packs, the chunks of the readers at
+    /// the front are read together as one block. A prompt read to its end draws its first token
+    /// and takes a seat.
     fn read_prompts(&mut self) {
         let mut spent = 0;
+        let mut pack = self.cfg.packed_prefill;
         while spent == 0 || spent < self.cfg.budget {
             let Some(r) = self.readers.front_mut() else { break };
             if r.run.cancel.is_cancelled() {
@@ -264,37 +273,86 @@ impl<'m> Lane<'m> {
                 self.end(r.p, &mut r.run);
                 continue;
             }
+            let n = if pack { self.pack_len(self.cfg.budget.saturating_sub(spent)) } else { 1 };
+            let mut readers: Vec<Reader> = self.readers.drain(..n).collect();
+            let ends: Vec<usize> = readers.iter().map(|r| self.chunk_end(r)).collect();
             let t0 = Instant::now();
-            let total = r.run.prompt_ids.len();
-            let end = (r.next + self.cfg.chunk.max(1)).min(total);
-            let is_last = end == total;
             let model = self.model;
-            let out = crate::model::routes::batched(|| {
-                prefill_chunk(model, &mut r.row, &r.run.prompt_ids[r.next..end], is_last)
+            let outs = crate::model::routes::batched(|| {
+                let (mut rows, mut parts, mut last) = (Vec::new(), Vec::new(), Vec::new());
+                for (r, &end) in readers.iter_mut().zip(&ends) {
+                    parts.push(&r.run.prompt_ids[r.next..end]);
+                    last.push(end == r.run.prompt_ids.len());
+                    rows.push(&mut r.row);
+                }
+                read_chunks(model, &mut rows, &parts, &last)
             });
-            let out = match out {
-                Ok(out) => out,
+            let outs = match outs {
+                Ok(outs) => outs,
+                Err(e) if n > 1 => {
+                    // The rows' state is not trusted after a failed read: each reads its prompt
+                    // again from the start, alone, so one bad row cannot fail the others.
+                    tracing::warn!("a packed prompt read of {n} rows failed ({e:#}); reading them one at a time");
+                    for mut r in readers.into_iter().rev() {
+                        (r.row, r.next, r.tel.prefill_done) = (model.new_row(), 0, 0);
+                        r.hiddens.clear();
+                        self.readers.push_front(r);
+                    }
+                    pack = false;
+                    continue;
+                }
                 Err(e) => {
-                    let mut r = self.readers.pop_front().unwrap();
+                    let mut r = readers.pop().expect("one reader");
                     r.run.fail(format!("prefill failed: {e:#}"));
                     self.end(r.p, &mut r.run);
                     continue;
                 }
             };
-            spent += end - r.next;
-            r.next = end;
-            r.tel.prefill_done = end;
-            r.run.stats.prefill_s += t0.elapsed().as_secs_f64();
-            if self.cfg.mode == GenerationMode::Mtp {
-                r.hiddens.push(out.hidden.clone());
+            let elapsed = t0.elapsed().as_secs_f64();
+            self.packed_reads += u64::from(n > 1);
+            let mut reading = Vec::new();
+            for ((mut r, out), end) in readers.into_iter().zip(outs).zip(ends) {
+                spent += end - r.next;
+                r.next = end;
+                r.tel.prefill_done = end;
+                r.run.stats.prefill_s += elapsed;
+                if self.cfg.mode == GenerationMode::Mtp {
+                    r.hiddens.push(out.hidden.clone());
+                }
+                let total = r.run.prompt_ids.len();
+                if end < total {
+                    let _ = r.p.events.send(RowEvent::Prefill { id: r.run.id.clone(), done: end, total });
+                    reading.push(r);
+                } else {
+                    self.seat(r, out);
+                }
             }
-            if !is_last {
-                let _ = r.p.events.send(RowEvent::Prefill { id: r.run.id.clone(), done: end, total });
-                continue;
+            // Prompts with more to read keep their places at the front.
+            for r in reading.into_iter().rev() {
+                self.readers.push_front(r);
             }
-            let r = self.readers.pop_front().unwrap();
-            self.seat(r, out);
         }
+    }
+
+    /// Where a reader's next chunk ends.
+    fn chunk_end(&self, r: &Reader) -> usize {
+        (r.next + self.cfg.chunk.max(1)).min(r.run.prompt_ids.len())
+    }
+
+    /// How many readers from the front read their next chunks as one block: those whose chunks
+    /// the model pads, while the block (rows x the longest chunk's padded length) stays within
+    /// `room` positions; always at least the first.
+    fn pack_len(&self, room: usize) -> usize {
+        let (mut n, mut width) = (0, 0);
+        for r in &self.readers {
+            let block = self.model.prefill_block(r.row.len, self.chunk_end(r) - r.next);
+            let Some(block) = block.filter(|_| !r.run.cancel.is_cancelled()) else { break };
+            if n > 0 && width.max(block).saturating_mul(n + 1) > room {
+                break;
+            }
+            (n, width) = (n + 1, width.max(block));
+        }
+        n.max(1)
     }
 
     /// The prompt is read: write its MTP history, draw the first token, and seat the row (or
@@ -411,6 +469,7 @@ impl<'m> Lane<'m> {
         t.rejected_drafts += rej;
         t.last_route = route;
         t.lane_cycles = self.cycles;
+        t.packed_reads = self.packed_reads;
     }
 
     /// Every seated row that ended delivers its result now and frees its seat.

@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::cohort::{CohortConfig, FIXED_WIDTH, run_cohort};
-use super::construction::check_batched;
+use super::construction::{check_batched, packed_prompt_check};
 use super::lane::{Lane, LaneConfig, Pending};
 use super::loader::Loaded;
 use super::prepare::prepare;
@@ -159,6 +159,16 @@ pub fn run_owner(
     if setup.scheduler.admission == Admission::Continuous {
         // The lane starts before the engine reports ready: one that cannot start fails the
         // engine's start with the reason, rather than an engine that takes requests and fails each.
+        // Only a failure to run the check itself fails the start; a BLAS that keeps no row's
+        // bits in a packed block only means prompts are read one at a time.
+        let packed_prompts = match packed_prompt_check(loaded.model.as_ref()) {
+            Ok(packed) => packed,
+            Err(e) => {
+                let _ = ready.send(Err(e.context("the packed prompt read check failed to run")));
+                return;
+            }
+        };
+        tracing::info!(packed_prompts, "prompt reads: several rows to a block where the model pads its chunks");
         let cfg = LaneConfig {
             chunk: setup.scheduler.prefill_chunk.max(1),
             budget: setup.scheduler.prefill_budget,
@@ -167,6 +177,7 @@ pub fn run_owner(
             batched,
             width: setup.scheduler.width,
             family: loaded.family.clone(),
+            packed_prefill: packed_prompts,
         };
         let lane = match Lane::new(loaded.model.as_ref(), &loaded.tokenizer, cfg) {
             Ok(lane) => lane,

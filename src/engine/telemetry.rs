@@ -100,6 +100,8 @@ pub struct Telemetry {
     pub queued: Vec<String>,
     /// Decode cycles the continuous lane has run.
     pub lane_cycles: u64,
+    /// Prompt reads that took several rows' chunks in one block.
+    pub packed_reads: u64,
     /// Rows that joined a running lane / left it while others decoded on.
     pub joins: usize,
     pub leaves: usize,

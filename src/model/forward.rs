@@ -47,6 +47,17 @@ pub trait LanguageModel {
     /// follow them [B, T]; appends to each row's MTP history and returns logits [B, T, V].
     fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array>;
 
+    /// The model's head on final-norm hidden states [B, T, H]: logits [B, T, V].
+    fn head_logits(&self, hidden: &Array) -> Result<Array>;
+
+    /// How a prompt chunk of `tokens` positions, read at `offset`, is laid out: `Some(rows)` when
+    /// it is read as a block of `rows` positions (the chunk, then padding trimmed again) so that
+    /// several rows' chunks packed into one block give every row the bits it gets alone
+    /// ([`super::prefill::read_chunks`]); None when it is read as it is, and only alone.
+    fn prefill_block(&self, _offset: i32, _tokens: usize) -> Option<usize> {
+        None
+    }
+
     fn has_mtp(&self) -> bool;
     fn vocab_size(&self) -> i32;
     /// The context window (positions) the model was configured for.
@@ -119,15 +130,8 @@ pub fn prefill_chunk<M: LanguageModel + ?Sized>(
     part: &[u32],
     is_last: bool,
 ) -> Result<ForwardOutput> {
-    let tokens = Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
-    let out = model.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)?;
-    let mut to_eval: Vec<&Array> = row.arrays();
-    to_eval.push(&out.hidden);
-    if let Some(l) = &out.logits {
-        to_eval.push(l);
-    }
-    mlx_rs::transforms::eval(to_eval)?;
-    Ok(out)
+    let mut outs = super::prefill::read_chunks(model, &mut [row], &[part], &[is_last])?;
+    Ok(outs.pop().expect("one row read, one output"))
 }
 
 /// The last chunk's final position: its hidden state [1, 1, H] and its logits [1, 1, V].

@@ -22,6 +22,7 @@ pub mod forward;
 pub mod layers;
 pub mod load;
 pub mod ops;
+pub mod prefill;
 pub mod routes;
 pub mod switches;
 pub mod synth;

@@ -18,6 +18,7 @@ use crate::model::layers::linear::{Embedding, Linear};
 use crate::model::layers::mlp::Mlp;
 use crate::model::layers::norm::RmsNorm;
 use crate::model::routes::Routes;
+use crate::platform::backend::Backend;
 
 mod host;
 pub use host::{HOST_MAX_ROWS, blocks_served as host_blocks_served};
@@ -237,7 +238,13 @@ pub struct LlamaModel {
     host_mtp: bool,
     /// The routes in force when it was loaded.
     routes: Routes,
+    /// Prompt chunks read on MLX's products are padded to a multiple of [`PREFILL_ROWS`]
+    /// positions (MLX's CPU backend in float32, where OpenBLAS keeps a row's bits in such blocks).
+    pads_prefill: bool,
 }
+
+/// What a padded prompt chunk's positions are a multiple of.
+pub const PREFILL_ROWS: usize = 8;
 
 impl LlamaModel {
     /// Load from a model directory (config.json + safetensors, and `mtp.safetensors` beside
@@ -312,8 +319,10 @@ impl LlamaModel {
             None
         };
         let routes = crate::model::routes::current();
+        let pads_prefill = dtype == Dtype::Float32 && Backend::detect() == Backend::Cpu;
+        let (host_body, host_mtp) = (false, false);
         let mut model =
-            Self { cfg, embed, layers, norm, lm_head, mtp, dtype, host_body: false, host_mtp: false, routes };
+            Self { cfg, embed, layers, norm, lm_head, mtp, dtype, host_body, host_mtp, routes, pads_prefill };
         (model.host_body, model.host_mtp) = model.host_support();
         Ok(model)
     }
@@ -347,6 +356,18 @@ impl LanguageModel for LlamaModel {
     /// A fresh row: every layer is `LayerState::Attention`.
     fn new_row(&self) -> RowCache {
         RowCache::new(&self.layer_kinds())
+    }
+
+    fn head_logits(&self, hidden: &Array) -> Result<Array> {
+        self.head(hidden)
+    }
+
+    /// Chunks the host path reads (blocks of up to [`HOST_MAX_ROWS`]) are read as they are: its
+    /// kernels keep a row's bits whatever the block. Longer ones take MLX's products, padded.
+    fn prefill_block(&self, offset: i32, tokens: usize) -> Option<usize> {
+        let rows = tokens.next_multiple_of(PREFILL_ROWS);
+        let fits = (offset.max(0) as usize).saturating_add(rows) <= self.cfg.max_position_embeddings.max(0) as usize;
+        (self.pads_prefill && tokens > HOST_MAX_ROWS && fits).then_some(rows)
     }
 
     fn has_mtp(&self) -> bool {

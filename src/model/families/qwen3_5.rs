@@ -191,6 +191,10 @@ impl LanguageModel for Qwen35Model {
         RowCache::new(&self.layer_kinds())
     }
 
+    fn head_logits(&self, hidden: &Array) -> Result<Array> {
+        self.head(hidden)
+    }
+
     fn has_mtp(&self) -> bool {
         self.mtp.is_some()
     }

@@ -1,0 +1,81 @@
+//! Reading prompt chunks: one row's, or several rows' packed into one block.
+//!
+//! Where a model lays a chunk out as a padded block ([`LanguageModel::prefill_block`]), the chunk
+//! is read followed by padding positions, which are trimmed from the row's state again; every
+//! row's chunk of a packed read is padded to the longest one's block. On MLX's CPU backend with
+//! OpenBLAS a row of a product has the same bits in every block whose row count is a multiple of
+//! 8 (docs/journal/benchmarks-2026-lanes-and-serving.md), so a row read in a packed block gets
+//! exactly the state it gets read alone. The engine checks that at start-up before it packs.
+
+use anyhow::{Result, bail};
+use mlx_rs::Array;
+
+use super::forward::{ForwardOutput, LanguageModel, Logits};
+use super::layers::cache::RowCache;
+use super::ops::slice_axis;
+
+/// One chunk of each row's prompt (`parts[i]` for `rows[i]`) through the model, evaluated (so no
+/// graph outlives the read): each row's hidden states [1, len, H], and the logits of its chunk's
+/// last position [1, 1, V] where `last[i]`. Several rows need a model that pads their chunks
+/// ([`LanguageModel::prefill_block`]).
+pub fn read_chunks<M: LanguageModel + ?Sized>(
+    model: &M,
+    rows: &mut [&mut RowCache],
+    parts: &[&[u32]],
+    last: &[bool],
+) -> Result<Vec<ForwardOutput>> {
+    if rows.len() != parts.len() || rows.len() != last.len() || rows.is_empty() {
+        bail!("a prompt read needs one chunk and one flag per row ({} rows, {} chunks)", rows.len(), parts.len());
+    }
+    if let Some(empty) = parts.iter().position(|p| p.is_empty()) {
+        bail!("row {empty} of a prompt read has an empty chunk");
+    }
+    let blocks: Vec<Option<usize>> =
+        rows.iter().zip(parts).map(|(row, part)| model.prefill_block(row.len, part.len())).collect();
+    let width = match blocks.iter().copied().collect::<Option<Vec<usize>>>() {
+        Some(blocks) => blocks.into_iter().max().unwrap_or(0),
+        None if rows.len() == 1 => return Ok(vec![read_as_is(model, &mut *rows[0], parts[0], last[0])?]),
+        None => bail!("this model reads these chunks only one row at a time"),
+    };
+    let mut ids = vec![0i32; rows.len() * width];
+    for (i, part) in parts.iter().enumerate() {
+        for (slot, &id) in ids[i * width..].iter_mut().zip(part.iter()) {
+            *slot = id as i32;
+        }
+    }
+    let tokens = Array::from_slice(&ids, &[rows.len() as i32, width as i32]);
+    let out = model.forward(&tokens, rows, Logits::None, false)?;
+    for (row, part) in rows.iter_mut().zip(parts) {
+        row.trim_attention((width - part.len()) as i32)?;
+    }
+    let mut outs = Vec::with_capacity(rows.len());
+    for (i, (part, &is_last)) in parts.iter().zip(last).enumerate() {
+        let n = part.len() as i32;
+        let hidden = slice_axis(&slice_axis(&out.hidden, 0, i as i32, i as i32 + 1)?, 1, 0, n)?;
+        // The head on the last position alone, as a chunk read as it is computes it.
+        let logits = if is_last { Some(model.head_logits(&slice_axis(&hidden, 1, n - 1, n)?)?) } else { None };
+        outs.push(ForwardOutput { hidden, logits, captures: Vec::new() });
+    }
+    let mut to_eval: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
+    to_eval.extend(outs.iter().flat_map(|o| std::iter::once(&o.hidden).chain(o.logits.as_ref())));
+    mlx_rs::transforms::eval(to_eval)?;
+    Ok(outs)
+}
+
+/// A chunk read with no padding: logits of the last position only when `is_last`.
+fn read_as_is<M: LanguageModel + ?Sized>(
+    model: &M,
+    row: &mut RowCache,
+    part: &[u32],
+    is_last: bool,
+) -> Result<ForwardOutput> {
+    let tokens = Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
+    let out = model.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)?;
+    let mut to_eval: Vec<&Array> = row.arrays();
+    to_eval.push(&out.hidden);
+    if let Some(l) = &out.logits {
+        to_eval.push(l);
+    }
+    mlx_rs::transforms::eval(to_eval)?;
+    Ok(out)
+}
