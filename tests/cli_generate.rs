@@ -116,6 +116,39 @@ fn inspect_reports_the_weight_policy_auto_picks_here() {
     assert_eq!(json["weights_auto"], want, "a small quantized model");
 }
 
+/// The CPU backend's products run on OpenBLAS kernels that use the CPU's vector units: where
+/// OpenBLAS took a CPU with AVX2 or AVX-512 for one without AVX (a VM hiding the CPU's model made
+/// it pick its SSE3 "Prescott" kernels, 5x slower), cohort starts again with the kernels named;
+/// a choice the user made with OPENBLAS_CORETYPE stands. `cohort device` says which run.
+#[test]
+fn openblas_runs_kernels_that_use_the_cpus_vector_units() {
+    use cohort::platform::blas::{CpuFeatures, better_kernels};
+    let device = |coretype: Option<&str>| {
+        let mut c = cohort();
+        c.arg("device");
+        match coretype {
+            Some(v) => c.env("OPENBLAS_CORETYPE", v),
+            None => c.env_remove("OPENBLAS_CORETYPE"),
+        };
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = stdout.lines().find(|l| l.starts_with("BLAS")).map(str::to_owned);
+        (line, stdout)
+    };
+    let (line, stdout) = device(None);
+    let Some(line) = line else {
+        eprintln!("SKIPPED: the products do not go through OpenBLAS here:\n{stdout}");
+        return;
+    };
+    let kernels = line.split_whitespace().nth(2).unwrap_or_default().to_owned();
+    assert_eq!(better_kernels(&kernels, CpuFeatures::detect()), None, "{line}: kernels without AVX on this CPU");
+    // The test process links the same start-up code.
+    assert_eq!(cohort::platform::blas::kernels().as_deref(), Some(kernels.as_str()), "this test process");
+    let (chosen, stdout) = device(Some("Prescott"));
+    assert!(chosen.is_some_and(|l| l.contains("OpenBLAS Prescott kernels")), "the user's choice stands:\n{stdout}");
+}
+
 /// A float32 model computes in float32 unless TF32 is asked for: `main` turns MLX's TF32 default
 /// off before MLX first reads it (on MLX CUDA it moved float32 products by 2.5e-4 to 3e-4), and
 /// `cohort device` says which applies.

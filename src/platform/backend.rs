@@ -110,6 +110,8 @@ pub struct RuntimeReport {
     /// How MLX runs float32 matrix products: in full float32 (cohort's default: `main` sets
     /// `MLX_ENABLE_TF32=0` unless it is set), or as TF32 where the hardware has it.
     pub float32_matmuls: &'static str,
+    /// The kernels OpenBLAS runs the CPU backend's products with (None: not OpenBLAS).
+    pub blas_kernels: Option<String>,
     pub memory: MemoryStats,
 }
 
@@ -125,6 +127,7 @@ impl RuntimeReport {
                 Ok("0") => "full float32",
                 _ => "TF32 where the hardware has it (MLX_ENABLE_TF32)",
             },
+            blas_kernels: super::blas::kernels(),
             memory: MemoryStats::read(),
         }
     }
@@ -136,6 +139,9 @@ impl fmt::Display for RuntimeReport {
         writeln!(f, "MLX    {} ({} backend)", self.mlx_version, self.backend)?;
         writeln!(f, "device {}", self.device)?;
         writeln!(f, "float32 matmuls {}", self.float32_matmuls)?;
+        if let Some(kernels) = &self.blas_kernels {
+            writeln!(f, "BLAS   OpenBLAS {kernels} kernels")?;
+        }
         write!(
             f,
             "memory active {}, peak {}, cache {}",

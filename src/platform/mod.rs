@@ -3,6 +3,7 @@
 //! and the timing conventions every measurement uses. Imports nothing from the rest of cohort.
 
 pub mod backend;
+pub mod blas;
 pub mod logging;
 pub mod memory;
 pub mod paths;
