@@ -49,8 +49,13 @@ against `cohort serve` (TTFT measured over HTTP; decode tok/s = (tokens - 1) / (
 slower. The engine's own TTFT and decode rate for the served request (the usage chunk's `cohort`
 field) are beside them, so what HTTP adds can be told from what the engine did differently.
 
+Other cohort builds side by side (each a concurrent arm of its own, "cohort serve (LABEL)", with
+its ratio to `cohort serve`): --variant LABEL=PATH, repeated. An arm's server can be given
+environment variables: --env ARM=VAR=VALUE, repeated (e.g. the BLAS kernels a peer runs).
+
 usage (normally through scripts/peers/run.sh serve):
   serve_bench.py --model DIR --gguf FILE [--rounds 3] [--gen 128] [--clients 8] [--arms ...]
+                 [--variant LABEL=PATH ...] [--env ARM=VAR=VALUE ...]
   serve_bench.py render RECEIPT     rewrite the table beside a receipt
   serve_bench.py mlx-server [--keep-eos] -- ARGS   (internal: mlx_lm.server, EOS not a stop)
 """
@@ -271,7 +276,13 @@ class Server:
         return self.proc.returncode
 
 
+def concurrent(arm):
+    return arm in CONCURRENT or arm.startswith("cohort serve (")
+
+
 def server_cmd(ctx, arm, port):
+    if arm.startswith("cohort serve ("):
+        return [ctx.variants[arm], "serve", "--host", "127.0.0.1", "--port", str(port), "-m", ctx.model], "default"
     if arm.startswith("cohort serve"):
         return [ctx.cohort, "serve", "--host", "127.0.0.1", "--port", str(port), "-m", ctx.model], "default"
     if arm == "mlx_lm.server":
@@ -293,7 +304,8 @@ def with_server(ctx, arm, run):
     port = free_port()
     cmd, model = server_cmd(ctx, arm, port)
     log = os.path.join(ctx.out, f"r{ctx.round}-{arm.replace(' ', '_')}.log")
-    srv = Server(cmd, port, log, ready_timeout=ctx.timeout)
+    env = dict(os.environ, **ctx.envs.get(arm, {})) if arm in ctx.envs else None
+    srv = Server(cmd, port, log, env=env, ready_timeout=ctx.timeout)
     try:
         figures = run(port, model)
     finally:
@@ -409,7 +421,7 @@ def run_arm(ctx, arm):
     }
     load0, t0, busy0, own0 = os.getloadavg()[0], time.time(), bench.busy_cpu_s(), bench.own_cpu_s()
     try:
-        figures = runners[arm]()
+        figures = runners[arm]() if arm in runners else concurrent_arm(ctx, arm)
         figures["error"] = None
     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError, ValueError) as e:
         figures = {"error": str(e)[-3000:]}
@@ -431,7 +443,7 @@ def run_rounds(ctx, arms, rounds, log):
             runs.append(fig)
             with open(log, "a") as f:
                 f.write(json.dumps(fig) + "\n")
-            keys = METRICS if arm in CONCURRENT else OVERHEAD_METRICS
+            keys = METRICS if concurrent(arm) else OVERHEAD_METRICS
             say(f"round {r + 1} {arm}: " + (fig["error"] or ", ".join(
                 f"{k} {fig[k]:.3g}" for k, _, _ in keys if k in fig)))
     return runs
@@ -459,7 +471,7 @@ def summarize(runs, arms):
 def ratios(summary):
     out = {}
     c = summary.get("cohort serve")
-    for peer in ("mlx_lm.server", "llama-server"):
+    for peer in ["mlx_lm.server", "llama-server"] + [a for a in summary if a.startswith("cohort serve (")]:
         p = summary.get(peer)
         if c and p:
             out[f"cohort serve / {peer}"] = {k: c[k]["median"] / p[k]["median"] for k, _, _ in METRICS
@@ -484,7 +496,7 @@ def markdown(receipt):
         "| arm | " + " | ".join(t for _, t, _ in METRICS) + " | prompt tokens | other processes' CPU share |",
         "| --- |" + " --- |" * (len(METRICS) + 2),
     ]
-    for arm in [a for a in receipt["arms"] if a in CONCURRENT]:
+    for arm in [a for a in receipt["arms"] if concurrent(a)]:
         a = s[arm]
         fail = f" ({a['rounds_failed']} rounds failed)" if a["rounds_failed"] else ""
         ok = [r for r in receipt["runs"] if r["arm"] == arm and not r["error"]]
@@ -602,6 +614,12 @@ class Ctx:
         self.no_repack = has_amx()
         self.cohort, self.out, self.round = cohort, out, 0
         self.llama_server = os.path.join(args.peers, "llama.cpp/bin/llama-server")
+        self.variants = {f"cohort serve ({label})": os.path.abspath(path) for label, path in
+                         (v.split("=", 1) for v in args.variant)}
+        self.envs = {}
+        for spec in args.env:
+            arm, var, value = spec.split("=", 2)
+            self.envs.setdefault(arm, {})[var] = value
 
 
 def parse(argv):
@@ -628,6 +646,8 @@ def parse(argv):
                          "stock = the import as loaded (float16)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds for a server to get ready / a generate run")
     ap.add_argument("--out", help="output folder (default: .runtime/peers/serve-results/<time>)")
+    ap.add_argument("--variant", action="append", default=[], help="LABEL=PATH: another cohort build as an arm")
+    ap.add_argument("--env", action="append", default=[], help="ARM=VAR=VALUE: environment for an arm's server")
     return "bench", ap.parse_args(argv)
 
 
@@ -642,6 +662,9 @@ def main(argv):
         return 0
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     check(all(a in ARMS for a in arms), f"--arms: unknown arm in {arms}; known: {ARMS}")
+    check(all("=" in v for v in args.variant), "--variant takes LABEL=PATH")
+    check(all(e.count("=") >= 2 for e in args.env), "--env takes ARM=VAR=VALUE")
+    arms[1:1] = [f"cohort serve ({v.split('=', 1)[0]})" for v in args.variant]
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = os.path.abspath(args.out or os.path.join(args.peers, "serve-results", stamp))
     os.makedirs(out, exist_ok=True)
@@ -651,7 +674,7 @@ def main(argv):
     receipt = {
         "command": typed, "started": stamp, "machine": bench.machine(), "commit": bench.commit(args.root),
         "arms": arms,
-        "config": {"gen": args.gen, "clients": args.clients, "rounds": args.rounds, "threads": args.threads,
+        "config": {"variants": args.variant, "env": args.env, "gen": args.gen, "clients": args.clients, "rounds": args.rounds, "threads": args.threads,
                    "mlx_eos": args.mlx_eos, "mlx_weights": args.mlx_weights, "model": args.model, "gguf": args.gguf,
                    "gguf_sha256": bench.sha256(args.gguf),
                    "mlx_weights_sha256": bench.sha256(os.path.join(args.model, "model.safetensors")),
