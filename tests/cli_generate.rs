@@ -116,6 +116,19 @@ fn inspect_reports_the_weight_policy_auto_picks_here() {
     assert_eq!(json["weights_auto"], want, "a small quantized model");
 }
 
+/// What `cohort device` prints with `var` set to `value` (removed for None).
+fn device_report(var: &str, value: Option<&str>) -> String {
+    let mut c = cohort();
+    c.arg("device");
+    match value {
+        Some(v) => c.env(var, v),
+        None => c.env_remove(var),
+    };
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The CPU backend's products run on OpenBLAS kernels that use the CPU's vector units: where
 /// OpenBLAS took a CPU with AVX2 or AVX-512 for one without AVX (a VM hiding the CPU's model made
 /// it pick its SSE3 "Prescott" kernels, 5x slower), cohort starts again with the kernels named;
@@ -124,15 +137,7 @@ fn inspect_reports_the_weight_policy_auto_picks_here() {
 fn openblas_runs_kernels_that_use_the_cpus_vector_units() {
     use cohort::platform::blas::{CpuFeatures, better_kernels};
     let device = |coretype: Option<&str>| {
-        let mut c = cohort();
-        c.arg("device");
-        match coretype {
-            Some(v) => c.env("OPENBLAS_CORETYPE", v),
-            None => c.env_remove("OPENBLAS_CORETYPE"),
-        };
-        let out = c.output().unwrap();
-        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stdout = device_report("OPENBLAS_CORETYPE", coretype);
         let line = stdout.lines().find(|l| l.starts_with("BLAS")).map(str::to_owned);
         (line, stdout)
     };
@@ -154,17 +159,7 @@ fn openblas_runs_kernels_that_use_the_cpus_vector_units() {
 /// `cohort device` says which applies.
 #[test]
 fn float32_matmuls_stay_float32_unless_tf32_is_asked_for() {
-    let report = |tf32: Option<&str>| {
-        let mut c = cohort();
-        c.arg("device");
-        match tf32 {
-            Some(v) => c.env("MLX_ENABLE_TF32", v),
-            None => c.env_remove("MLX_ENABLE_TF32"),
-        };
-        let out = c.output().unwrap();
-        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let report = |tf32: Option<&str>| device_report("MLX_ENABLE_TF32", tf32);
     assert!(report(None).contains("float32 matmuls full float32"), "{}", report(None));
     assert!(report(Some("1")).contains("float32 matmuls TF32"), "{}", report(Some("1")));
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use cohort::model::forward::prefill_chunk;
+use cohort::model::forward::{LanguageModel, prefill_chunk};
 use cohort::model::layers::cache::{LayerState, RowCache};
 use cohort::model::layers::linear::WeightPolicy;
 use cohort::model::prefill::read_chunks;
@@ -39,15 +39,21 @@ fn prompt(len: usize, seed: u32) -> Vec<u32> {
     (0..len as u32).map(|i| (i * 7919 + seed * 104_729) % 49_000 + 17).collect()
 }
 
-#[test]
-fn a_packed_prompt_read_gives_every_row_its_lone_state() {
-    let test = "a_packed_prompt_read_gives_every_row_its_lone_state";
-    let Some(dir) = smollm2_imported(test) else { return };
+/// The default model as the CPU engine loads it; None (after saying `test` is skipped) where its
+/// GGUF is absent or this backend reads prompt chunks as they are.
+fn padding_model(test: &str) -> Option<(tempfile::TempDir, Box<dyn LanguageModel>)> {
+    let dir = smollm2_imported(test)?;
     let model = cohort::model::load::load_with_policy(dir.path(), Dtype::Float32, WeightPolicy::Kernel).unwrap();
     if model.prefill_block(0, 45).is_none() {
         eprintln!("SKIPPED {test}: this backend reads prompt chunks as they are (no packed reads)");
-        return;
+        return None;
     }
+    Some((dir, model))
+}
+
+#[test]
+fn a_packed_prompt_read_gives_every_row_its_lone_state() {
+    let Some((_dir, model)) = padding_model("a_packed_prompt_read_gives_every_row_its_lone_state") else { return };
     assert_eq!(model.prefill_block(0, 45), Some(48));
     assert_eq!(model.prefill_block(0, 16), None, "the host path's blocks are read as they are");
     // Eight prompts of different lengths (one a whole number of blocks), each read alone.
@@ -92,13 +98,7 @@ fn a_packed_prompt_read_gives_every_row_its_lone_state() {
 /// each gets the state of its own chunk-by-chunk read alone, and the next chunk goes on from it.
 #[test]
 fn rows_at_different_offsets_pack_and_read_on() {
-    let test = "rows_at_different_offsets_pack_and_read_on";
-    let Some(dir) = smollm2_imported(test) else { return };
-    let model = cohort::model::load::load_with_policy(dir.path(), Dtype::Float32, WeightPolicy::Kernel).unwrap();
-    if model.prefill_block(0, 45).is_none() {
-        eprintln!("SKIPPED {test}: this backend reads prompt chunks as they are (no packed reads)");
-        return;
-    }
+    let Some((_dir, model)) = padding_model("rows_at_different_offsets_pack_and_read_on") else { return };
     let (long, short) = (prompt(90, 3), prompt(27, 4));
     let mut lone_long = model.new_row();
     for (i, part) in long.chunks(30).enumerate() {
