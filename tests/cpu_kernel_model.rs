@@ -108,9 +108,7 @@ fn with_the_kernel_the_probe_finds_the_batched_verify_exact() {
 fn smollm2_on_the_kernel_matches_mlx_lm_and_verifies_exactly_on_the_batched_route() {
     let _turn = turn();
     let test = "smollm2_on_the_kernel_matches_mlx_lm_and_verifies_exactly_on_the_batched_route";
-    let Some(dir) = smollm2_imported(test) else { return };
-    let head = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
-    std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
+    let Some(dir) = smollm2_with_head(test) else { return };
     let model = load(dir.path(), WeightPolicy::Kernel);
     let r = refs("smollm2.json");
     for (name, p) in r["prompts"].as_object().unwrap() {

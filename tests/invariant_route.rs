@@ -70,9 +70,7 @@ fn the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16() {
     if !cuda_here("the invariant route") {
         return;
     }
-    let Some(dir) = smollm2_imported("the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16") else { return };
-    let head = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
-    std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
+    let Some(dir) = smollm2_with_head("the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16") else { return };
     let model = cohort::model::families::llama::LlamaModel::load(dir.path(), Dtype::Bfloat16).unwrap();
     let decision = probe::gate(&model, false).unwrap();
     assert!(decision.mtp_allowed, "{}", decision.summary);

@@ -396,9 +396,7 @@ fn a_long_prompt_is_read_between_cycles() {
 #[test]
 fn packed_prompt_reads_keep_every_row_equal_to_its_solo_run() {
     let test = "packed_prompt_reads_keep_every_row_equal_to_its_solo_run";
-    let Some(dir) = smollm2_imported(test) else { return };
-    let head = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
-    std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
+    let Some(dir) = smollm2_with_head(test) else { return };
     let model = cohort::model::load::load_with_policy(dir.path(), Dtype::Float32, WeightPolicy::Kernel).unwrap();
     let tok = TextTokenizer::load(dir.path()).unwrap();
     if model.prefill_block(0, 64).is_none() {

@@ -31,9 +31,7 @@ fn allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact()
     use cohort::engine::probe::{self, Verdict};
     use cohort::model::routes::BlockRoute;
     let test = "allowing_inexact_mtp_keeps_the_batched_route_even_where_row_by_row_is_exact";
-    let Some(dir) = smollm2_imported(test) else { return };
-    let head = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
-    std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
+    let Some(dir) = smollm2_with_head(test) else { return };
     let model = cohort::model::families::llama::LlamaModel::load(dir.path(), Dtype::Float32).unwrap();
     let exact = probe::gate(&model, false).unwrap();
     let fast = probe::gate(&model, true).unwrap();

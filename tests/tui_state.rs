@@ -16,6 +16,7 @@ use cohort::tui::fixture;
 use cohort::tui::input::InputLine;
 use cohort::tui::transcript::Record;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::layout::Rect;
 
 fn key(code: KeyCode) -> KeyEvent {
     KeyEvent::new(code, KeyModifiers::NONE)
@@ -522,9 +523,20 @@ fn mouse(kind: crossterm::event::MouseEventKind, column: u16, row: u16) -> cross
 
 /// Draw once (the panes learn their page size and how far they can scroll), as the loop does
 /// before any click can land.
-fn draw(app: &App, width: u16, height: u16) -> ratatui::layout::Rect {
+fn draw(app: &App, width: u16, height: u16) -> Rect {
     let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, height)).unwrap();
     terminal.draw(|frame| cohort::tui::views::draw(frame, app)).unwrap().area
+}
+
+/// Two panes, the second showing `answer` to `prompt` (ended with `finish`, or still streaming), the
+/// focus on the first: the app, its 80x24 frame and a point inside the second pane.
+fn over_the_second_pane(prompt: &str, answer: &str, finish: Option<FinishReason>) -> (App, Rect, (u16, u16)) {
+    let mut app = fixture::app(2, "dark");
+    fixture::play(&mut app, 1, prompt, answer, finish, Instant::now());
+    app.focus = 0;
+    let area = draw(&app, 80, 24);
+    let (_, second) = app.screen(area).panes[1];
+    (app, area, (second.x + 4, second.y + 4))
 }
 
 /// Issue 40: a click focuses the pane under the pointer; clicks on the bars, the inspector or
@@ -557,13 +569,8 @@ fn a_click_focuses_the_pane_under_the_pointer() {
 #[test]
 fn the_wheel_scrolls_the_pane_under_the_pointer() {
     use crossterm::event::MouseEventKind;
-    let mut app = fixture::app(2, "dark");
     let long: String = (1..=60).map(|i| format!("line {i}\n")).collect();
-    fixture::play(&mut app, 1, "many lines", &long, None, Instant::now());
-    app.focus = 0;
-    let area = draw(&app, 80, 24);
-    let (_, second) = app.screen(area).panes[1];
-    let (column, row) = (second.x + 4, second.y + 4);
+    let (mut app, area, (column, row)) = over_the_second_pane("many lines", &long, None);
     app.handle_mouse(mouse(MouseEventKind::ScrollUp, column, row), area);
     assert_eq!(app.focus, 0, "the wheel does not move the focus");
     assert_eq!(app.panes[0].scroll_top, None);
@@ -588,13 +595,8 @@ fn the_wheel_scrolls_the_pane_under_the_pointer() {
 #[test]
 fn the_sideways_wheel_scrolls_code_in_the_pane_under_the_pointer() {
     use crossterm::event::MouseEventKind;
-    let mut app = fixture::app(2, "dark");
     let code = format!("```\n{}\n```\n", "x".repeat(200));
-    fixture::play(&mut app, 1, "a long line", &code, Some(FinishReason::Stop), Instant::now());
-    app.focus = 0;
-    let area = draw(&app, 80, 24);
-    let (_, second) = app.screen(area).panes[1];
-    let (column, row) = (second.x + 4, second.y + 4);
+    let (mut app, area, (column, row)) = over_the_second_pane("a long line", &code, Some(FinishReason::Stop));
     app.handle_mouse(mouse(MouseEventKind::ScrollRight, column, row), area);
     assert_eq!(app.focus, 0, "the wheel does not move the focus");
     assert_eq!(app.panes[0].code_scroll, 0);

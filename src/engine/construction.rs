@@ -147,13 +147,13 @@ pub fn packed_prompt_check(model: &dyn LanguageModel) -> Result<bool> {
         let mut refs: Vec<_> = rows.iter_mut().collect();
         crate::model::prefill::read_chunks(model, &mut refs, &parts, &[true; 3])?
     };
+    let same = |a: &Array, b: &Array| -> Result<bool> {
+        let (a, b) = (host_f32(a)?, host_f32(b)?);
+        Ok(a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()))
+    };
+    let logits = |o: &crate::model::forward::ForwardOutput| o.logits.clone().context("a last chunk without logits");
     for (prompt, packed) in prompts.iter().zip(&packed) {
         let lone = crate::model::forward::prefill_chunk(model, &mut model.new_row(), prompt, true)?;
-        let same = |a: &Array, b: &Array| -> Result<bool> {
-            let (a, b) = (host_f32(a)?, host_f32(b)?);
-            Ok(a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()))
-        };
-        let logits = |o: &crate::model::forward::ForwardOutput| o.logits.clone().context("a last chunk without logits");
         if !same(&lone.hidden, &packed.hidden)? || !same(&logits(&lone)?, &logits(packed)?)? {
             return Ok(false);
         }

@@ -32,11 +32,26 @@ pub fn read_chunks<M: LanguageModel + ?Sized>(
     }
     let blocks: Vec<Option<usize>> =
         rows.iter().zip(parts).map(|(row, part)| model.prefill_block(row.len, part.len())).collect();
-    let width = match blocks.iter().copied().collect::<Option<Vec<usize>>>() {
-        Some(blocks) => blocks.into_iter().max().unwrap_or(0),
-        None if rows.len() == 1 => return Ok(vec![read_as_is(model, &mut *rows[0], parts[0], last[0])?]),
+    let outs = match blocks.iter().copied().collect::<Option<Vec<usize>>>() {
+        Some(blocks) => read_padded(model, rows, parts, last, blocks.into_iter().max().unwrap_or(0))?,
+        None if rows.len() == 1 => vec![read_as_is(model, &mut *rows[0], parts[0], last[0])?],
         None => bail!("this model reads these chunks only one row at a time"),
     };
+    let mut to_eval: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
+    to_eval.extend(outs.iter().flat_map(|o| std::iter::once(&o.hidden).chain(o.logits.as_ref())));
+    mlx_rs::transforms::eval(to_eval)?;
+    Ok(outs)
+}
+
+/// The rows' chunks as one block of `width` positions a row, the padding trimmed from each row
+/// again (not evaluated).
+fn read_padded<M: LanguageModel + ?Sized>(
+    model: &M,
+    rows: &mut [&mut RowCache],
+    parts: &[&[u32]],
+    last: &[bool],
+    width: usize,
+) -> Result<Vec<ForwardOutput>> {
     let mut ids = vec![0i32; rows.len() * width];
     for (i, part) in parts.iter().enumerate() {
         for (slot, &id) in ids[i * width..].iter_mut().zip(part.iter()) {
@@ -56,13 +71,10 @@ pub fn read_chunks<M: LanguageModel + ?Sized>(
         let logits = if is_last { Some(model.head_logits(&slice_axis(&hidden, 1, n - 1, n)?)?) } else { None };
         outs.push(ForwardOutput { hidden, logits, captures: Vec::new() });
     }
-    let mut to_eval: Vec<&Array> = rows.iter().flat_map(|r| r.arrays()).collect();
-    to_eval.extend(outs.iter().flat_map(|o| std::iter::once(&o.hidden).chain(o.logits.as_ref())));
-    mlx_rs::transforms::eval(to_eval)?;
     Ok(outs)
 }
 
-/// A chunk read with no padding: logits of the last position only when `is_last`.
+/// A chunk read with no padding: logits of the last position only when `is_last` (not evaluated).
 fn read_as_is<M: LanguageModel + ?Sized>(
     model: &M,
     row: &mut RowCache,
@@ -70,12 +82,5 @@ fn read_as_is<M: LanguageModel + ?Sized>(
     is_last: bool,
 ) -> Result<ForwardOutput> {
     let tokens = Array::from_slice(&part.iter().map(|&x| x as i32).collect::<Vec<_>>(), &[1, part.len() as i32]);
-    let out = model.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)?;
-    let mut to_eval: Vec<&Array> = row.arrays();
-    to_eval.push(&out.hidden);
-    if let Some(l) = &out.logits {
-        to_eval.push(l);
-    }
-    mlx_rs::transforms::eval(to_eval)?;
-    Ok(out)
+    model.forward(&tokens, &mut [row], if is_last { Logits::Last } else { Logits::None }, false)
 }

@@ -91,6 +91,14 @@ pub fn smollm2_imported(test: &str) -> Option<tempfile::TempDir> {
     Some(dir)
 }
 
+/// [`smollm2_imported`] with the shipped MTP head beside it, as setup installs the default model.
+pub fn smollm2_with_head(test: &str) -> Option<tempfile::TempDir> {
+    let dir = smollm2_imported(test)?;
+    let head = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
+    std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
+    Some(dir)
+}
+
 pub fn reference(name: &str) -> Value {
     let path = fixture("references").join(format!("{name}.json"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()

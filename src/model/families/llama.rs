@@ -320,9 +320,19 @@ impl LlamaModel {
         };
         let routes = crate::model::routes::current();
         let pads_prefill = dtype == Dtype::Float32 && Backend::detect() == Backend::Cpu;
-        let (host_body, host_mtp) = (false, false);
-        let mut model =
-            Self { cfg, embed, layers, norm, lm_head, mtp, dtype, host_body, host_mtp, routes, pads_prefill };
+        let mut model = Self {
+            cfg,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            mtp,
+            dtype,
+            host_body: false,
+            host_mtp: false,
+            routes,
+            pads_prefill,
+        };
         (model.host_body, model.host_mtp) = model.host_support();
         Ok(model)
     }
