@@ -854,3 +854,30 @@ fn inspector_queue_panel_lists_the_queue() {
     app.inspector = Some(InspectorPanel::Queue);
     insta::assert_snapshot!(draw(&app, 120, 30).backend());
 }
+
+/// Issue 40: the rows panel with no row running says so truthfully, whatever the profile (before:
+/// "no cohort yet: send to several panes at once", wrong under the latency profile, which runs
+/// one row at a time); with one running row (a single-pane run, as the latency profile has), it
+/// lists that row, and the hint is gone.
+#[test]
+fn inspector_rows_panel_idle_and_with_one_running_row() {
+    let mut app = fixture::app(2, "dark");
+    app.settings.profile = "latency".into();
+    app.settings.preset = cohort::engine::scheduler::Preset::Latency;
+    app.inspector = Some(InspectorPanel::Rows);
+    let idle = draw(&app, 100, 14);
+    insta::assert_snapshot!("inspector_rows_panel_idle", idle.backend());
+    let text = idle.backend().to_string();
+    assert!(text.contains("no row running: send a prompt"), "{text}");
+    assert!(!text.contains("no cohort yet"), "{text}");
+    fixture::play(&mut app, 0, "Count to ten", fixture::PARTIAL_ANSWER, None, std::time::Instant::now());
+    let mut t = fixture::telemetry(&app);
+    (t.active, t.last_real_width, t.cohorts, t.solo_runs) = (1, 1, 0, 1);
+    app.update(Action::Telemetry(Box::new(t)));
+    app.notice = None;
+    let running = draw(&app, 100, 14);
+    insta::assert_snapshot!("inspector_rows_panel_with_one_running_row", running.backend());
+    let text = running.backend().to_string();
+    assert!(!text.contains("no row running"), "{text}");
+    assert_eq!(app.telemetry.rows.len(), 1);
+}

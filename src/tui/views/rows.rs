@@ -92,7 +92,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     }
     let mut lines = vec![Line::from(header)];
     if t.rows.is_empty() {
-        lines.push(Line::from(Span::styled(" no cohort yet: send to several panes at once", s.muted)));
+        // True under every profile: the latency profile runs one row at a time, never a cohort.
+        let hint = if t.queued.is_empty() { " no row running: send a prompt" } else { " no row running yet" };
+        lines.push(Line::from(Span::styled(hint, s.muted)));
     }
     for (i, row) in t.rows.iter().enumerate() {
         let mut spans: Vec<Span> = columns
