@@ -342,3 +342,54 @@ fn an_engine_whose_lane_cannot_start_fails_its_start() {
     };
     assert!(err.contains("could not start its lane") && err.contains("the device was lost"), "{err}");
 }
+
+/// Issue 40 (the stale inspector): on a one-row-at-a-time engine (the latency preset), while the
+/// first request decodes and two more wait, the telemetry the inspector draws is the current
+/// one: the decoding row is in `rows` (a single-pane run shows in the rows panel), the two
+/// waiting requests are `pending` and `queued`, the lane's cycle count grows between two looks,
+/// and the route is the running row's, one row wide (before: the previous cohort's route, `pending 0` while a
+/// pane was visibly queued, single-pane runs never in the rows panel).
+#[test]
+fn a_one_row_engine_reports_its_running_row_and_queue_while_it_decodes() {
+    use cohort::engine::telemetry::{RowState, Telemetry};
+    use std::time::{Duration, Instant};
+    let engine = engine_with(Preset::Latency, Numerics::Throughput);
+    let long = engine.submit(request(0, 160));
+    let waiting: Vec<Submission> = (1..3).map(|i| engine.submit(request(i, 2))).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // A look at the telemetry while q0 decodes with q1 and q2 behind it.
+    let look = || -> Telemetry {
+        loop {
+            let t = engine.snapshot();
+            // Decoding and past its first cycle (admitted, no cycle run yet, there is no route).
+            let decoding = t.rows.iter().any(|r| r.id == "q0" && r.state == RowState::Decoding && r.tokens > 0);
+            if decoding && t.pending == 2 {
+                return t;
+            }
+            assert!(Instant::now() < deadline, "q0 never seen decoding with two queued: {t:?}");
+            assert!(t.rows.iter().all(|r| r.id == "q0"), "another row ran before q0 ended: {:?}", t.rows);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let first = look();
+    assert_eq!(first.rows.len(), 1, "one row at a time: {:?}", first.rows);
+    assert_eq!(first.queued, vec!["q1".to_owned(), "q2".to_owned()], "{first:?}");
+    let one_row = |route: &str| route.contains("b1") || route.contains("d1");
+    assert!(one_row(&first.last_route), "not the running row's route: {first:?}");
+    let second = loop {
+        let t = look();
+        if t.lane_cycles > first.lane_cycles {
+            break t;
+        }
+    };
+    assert_eq!(second.queued.len(), 2, "{second:?}");
+    assert!(one_row(&second.last_route), "{second:?}");
+    let (r, _) = wait(&long);
+    assert_eq!(r.finish_reason, FinishReason::Length, "{:?}", r.error);
+    for sub in &waiting {
+        let (r, _) = wait(sub);
+        assert_eq!(r.finish_reason, FinishReason::Length, "{:?}", r.error);
+    }
+    let t = engine.snapshot();
+    assert_eq!((t.pending, t.active, t.queued.len()), (0, 0, 0), "{t:?}");
+}
