@@ -117,11 +117,11 @@ fn the_help_overlay_lists_the_bindings() {
     insta::assert_snapshot!(draw(&app, 100, 48).backend());
 }
 
-/// Issue 40: the help overlay ends with the mouse (click focuses, the wheel scrolls).
+/// Issue 40: the help overlay lists the mouse (click focuses, the wheel scrolls).
 #[test]
 fn the_help_overlay_lists_the_mouse() {
     let mut app = fixture::mixed(4, "dark");
-    app.overlay = Some(Overlay::Help { scroll: 1000 });
+    app.overlay = Some(Overlay::Help { scroll: 60 });
     let text = draw(&app, 100, 48).backend().to_string();
     assert!(text.contains("the mouse"), "{text}");
     assert!(text.contains("focus the pane clicked"), "{text}");
@@ -144,6 +144,54 @@ fn the_help_overlay_lists_every_command() {
         assert!(text.contains(&format!("│ │ {keys} ")), "{} ({keys}) missing from the help", command.name());
     }
     assert!(text.contains("branch: a new pane carries the focused pane's conversation"), "{text}");
+}
+
+/// Issue 40: the help overlay also lists the keys that work inside the lists and forms (they are
+/// not commands, so the keymap's list leaves them out): the message pickers, the row drill-down,
+/// the session list, the settings form, the profile picker, the search and the help itself.
+#[test]
+fn the_help_overlay_lists_the_keys_inside_lists_and_forms() {
+    let mut app = fixture::mixed(4, "dark");
+    app.overlay = Some(Overlay::Help { scroll: 1000 });
+    let end = draw(&app, 100, 48);
+    insta::assert_snapshot!(end.backend());
+    let mut text = String::new();
+    for scroll in (0..200).step_by(20) {
+        app.overlay = Some(Overlay::Help { scroll });
+        text.push_str(&draw(&app, 100, 48).backend().to_string());
+    }
+    for heading in [
+        "inside lists and forms",
+        "picking a message (select, branch)",
+        "a row drilled into",
+        "the session list",
+        "the settings form",
+        "the profile picker",
+        "searching",
+    ] {
+        assert!(text.contains(&format!("│ │ {heading}")), "{heading:?} missing:\n{text}");
+    }
+    for (keys, what) in [
+        ("enter / y / ctrl+y", "copy the message picked"),
+        ("enter / b / alt+b", "branch at the message picked"),
+        ("pageup / pagedown", "five messages up / down"),
+        ("up / down / k / j", "the row above / below"),
+        ("home / end / g / G", "the first / last row"),
+        ("esc / q / alt+i / f12", "back"),
+        ("r", "rename the session picked"),
+        ("d / delete", "delete the session picked"),
+        ("ctrl+g", "apply the form to every pane"),
+        ("ctrl+d", "put the profile's values back in the form"),
+        ("ctrl+s", "save the current settings as a profile"),
+        ("down", "the match below"),
+        ("enter / up / ctrl+f", "the match above"),
+    ] {
+        let found = text.lines().any(|l| {
+            let Some((_, l)) = l.split_once("│ │ ") else { return false };
+            l.starts_with(&format!("{keys} ")) && l[keys.len()..].trim_start().starts_with(what)
+        });
+        assert!(found, "{keys:?} → {what:?} missing:\n{text}");
+    }
 }
 
 #[test]
