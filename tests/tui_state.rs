@@ -281,15 +281,20 @@ fn a_profile_needing_a_new_engine_waits_for_idle_panes() {
     let mut app = fixture::app(2, "dark");
     let mut settings = fixture::settings(4);
     settings.model = Some("another-model".into());
-    let switch =
-        || ProfileSwitch { settings: settings.clone(), theme: Theme::builtin("light"), keymap: Keymap::default() };
+    let switch = || ProfileSwitch {
+        settings: settings.clone(),
+        theme: Theme::builtin("light"),
+        keymap: Keymap::default(),
+        spec: "another".into(),
+    };
     type_text(&mut app, "busy");
     app.handle_key(key(KeyCode::Enter));
-    assert!(app.update(Action::ProfileLoaded(Box::new(switch()))).is_empty());
+    assert!(app.update(Action::ProfileLoaded(Box::new(switch()))).is_empty(), "refused: not recorded either");
     assert_eq!(app.theme.name, "dark", "refused while generating");
     finish(&mut app, 0, FinishReason::Stop, "ok");
     let fx = app.update(Action::ProfileLoaded(Box::new(switch())));
-    assert!(matches!(&fx[..], [Effect::RestartEngine]));
+    // Recorded for `--resume` (issue 40: a profile switched in the app was not).
+    assert!(matches!(&fx[..], [Effect::RecordProfile { spec }, Effect::RestartEngine] if spec == "another"), "{fx:?}");
     assert_eq!((app.theme.name.as_str(), app.panes.len()), ("light", 4));
 }
 

@@ -143,7 +143,7 @@ fn temp_paths(root: &std::path::Path) -> cohort::platform::paths::Paths {
 
 /// Issue 40: a session records the profile it ran with, and `--resume` without `--profile`
 /// reopens with it; an explicit `--profile` wins; the newest header counts (a session resumed
-/// with another profile keeps that one).
+/// with another profile keeps that one), and a profile switched to in the app counts too.
 #[test]
 fn a_resumed_session_reopens_with_its_profile() {
     use cohort::tui::startup_profile;
@@ -169,8 +169,23 @@ fn a_resumed_session_reopens_with_its_profile() {
     let mut resumed = TranscriptWriter::new(&transcripts, &session, "latency", None);
     resumed.append(1, &user("b", "second")).unwrap();
     resumed.append(2, &user("c", "third")).unwrap();
-    drop(resumed);
     assert_eq!(session_profile(&transcripts.join(&session)).as_deref(), Some("latency"));
+
+    // Switched in the app (ctrl+p): recorded in the session's files, so the next resume uses it;
+    // the conversation reads back as before, and a pane opened afterwards names it in its header.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    resumed.record_profile("b1-exact").unwrap();
+    assert_eq!(session_profile(&transcripts.join(&session)).as_deref(), Some("b1-exact"));
+    let (_, _, panes) = load_session(&transcripts, &session).unwrap();
+    let asked: Vec<Vec<&str>> = panes.iter().map(|p| p.turns.iter().map(|t| t.user.as_str()).collect()).collect();
+    assert_eq!(asked, [vec!["first", "second"], vec!["third"]]);
+    resumed.append(3, &user("d", "fourth")).unwrap();
+    drop(resumed);
+    assert_eq!(session_profile(&transcripts.join(&session)).as_deref(), Some("b1-exact"));
+    let header = std::fs::read_to_string(transcripts.join(&session).join("pane-3.jsonl")).unwrap();
+    assert!(header.lines().next().unwrap().contains(r#""profile":"b1-exact""#), "{header}");
+    let (loaded, spec, notice) = startup_profile(None, Some("b1-exact"), &paths).unwrap();
+    assert_eq!((loaded.name.as_str(), spec.as_str(), notice), ("b1-exact", "b1-exact", None), "resume reopens with it");
 }
 
 /// A profile file given by path is recorded by its absolute path, so a resume from another

@@ -118,6 +118,11 @@ pub enum Effect {
         name: String,
         profile: Box<Profile>,
     },
+    /// Record in the session's transcripts that profile `spec` (as `--profile` takes it) is in
+    /// use from now on, so `--resume` reopens with it.
+    RecordProfile {
+        spec: String,
+    },
     /// Load a profile by name or path, then come back with `ProfileLoaded`.
     LoadProfile {
         spec: String,
@@ -152,6 +157,8 @@ pub struct ProfileSwitch {
     pub settings: Settings,
     pub theme: Theme,
     pub keymap: Keymap,
+    /// The profile as the session records it (see [`crate::tui::recorded_profile`]).
+    pub spec: String,
 }
 
 /// What the status bar and the inspector show about the loaded engine.

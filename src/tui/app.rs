@@ -1397,6 +1397,8 @@ impl App {
                 true,
             );
         }
+        // Recorded for `--resume`, which reopens with the newest profile the session used.
+        fx.push(Effect::RecordProfile { spec: switch.spec });
         self.settings = switch.settings;
         self.styles = Styles::new(&switch.theme);
         self.theme = switch.theme;

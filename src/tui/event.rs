@@ -244,6 +244,12 @@ fn perform(
                 Err(e) => notice(format!("profile not saved: {e:#}"), true),
             };
         }
+        Effect::RecordProfile { spec } => {
+            if let Err(e) = ctx.transcripts.record_profile(&spec) {
+                tracing::error!("transcript: {e:#}");
+                return vec![Action::Transcript(Some(format!("{:#}", e.root_cause())))];
+            }
+        }
         Effect::LoadProfile { spec } => {
             return match load_switch(&spec, &app.settings, ctx) {
                 Ok(switch) => vec![Action::ProfileLoaded(Box::new(switch))],
@@ -332,7 +338,7 @@ fn load_switch(spec: &str, current: &Settings, ctx: &Context) -> Result<ProfileS
     }
     let theme = load_theme(&settings.theme, &ctx.paths)?.respecting_no_color();
     let keymap = Keymap::with_overrides(&settings.keys, &settings.origin)?;
-    Ok(ProfileSwitch { settings, theme, keymap })
+    Ok(ProfileSwitch { settings, theme, keymap, spec: crate::tui::recorded_profile(spec) })
 }
 
 /// Load the model on a blocking thread (the engine then runs on its own owner thread); the

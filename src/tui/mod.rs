@@ -140,12 +140,18 @@ pub fn startup_profile(
     }
     let loaded = load_startup_profile(explicit, paths)?;
     let spec = match explicit {
-        // A file is recorded by its absolute path, so a resume from another folder finds it.
-        Some(s) if s.contains('/') || s.ends_with(".toml") => {
-            std::fs::canonicalize(s).map(|p| p.display().to_string()).unwrap_or_else(|_| s.to_owned())
-        }
-        Some(s) => s.to_owned(),
+        Some(s) => recorded_profile(s),
         None => loaded.name.clone(),
     };
     Ok((loaded, spec, None))
+}
+
+/// A profile as a session records it (for `--resume`): a name as it is; a file by its absolute
+/// path, so a resume from another folder finds it.
+pub fn recorded_profile(spec: &str) -> String {
+    if spec.contains('/') || spec.ends_with(".toml") {
+        std::fs::canonicalize(spec).map(|p| p.display().to_string()).unwrap_or_else(|_| spec.to_owned())
+    } else {
+        spec.to_owned()
+    }
 }

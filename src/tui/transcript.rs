@@ -65,6 +65,11 @@ pub enum Record {
     Settings {
         settings: Option<ChatSettings>,
     },
+    /// The profile switched to in the app (ctrl+p), as `--profile` takes it, from here on.
+    /// `--resume` reopens with the newest of these and the headers.
+    Profile {
+        profile: String,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -315,6 +320,27 @@ impl TranscriptWriter {
         self.dir = self.root.join(session);
     }
 
+    /// Profile `profile` is in use from now on (switched to in the app): files opened from now
+    /// on name it in their header, and each pane file the session already has records it, so
+    /// `--resume` reopens with it. A session with no file yet records nothing now (its first
+    /// header will).
+    pub fn record_profile(&mut self, profile: &str) -> Result<()> {
+        self.profile = profile.to_owned();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Ok(()) };
+        let mut panes: Vec<u32> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_prefix("pane-")?.strip_suffix(".jsonl")?.parse().ok()
+            })
+            .collect();
+        panes.sort_unstable();
+        for pane in panes {
+            self.append(pane, &Record::Profile { profile: profile.to_owned() })?;
+        }
+        Ok(())
+    }
+
     pub fn pane_path(&self, pane: u32) -> PathBuf {
         self.dir.join(format!("pane-{pane}.jsonl"))
     }
@@ -416,8 +442,9 @@ pub fn load_session(transcripts: &Path, spec: &str) -> Result<(String, PathBuf, 
     Ok((name, dir, panes))
 }
 
-/// The profile a session ran with: the newest header among its files (a session resumed with
-/// another `--profile` and given a new pane since records that one). None when no header reads.
+/// The profile a session ran with: the newest of its files' headers and `profile` records (a
+/// session resumed with another `--profile` and given a new pane since records that one; so does
+/// a profile switched to in the app). None when none reads.
 pub fn session_profile(session_dir: &Path) -> Option<String> {
     let Ok(entries) = std::fs::read_dir(session_dir) else { return None };
     entries
@@ -425,12 +452,17 @@ pub fn session_profile(session_dir: &Path) -> Option<String> {
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .filter_map(|path| {
             let file = File::open(&path).ok()?;
-            let mut first = Vec::new();
-            std::io::BufReader::new(file).read_until(b'\n', &mut first).ok()?;
-            match serde_json::from_slice::<Stamped>(first.trim_ascii_end()).ok()? {
-                Stamped { t, record: Record::Session { pane, profile, .. } } => Some(((t, pane), profile)),
-                _ => None,
-            }
+            // Every line: a `profile` record may come anywhere. Lines that do not parse (a torn
+            // one) are skipped.
+            std::io::BufReader::new(file)
+                .split(b'\n')
+                .map_while(|line| line.ok())
+                .filter_map(|line| match serde_json::from_slice::<Stamped>(line.trim_ascii_end()).ok()? {
+                    Stamped { t, record: Record::Session { pane, profile, .. } } => Some(((t, pane), profile)),
+                    Stamped { t, record: Record::Profile { profile } } => Some(((t, u32::MAX), profile)),
+                    _ => None,
+                })
+                .max_by(|a, b| a.0.cmp(&b.0))
         })
         .max_by(|a, b| a.0.cmp(&b.0))
         .map(|(_, profile)| profile)
@@ -452,7 +484,7 @@ pub fn read_pane(path: &Path) -> Result<(Vec<Turn>, Option<Option<ChatSettings>>
             continue;
         };
         match record {
-            Record::Session { .. } | Record::Branch { .. } => {}
+            Record::Session { .. } | Record::Branch { .. } | Record::Profile { .. } => {}
             Record::Clear => turns.clear(),
             Record::Settings { settings } => own = Some(settings),
             Record::User { request, text, replaces } => {
