@@ -929,3 +929,68 @@ fn inspector_rows_panel_idle_and_with_one_running_row() {
     assert!(!text.contains("no row running"), "{text}");
     assert_eq!(app.telemetry.rows.len(), 1);
 }
+
+fn ctrl_key(c: char) -> crossterm::event::KeyEvent {
+    crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Char(c), crossterm::event::KeyModifiers::CONTROL)
+}
+
+/// Issue 40: an answer that takes the conversation past 80% of the context window: the pane's
+/// gauge in the error style and the bottom bar's warning with what to do.
+#[test]
+fn the_context_window_warning_past_80_percent() {
+    let mut app = fixture::app(1, "dark");
+    app.panes[0].input.set("Summarise everything so far");
+    app.update(Action::Command(cohort::tui::config::keymap::Command::Send));
+    let id = app.panes[0].in_flight.as_ref().unwrap().id.clone();
+    let mut result = cohort::engine::request::RequestResult::ended(&id, FinishReason::Stop);
+    result.text = "A long conversation, summarised.".into();
+    (result.stats.prompt_tokens, result.stats.completion_tokens) = (3400, 100);
+    let done = cohort::engine::row::RowEvent::Done(Box::new(result));
+    app.update(Action::Row { pane: app.panes[0].id, event: done, at: std::time::Instant::now() });
+    let screen = draw(&app, 120, 12);
+    insta::assert_snapshot!(screen.backend());
+    let text = screen.backend().to_string();
+    assert!(text.contains("ctx 85%") && text.contains("85%") && text.contains("ctrl+l"), "{text}");
+    assert_eq!(style_at(&screen, "ctx 85%").fg, app.styles.error.fg);
+}
+
+/// Issue 40: a view scrolled up marks how many lines are below it (↑N) on the pane's border.
+#[test]
+fn a_scrolled_view_marks_the_lines_below() {
+    let mut app = fixture::app(1, "dark");
+    let long: String = (1..=40).map(|i| format!("line {i}\n")).collect();
+    fixture::play(&mut app, 0, "many lines", &long, Some(FinishReason::Stop), std::time::Instant::now());
+    draw(&app, 40, 12); // the page size a scroll moves by comes from the last frame
+    app.update(Action::Command(cohort::tui::config::keymap::Command::ScrollUp));
+    let screen = draw(&app, 40, 12);
+    insta::assert_snapshot!(screen.backend());
+    assert!(screen.backend().to_string().contains('↑'), "{}", screen.backend());
+}
+
+/// Issue 40: ctrl+c with a conversation on screen only asks: the bottom bar says a second press
+/// within 2 s quits.
+#[test]
+fn ctrl_c_after_an_answer_shows_the_quit_hint() {
+    let mut app = fixture::app(2, "dark");
+    fixture::play(&mut app, 0, "Say hello", "Hello!", Some(FinishReason::Stop), std::time::Instant::now());
+    app.handle_key(ctrl_key('c'));
+    assert!(!app.should_quit);
+    let screen = draw(&app, 80, 12);
+    insta::assert_snapshot!(screen.backend());
+    assert!(screen.backend().to_string().contains("ctrl+c again within 2 s quits"), "{}", screen.backend());
+}
+
+/// Issue 40: a search for text found nowhere says so in the bottom bar, and marks nothing.
+#[test]
+fn a_search_with_no_match() {
+    let mut app = fixture::app(1, "dark");
+    let t0 = std::time::Instant::now();
+    fixture::play(&mut app, 0, "Write a loop in Rust", fixture::CODE_ANSWER, Some(FinishReason::Stop), t0);
+    app.handle_key(ctrl_key('f'));
+    for c in "python".chars() {
+        app.handle_key(plain_key(crossterm::event::KeyCode::Char(c)));
+    }
+    let screen = draw(&app, 60, 14);
+    insta::assert_snapshot!(screen.backend());
+    assert!(screen.backend().to_string().contains("find: python  no match"), "{}", screen.backend());
+}
