@@ -596,3 +596,40 @@ fn code_blocks_scroll_sideways() {
     tmux.keys(&["C-q"]);
     tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
 }
+
+/// Issue 40: keys the defects changed, through a real terminal: alt+enter starts a new line in
+/// the box (two lines, then enter sends both as one message); esc in zoom leaves zoom and cancels
+/// nothing (a second esc cancels); ctrl+c after an answer only asks, the bottom bar saying so,
+/// and a second ctrl+c quits.
+#[test]
+fn alt_enter_esc_in_zoom_and_ctrl_c_twice() {
+    let launched =
+        launch(Launch { tag: "keys", size: (120, 30), max_tokens: 2000, env: "", args: "--panes 2", after: "" });
+    let Some((home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(120);
+    tmux.type_text("first line");
+    tmux.keys(&["M-Enter"]);
+    tmux.type_text("second line");
+    let typed = tmux.wait_for("two lines in the box", slow, |s| s.contains("second line"));
+    assert!(typed.contains("first line") && typed.contains("1 · idle"), "alt+enter sent the message:\n{typed}");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("pane 1 to decode", slow, |s| s.contains("1 · decoding"));
+
+    tmux.keys(&["C-z"]);
+    tmux.wait_for("pane 1 zoomed", slow, |s| !s.contains("2 · idle"));
+    tmux.keys(&["Escape"]);
+    let back = tmux.wait_for("the grid again", slow, |s| s.contains("2 · idle"));
+    assert!(back.contains("1 · decoding"), "esc in zoom cancelled the answer:\n{back}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("pane 1 cancelled by the second esc", slow, |s| s.contains("1 · cancelled"));
+
+    tmux.keys(&["C-c"]);
+    let asked = tmux.wait_for("the quit hint", slow, |s| s.contains("ctrl+c again within 2 s quits"));
+    assert!(!asked.contains("COHORT-EXITED"), "{asked}");
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+    let sessions = home.path().join("data").join("transcripts");
+    let session = std::fs::read_dir(&sessions).unwrap().next().unwrap().unwrap().path();
+    let pane1 = std::fs::read_to_string(session.join("pane-1.jsonl")).unwrap();
+    assert!(pane1.contains(r#""text":"first line\nsecond line""#), "one message of two lines:\n{pane1}");
+}
