@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cohort::engine::cohort::{CohortConfig, run_cohort};
+use cohort::engine::draft_policy::DraftPolicy;
 use cohort::engine::lane::{Lane, LaneConfig, Pending};
 use cohort::engine::prepare::prepare;
 use cohort::engine::request::{Prompt, Request};
@@ -96,6 +97,7 @@ fn a_lane_that_reports_itself_idle_has_already_let_go_of_its_rows() {
         width: WidthPolicy::Packed,
         family: "test".into(),
         packed_prefill: false,
+        drafts: DraftPolicy::Measured,
     };
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
     let mut lane = Lane::new(&model, &tok, cfg).unwrap();

@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use cohort::engine::draft_policy::DraftPolicy;
 use cohort::engine::lane::{Lane, LaneConfig, Pending};
 use cohort::engine::prepare::prepare;
 use cohort::engine::request::{FinishReason, Prompt, Request, RequestResult};
@@ -39,6 +40,7 @@ fn config(mode: GenerationMode, width: WidthPolicy) -> LaneConfig {
         width,
         family: "test".into(),
         packed_prefill: false,
+        drafts: DraftPolicy::Measured,
     }
 }
 
@@ -425,4 +427,38 @@ fn packed_prompt_reads_keep_every_row_equal_to_its_solo_run() {
     let (_, reports) = randomized_in(&*model, &tok, &pool, &cfg, 6);
     let packed: u64 = reports.iter().map(|t| t.packed_reads).sum();
     assert!(packed > 0, "no prompt read was packed in any scenario");
+}
+
+/// A cohort of greedy MTP rows measures plain cycles against drafting ones and may keep to
+/// them, emitting what each row's solo run emits; a cohort with a sampled row (whose tokens
+/// depend on its drafts) drafts every cycle, as does a lane told to.
+#[test]
+fn greedy_cohorts_measure_plain_cycles_and_sampled_ones_always_draft() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, tok, prompts) = tiny_llama(dir.path());
+    let greedy: Vec<Request> = prompts
+        .iter()
+        .take(4)
+        .enumerate()
+        .map(|(i, p)| request(&format!("g{i}"), p, 24, SamplerConfig::greedy(), 9 + i as u64))
+        .collect();
+    let all_at_once: Vec<Entry> = (0..greedy.len()).map(|pool| Entry { pool, arrives: 0, cancel_at: None }).collect();
+    let measured = config(GenerationMode::Mtp, WidthPolicy::Packed);
+
+    let (seen, t) = run_scenario(&*model, &tok, &measured, &greedy, &all_at_once, 8);
+    assert!(t.plain_cycles > 0, "a greedy cohort never measured a plain cycle");
+    assert!(t.plain_cycles < t.lane_cycles);
+    for (r, got) in greedy.iter().zip(&seen) {
+        let got = got.result.as_ref().unwrap();
+        assert_eq!(got.token_ids, solo(&*model, &tok, r, GenerationMode::Mtp), "{}", r.id);
+    }
+
+    let mut with_sampled = greedy.clone();
+    with_sampled[1].sampler = SamplerConfig::default();
+    let (_, t) = run_scenario(&*model, &tok, &measured, &with_sampled, &all_at_once, 8);
+    assert_eq!(t.plain_cycles, 0, "a cohort with a sampled row skipped its drafts");
+
+    let always = LaneConfig { drafts: DraftPolicy::Always, ..measured };
+    let (_, t) = run_scenario(&*model, &tok, &always, &greedy, &all_at_once, 8);
+    assert_eq!(t.plain_cycles, 0);
 }

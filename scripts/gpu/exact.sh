@@ -15,6 +15,11 @@
 #   cycleb the same with COHORT_MTP_ALLOW_INEXACT=1, so the batched route is timed beside it;
 #   bench  `cohort bench` (8 marker prompts, seeds 4200-4207, paired rounds; MTP, served at the
 #          width the construction check allows): serial against cohort, greedy and default.
+#   envs   `cohort bench-step --synthetic qwen36-35b-a3b --layers $LAYERS (default 40) --iters 10`
+#          once under each setting in $ENVS (space-separated; a setting is VAR=VALUE[,VAR=VALUE...]
+#          or `default`), in order and then mirrored, one process each: library settings such as
+#          MLX's MLX_MAX_OPS_PER_BUFFER / MLX_MAX_MB_PER_BUFFER (how often an evaluation hands its
+#          CUDA graph to the device) timed side by side on one machine.
 #   checkm, probem, synthm, benchm: check, probe, synth and bench with COHORT_MMA_PRODUCTS=1 (the
 #          invariant route's bf16 products on the tensor cores, kernels/affine_mma.cu). That is the
 #          CUDA default since it was checked (docs/benchmarks.md), so the plain steps serve it too;
@@ -38,6 +43,17 @@ for step in "${steps[@]}"; do
     cycle) timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;
     cycleb) COHORT_MTP_ALLOW_INEXACT=1 timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;
     bench) timeout 400 $B bench -m /tmp/smol --generation-mode mtp --rounds 2 --receipt $OUT/bench.json ;;
+    envs)
+      read -ra arms <<< "${ENVS:-default}"
+      order=("${arms[@]}")
+      for ((i = ${#arms[@]} - 1; i >= 0; i--)); do order+=("${arms[i]}"); done
+      for arm in "${order[@]}"; do
+        echo "-- $arm"
+        (
+          [ "$arm" = default ] || for kv in ${arm//,/ }; do export "$kv"; done
+          timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 10
+        )
+      done ;;
     checkm) COHORT_MMA_PRODUCTS=1 timeout 200 $B device --check-invariance ;;
     probem) COHORT_MMA_PRODUCTS=1 timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
     synthm) COHORT_MMA_PRODUCTS=1 timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;

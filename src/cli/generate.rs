@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
 use super::model_args::ModelArgs;
+use crate::engine::draft_policy::DraftPolicy;
 use crate::engine::handle::{EngineHandle, Submission};
 use crate::engine::owner::EngineSetup;
 use crate::engine::request::{FinishReason, Request, RequestLine, RequestResult};
@@ -56,6 +57,10 @@ pub struct GenerateArgs {
     /// Prompt tokens read between two decode cycles (default: one chunk).
     #[arg(long)]
     prefill_budget: Option<usize>,
+    /// Whether greedy MTP cohorts may take plain steps while those measure faster (measured,
+    /// the default), or draft every cycle (always).
+    #[arg(long, value_enum)]
+    drafts: Option<DraftPolicy>,
 }
 
 /// What the reader thread hands the writer: a request line (or the result refusing it), or the
@@ -282,6 +287,9 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     if let Some(c) = args.prefill_chunk {
         scheduler.prefill_chunk = c.max(1);
         scheduler.prefill_budget = scheduler.prefill_chunk;
+    }
+    if let Some(d) = args.drafts {
+        scheduler.drafts = d;
     }
     if let Some(b) = args.prefill_budget {
         scheduler.prefill_budget = b.max(1);

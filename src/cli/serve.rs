@@ -10,6 +10,7 @@ use clap::Args;
 
 use super::model_args::ModelArgs;
 use crate::engine::owner::EngineSetup;
+use crate::engine::scheduler::SchedulerConfig;
 use crate::platform::paths::Paths;
 use crate::server::api::Defaults;
 use crate::server::state::{AppState, EngineSlot, Limits};
@@ -49,6 +50,10 @@ pub struct ServeArgs {
     /// Seconds requests in flight get to finish after SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 30.0)]
     grace_s: f64,
+    /// Whether greedy MTP cohorts may take plain steps while those measure faster (measured,
+    /// the default), or draft every cycle (always).
+    #[arg(long, value_enum, default_value = "measured")]
+    drafts: crate::engine::draft_policy::DraftPolicy,
 }
 
 pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
@@ -59,7 +64,7 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
     let grace = Duration::try_from_secs_f64(args.grace_s)
         .ok()
         .with_context(|| format!("--grace-s {}: must be a number of seconds from 0 to {}", args.grace_s, u64::MAX))?;
-    let scheduler = settings.preset.config();
+    let scheduler = SchedulerConfig { drafts: args.drafts, ..settings.preset.config() };
     let capacity = scheduler
         .lane_width()
         .checked_add(args.max_waiting)

@@ -38,6 +38,8 @@ use crate::model::text::tokenizer::TextTokenizer;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
     OweHistory,
+    /// A plain cycle of MTP rows writing the history entry a draft would have written.
+    History,
     Draft,
     Verify,
     Step,
@@ -49,6 +51,7 @@ impl Phase {
     pub fn name(self) -> &'static str {
         match self {
             Phase::OweHistory => "owe history",
+            Phase::History => "history",
             Phase::Draft => "draft",
             Phase::Verify => "verify",
             Phase::Step => "step",
@@ -250,20 +253,22 @@ fn owe_history(model: &dyn LanguageModel, runs: &mut [RowRun], rows: &mut [RowCa
     let ids: Vec<u32> = entries.iter().map(|(_, t)| *t).collect();
     let mut subset: Vec<&mut RowCache> =
         rows.iter_mut().enumerate().filter(|(b, _)| owing.contains(b)).map(|(_, r)| r).collect();
-    model.mtp_forward(&mlx_rs::ops::concatenate(&hidden, 0)?, &tokens(&ids, owing.len() as i32, 1), &mut subset)?;
+    model.mtp_history(&mlx_rs::ops::concatenate(&hidden, 0)?, &tokens(&ids, owing.len() as i32, 1), &mut subset)?;
     Ok(())
 }
 
-/// Phase Draft: the MTP module reads every slot's (hidden, x0) and proposes a draft. A row with
-/// no room for two tokens, or decoding AR, proposes nothing of its own (it draws no random number
-/// here, exactly as its solo run), and a row's scripted draft (a test hook) replaces the module's.
-fn draft(
-    model: &dyn LanguageModel,
-    runs: &mut [RowRun],
-    rows: &mut [RowCache],
-    inert: &[Inert],
-    slots: &Slots,
-) -> Result<Drafts> {
+/// What the MTP module reads in a cycle, every slot alike: the hidden state of its last committed
+/// position and the primary token after it (after a lone row's owed entry, which it writes in
+/// the same call).
+struct MtpInputs {
+    /// [W, T, H]
+    hidden: Array,
+    /// W x T ids, row-major.
+    ids: Vec<u32>,
+    primary: Vec<u32>,
+}
+
+fn mtp_inputs(runs: &mut [RowRun], inert: &[Inert], slots: &Slots) -> Result<MtpInputs> {
     let width = slots.width();
     let mut hidden = Vec::with_capacity(width);
     let mut ids = Vec::with_capacity(width);
@@ -281,10 +286,40 @@ fn draft(
             ids.push(inert[b].primary);
         }
     }
+    Ok(MtpInputs { hidden: mlx_rs::ops::concatenate(&hidden, 0)?, ids, primary })
+}
+
+/// Phase History: every slot writes the entry its draft would have written, with no draft (so a
+/// row that drafts again later drafts from the very history its MTP cycles would have left).
+fn write_history(
+    model: &dyn LanguageModel,
+    runs: &mut [RowRun],
+    rows: &mut [RowCache],
+    inert: &[Inert],
+    slots: &Slots,
+) -> Result<()> {
+    let width = slots.width();
+    let MtpInputs { hidden, ids, .. } = mtp_inputs(runs, inert, slots)?;
     let t = (ids.len() / width) as i32;
     let mut all: Vec<&mut RowCache> = rows.iter_mut().collect();
-    let q_logits =
-        model.mtp_forward(&mlx_rs::ops::concatenate(&hidden, 0)?, &tokens(&ids, width as i32, t), &mut all)?;
+    model.mtp_history(&hidden, &tokens(&ids, width as i32, t), &mut all)
+}
+
+/// Phase Draft: the MTP module reads every slot's (hidden, x0) and proposes a draft. A row with
+/// no room for two tokens, or decoding AR, proposes nothing of its own (it draws no random number
+/// here, exactly as its solo run), and a row's scripted draft (a test hook) replaces the module's.
+fn draft(
+    model: &dyn LanguageModel,
+    runs: &mut [RowRun],
+    rows: &mut [RowCache],
+    inert: &[Inert],
+    slots: &Slots,
+) -> Result<Drafts> {
+    let width = slots.width();
+    let MtpInputs { hidden, ids, primary } = mtp_inputs(runs, inert, slots)?;
+    let t = (ids.len() / width) as i32;
+    let mut all: Vec<&mut RowCache> = rows.iter_mut().collect();
+    let q_logits = model.mtp_forward(&hidden, &tokens(&ids, width as i32, t), &mut all)?;
     let vocab = *q_logits.shape().last().unwrap();
     let q_last = slice_axis(&q_logits, 1, t - 1, t)?.reshape(&[width as i32, vocab])?;
     let scripted: Vec<Option<u32>> =
@@ -511,6 +546,47 @@ pub(crate) fn ar(
     events: &mut dyn FnMut(usize, RowEvent),
 ) -> Result<()> {
     let slots = Slots::new(runs, rows);
+    step(model, tok, runs, rows, inert, slots, clock, events)
+}
+
+/// One plain step for rows that keep an MTP history: each first writes the history entries an
+/// MTP cycle would have written (its owed one, then the one its draft would have), so the
+/// cohort can decode without drafts for as long as that is faster and draft again later from
+/// the same history. Greedy rows emit exactly what an MTP cycle would emit.
+pub(crate) fn ar_keeping_history(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    runs: &mut [RowRun],
+    rows: &mut [RowCache],
+    inert: &[Inert],
+    clock: &mut dyn PhaseClock,
+    events: &mut dyn FnMut(usize, RowEvent),
+) -> Result<()> {
+    let slots = Slots::new(runs, rows);
+
+    clock.start(Phase::OweHistory)?;
+    owe_history(model, runs, rows, &slots)?;
+    clock.end(Phase::OweHistory, &mtp_arrays(rows))?;
+
+    clock.start(Phase::History)?;
+    write_history(model, runs, rows, inert, &slots)?;
+    clock.end(Phase::History, &mtp_arrays(rows))?;
+
+    step(model, tok, runs, rows, inert, slots, clock, events)
+}
+
+/// Phases Step, Decide and Commit of a plain cycle.
+#[allow(clippy::too_many_arguments)]
+fn step(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    runs: &mut [RowRun],
+    rows: &mut [RowCache],
+    inert: &[Inert],
+    slots: Slots,
+    clock: &mut dyn PhaseClock,
+    events: &mut dyn FnMut(usize, RowEvent),
+) -> Result<()> {
     let width = slots.width();
 
     clock.start(Phase::Step)?;
@@ -546,6 +622,32 @@ pub(crate) fn ar(
     }
     slots.restore_inert(rows);
     clock.end(Phase::Commit, &row_arrays(rows))?;
+    Ok(())
+}
+
+/// One cycle of `kind` over `rows`, every slot a live row (tests that drive rows through a
+/// chosen sequence of cycles).
+#[cfg(feature = "testing")]
+pub fn run_kind(
+    kind: super::draft_policy::CycleKind,
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    runs: &mut [RowRun],
+    rows: &mut [RowCache],
+) -> Result<()> {
+    use super::draft_policy::CycleKind;
+    let cycle = match kind {
+        CycleKind::Draft => mtp,
+        CycleKind::Plain => ar_keeping_history,
+    };
+    // Rows that have ended ride along inert, as in a lane before it retires them.
+    let inert = match runs.iter().all(RowRun::is_active) {
+        true => Vec::new(),
+        false => vec![dummy(model)?.1; rows.len()],
+    };
+    cycle(model, tok, runs, rows, &inert, &mut Untimed, &mut |_, _| {})?;
+    let hidden = runs.iter().filter_map(|r| r.hidden_last.as_ref());
+    mlx_rs::transforms::eval(rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
     Ok(())
 }
 

@@ -18,6 +18,7 @@ use mlx_rs::Array;
 
 use super::cohort;
 use super::cycle::{self, Inert, Untimed};
+use super::draft_policy::{CycleKind, DraftChooser, DraftPolicy};
 use super::prepare::prepare;
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
@@ -67,16 +68,19 @@ pub struct LaneConfig {
     /// Waiting prompts are read several rows to a block where the model pads their chunks and
     /// the start-up check found a packed read exact ([`super::construction::packed_prompt_check`]).
     pub packed_prefill: bool,
+    /// Whether cohorts of greedy MTP rows may take plain steps where those measure faster.
+    pub drafts: DraftPolicy,
 }
 
 impl LaneConfig {
-    /// The route a row of mode `mode` takes in a cycle at physical width `width`: alone, its own
-    /// mode's solo route; beside others, the lane's (an AR row rides an MTP cycle without a draft).
-    pub fn route(&self, mode: GenerationMode, width: usize) -> String {
-        match (self.mode, width) {
-            (lane, 1) => route_id(lane.serving(Some(mode)), 1),
-            (GenerationMode::Mtp, w) => self.numerics.route_id_at(&self.family, w),
-            (GenerationMode::Ar, w) => format!("{}_ar_batch_b{w}_t1_m{w}", self.family),
+    /// The route a row of mode `mode` takes in a cycle of `kind` at physical width `width`:
+    /// alone, its own mode's solo route; beside others, the lane's (an AR row rides an MTP cycle
+    /// without a draft), or plain steps where the cohort skipped its drafts.
+    pub fn route(&self, mode: GenerationMode, width: usize, kind: CycleKind) -> String {
+        match (self.mode, width, kind) {
+            (lane, 1, _) => route_id(lane.serving(Some(mode)), 1),
+            (GenerationMode::Mtp, w, CycleKind::Draft) => self.numerics.route_id_at(&self.family, w),
+            (_, w, _) => format!("{}_ar_batch_b{w}_t1_m{w}", self.family),
         }
     }
 
@@ -120,6 +124,10 @@ pub struct Lane<'m> {
     cycles: u64,
     /// Prompt reads of several rows in one block.
     packed_reads: u64,
+    /// What cycles of each kind have emitted, per width, and the choice that follows from it.
+    chooser: DraftChooser,
+    /// Cycles of MTP rows that took plain steps because those measured faster.
+    plain_cycles: u64,
     /// Rows that took a seat while others decoded, and rows that left while others decoded on.
     joins: usize,
     leaves: usize,
@@ -144,6 +152,8 @@ impl<'m> Lane<'m> {
             repack: false,
             cycles: 0,
             packed_reads: 0,
+            chooser: DraftChooser::default(),
+            plain_cycles: 0,
             joins: 0,
             leaves: 0,
             outbox: Vec::new(),
@@ -377,7 +387,7 @@ impl<'m> Lane<'m> {
             r.run.fail(format!("prefill failed: {e:#}"));
         }
         if !r.run.is_active() {
-            r.run.stats.route = self.cfg.route(r.run.mode, 1);
+            r.run.stats.route = self.cfg.route(r.run.mode, 1, CycleKind::Draft);
             self.end(r.p, &mut r.run);
             return;
         }
@@ -425,6 +435,9 @@ impl<'m> Lane<'m> {
             self.repack = false;
         }
         cohort::fault_hook()?;
+        let measured = self.measured_kind(width);
+        let kind = measured.unwrap_or(CycleKind::Draft);
+        let (started, emitted_before) = (Instant::now(), self.emitted());
         let Lane { model, tok, cfg, seats, runs, rows, dummy, .. } = &mut *self;
         let mut route = |b: usize, ev: RowEvent| {
             let _ = seats[b].p.events.send(ev);
@@ -434,23 +447,49 @@ impl<'m> Lane<'m> {
             lone_cycle(*model, tok, &mut runs[0], &mut rows[0], cfg.mode, &mut |ev| route(0, ev))?;
         } else {
             let inert = vec![dummy.1.clone(); width];
-            crate::model::routes::with_block(cfg.block_route(), || match cfg.mode {
-                GenerationMode::Mtp => cycle::mtp(*model, tok, runs, rows, &inert, &mut Untimed, &mut route),
-                GenerationMode::Ar => cycle::ar(*model, tok, runs, rows, &inert, &mut Untimed, &mut route),
+            crate::model::routes::with_block(cfg.block_route(), || match (cfg.mode, kind) {
+                (GenerationMode::Mtp, CycleKind::Draft) => {
+                    cycle::mtp(*model, tok, runs, rows, &inert, &mut Untimed, &mut route)
+                }
+                (GenerationMode::Mtp, CycleKind::Plain) => {
+                    cycle::ar_keeping_history(*model, tok, runs, rows, &inert, &mut Untimed, &mut route)
+                }
+                (GenerationMode::Ar, _) => cycle::ar(*model, tok, runs, rows, &inert, &mut Untimed, &mut route),
             })?;
         }
         // One evaluation per cycle, so no row carries a pending graph into the next.
         let hidden = self.runs.iter().filter_map(|r| r.hidden_last.as_ref());
         kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
         self.cycles += 1;
+        if let Some(kind) = measured {
+            let emitted = self.emitted() - emitted_before;
+            self.chooser.record(width, kind, emitted, started.elapsed().as_secs_f64());
+            self.plain_cycles += u64::from(kind == CycleKind::Plain);
+        }
         let live = self.runs.len();
         for run in self.runs.iter_mut() {
             run.stats.real_width = run.stats.real_width.max(live);
-            run.stats.route = self.cfg.route(run.mode, width);
+            run.stats.route = self.cfg.route(run.mode, width, kind);
         }
         let route = self.runs.first().map_or_else(String::new, |r| r.stats.route.clone());
         self.record_cycle(tel, live, width, route);
         Ok(())
+    }
+
+    /// The kind of this cycle where the lane chooses it by measurement: a cohort of MTP rows in
+    /// which every row that drafts draws greedily (a sampled row's tokens depend on whether it
+    /// drafted; a lone row runs the solo cycle).
+    fn measured_kind(&self, width: usize) -> Option<CycleKind> {
+        let eligible = self.cfg.mode == GenerationMode::Mtp
+            && self.cfg.drafts == DraftPolicy::Measured
+            && width > 1
+            && self.runs.iter().all(|r| !r.drafts() || r.sampler.is_greedy());
+        eligible.then(|| self.chooser.choose(width))
+    }
+
+    /// Tokens the seated rows have emitted so far.
+    fn emitted(&self) -> usize {
+        self.runs.iter().map(|r| r.tokens.len()).sum()
     }
 
     fn record_cycle(&mut self, tel: &SharedTelemetry, live: usize, width: usize, route: String) {
@@ -470,6 +509,7 @@ impl<'m> Lane<'m> {
         t.last_route = route;
         t.lane_cycles = self.cycles;
         t.packed_reads = self.packed_reads;
+        t.plain_cycles = self.plain_cycles;
     }
 
     /// Every seated row that ended delivers its result now and frees its seat.
@@ -486,7 +526,7 @@ impl<'m> Lane<'m> {
             self.rows.remove(b);
             run.stats.decode_s = seat.decode_started.elapsed().as_secs_f64();
             if run.stats.route.is_empty() {
-                run.stats.route = self.cfg.route(run.mode, 1);
+                run.stats.route = self.cfg.route(run.mode, 1, CycleKind::Draft);
             }
             self.end(seat.p, &mut run);
             left += 1;

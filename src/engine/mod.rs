@@ -8,6 +8,7 @@ pub mod construction;
 #[cfg(feature = "lab")]
 pub mod cuda_profiler;
 pub mod cycle;
+pub mod draft_policy;
 #[cfg(feature = "lab")]
 pub mod graph_stats;
 pub mod handle;

@@ -178,6 +178,7 @@ pub fn run_owner(
             width: setup.scheduler.width,
             family: loaded.family.clone(),
             packed_prefill: packed_prompts,
+            drafts: setup.scheduler.drafts,
         };
         let lane = match Lane::new(loaded.model.as_ref(), &loaded.tokenizer, cfg) {
             Ok(lane) => lane,

@@ -48,6 +48,9 @@ pub struct SchedulerConfig {
     pub admission: Admission,
     /// How a continuous lane's physical batch follows its live rows.
     pub width: WidthPolicy,
+    /// Whether a lane's greedy MTP cohorts may take plain steps where those measure faster.
+    #[serde(default)]
+    pub drafts: super::draft_policy::DraftPolicy,
 }
 
 /// The physical width a continuous lane runs at for `n` live rows.
@@ -110,6 +113,7 @@ impl Preset {
             prefill_budget: prefill_chunk,
             admission,
             width,
+            drafts: super::draft_policy::DraftPolicy::Measured,
         }
     }
 }
@@ -193,6 +197,7 @@ mod tests {
                 prefill_budget: chunk,
                 admission: Admission::Continuous,
                 width: WidthPolicy::Packed,
+                drafts: crate::engine::draft_policy::DraftPolicy::Measured,
             }
         );
         assert_eq!(Preset::Sealed.config().admission, Admission::Sealed);

@@ -102,7 +102,7 @@ pub fn prefill_mtp_history(
         return Ok(()); // a one-token prompt leaves the history empty
     }
     let h = slice_axis(hidden_all, 1, 0, n - 1)?;
-    model.mtp_forward(&h, &token_array(&ids[1..]), &mut [row])?;
+    model.mtp_history(&h, &token_array(&ids[1..]), &mut [row])?;
     mlx_rs::transforms::eval(row.mtp.arrays())?;
     Ok(())
 }
@@ -270,6 +270,5 @@ pub fn draft_inputs(run: &RowRun) -> Result<(Array, Vec<u32>)> {
 fn advance_mtp_history(model: &dyn LanguageModel, run: &mut RowRun, row: &mut RowCache) -> Result<()> {
     let (h_in, t_in) = draft_inputs(run)?;
     run.pending_mtp = None;
-    model.mtp_forward(&h_in, &token_array(&t_in), &mut [row])?;
-    Ok(())
+    model.mtp_history(&h_in, &token_array(&t_in), &mut [row])
 }

@@ -102,6 +102,9 @@ pub struct Telemetry {
     pub lane_cycles: u64,
     /// Prompt reads that took several rows' chunks in one block.
     pub packed_reads: u64,
+    /// Cycles of greedy MTP rows that took plain steps because those measured faster.
+    #[serde(default)]
+    pub plain_cycles: u64,
     /// Rows that joined a running lane / left it while others decoded on.
     pub joins: usize,
     pub leaves: usize,

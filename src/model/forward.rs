@@ -47,6 +47,13 @@ pub trait LanguageModel {
     /// follow them [B, T]; appends to each row's MTP history and returns logits [B, T, V].
     fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array>;
 
+    /// [`Self::mtp_forward`] for its history alone: the entries are appended, no draft is asked
+    /// for. On a lazy backend nothing evaluates the head's logits, so they are never computed; a
+    /// family that computes eagerly leaves its head out here.
+    fn mtp_history(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<()> {
+        self.mtp_forward(hidden, tokens, rows).map(drop)
+    }
+
     /// The model's head on final-norm hidden states [B, T, H]: logits [B, T, V].
     fn head_logits(&self, hidden: &Array) -> Result<Array>;
 

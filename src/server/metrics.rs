@@ -108,8 +108,13 @@ impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let view = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let t = &view.telemetry;
-        let counters: [(&str, &str, u64); 8] = [
+        let counters: [(&str, &str, u64); 9] = [
             ("engine_cycles", "Decode cycles the lane has run", t.lane_cycles),
+            (
+                "plain_cycles",
+                "Cycles of greedy MTP rows that took plain steps because those measured faster",
+                t.plain_cycles,
+            ),
             ("prompt_reads_packed", "Prompt reads that took several rows' chunks in one block", t.packed_reads),
             ("draft_tokens_accepted", "MTP drafts the verify step accepted", t.accepted_drafts as u64),
             ("draft_tokens_rejected", "MTP drafts the verify step rejected", t.rejected_drafts as u64),

@@ -457,7 +457,7 @@ impl LanguageModel for LlamaModel {
     fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
         let mtp = self.mtp.as_ref().context("this model has no MTP weights (no mtp.safetensors)")?;
         if self.host_serves(tokens.size(), true) {
-            return self.host_mtp_forward(mtp, hidden, tokens, rows);
+            return self.host_mtp_forward(mtp, hidden, tokens, rows, true).map(|l| l.expect("the head was asked for"));
         }
         let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
         let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
@@ -465,6 +465,16 @@ impl LanguageModel for LlamaModel {
         let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
         let out = mtp.layer.forward(&x, &mut kvs)?;
         self.head(&mtp.norm.forward(&out)?)
+    }
+
+    /// On the host path the head is left out (it would run eagerly, and costs more than the MTP
+    /// layer itself); elsewhere the logits are lazy and never evaluated.
+    fn mtp_history(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<()> {
+        let mtp = self.mtp.as_ref().context("this model has no MTP weights (no mtp.safetensors)")?;
+        if self.host_serves(tokens.size(), true) {
+            return self.host_mtp_forward(mtp, hidden, tokens, rows, false).map(drop);
+        }
+        self.mtp_forward(hidden, tokens, rows).map(drop)
     }
 }
 

@@ -150,14 +150,16 @@ impl LlamaModel {
         })
     }
 
-    /// [`crate::model::forward::LanguageModel::mtp_forward`] on the host.
+    /// [`crate::model::forward::LanguageModel::mtp_forward`] on the host; the logits only when
+    /// `logits` asks for them (a history write needs none).
     pub(super) fn host_mtp_forward(
         &self,
         mtp: &MtpModule,
         hidden: &Array,
         tokens: &Array,
         rows: &mut [&mut RowCache],
-    ) -> Result<Array> {
+        logits: bool,
+    ) -> Result<Option<Array>> {
         let (b, t) = (tokens.shape()[0] as usize, tokens.shape()[1] as usize);
         let h = self.cfg.hidden_size as usize;
         let io = self.host_io().context("the host path lost its embedding or head")?;
@@ -176,7 +178,10 @@ impl LlamaModel {
         let stored = attention::stored_before(&caches);
         settle(stored.iter())?;
         self.host_layer(&mtp.layer, &mut x, &mut caches, stored, t)?;
-        head(&io, &mtp.norm.host(&x)?, b, t)
+        if !logits {
+            return Ok(None);
+        }
+        head(&io, &mtp.norm.host(&x)?, b, t).map(Some)
     }
 
     /// One decoder layer over `x` [B*T, H], in place.
