@@ -257,7 +257,12 @@ fn the_handle_forgets_requests_that_ended() {
     assert!(engine.tracked() <= 1 + 8, "{} cancel flags kept after 24 ended requests", engine.tracked());
     engine.cancel("q100");
     let (r, _) = wait(&running);
-    assert_eq!(r.finish_reason, FinishReason::Cancelled, "a running request can still be cancelled by id");
+    assert_eq!(
+        r.finish_reason,
+        FinishReason::Cancelled,
+        "a running request can still be cancelled by id: {:?}",
+        r.error
+    );
 }
 
 /// A model that loads but cannot run a forward pass (a device lost after load): every call fails.

@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::model_args::ModelArgs;
+use crate::engine::draft_policy::DraftPolicy;
 use crate::engine::handle::{EngineHandle, Submission};
 use crate::engine::owner::EngineSetup;
 use crate::engine::request::{Prompt, Request, RequestResult};
@@ -127,6 +128,8 @@ pub enum Arm {
     Continuous,
     /// Continuous admission, the batch padded to 1, 2, 4 or 8 rows.
     PowerOfTwo,
+    /// Continuous admission, drafting every cycle (no plain cycles measured against drafting).
+    Drafting,
     /// The sealed fixed-B8 lane.
     Sealed,
 }
@@ -136,6 +139,7 @@ impl Arm {
         match self {
             Arm::Continuous => SchedulerConfig { width: WidthPolicy::Packed, ..Preset::Throughput.config() },
             Arm::PowerOfTwo => SchedulerConfig { width: WidthPolicy::PowerOfTwo, ..Preset::Throughput.config() },
+            Arm::Drafting => SchedulerConfig { drafts: DraftPolicy::Always, ..Preset::Throughput.config() },
             Arm::Sealed => Preset::Sealed.config(),
         }
     }
@@ -144,6 +148,7 @@ impl Arm {
         match self {
             Arm::Continuous => "continuous",
             Arm::PowerOfTwo => "power-of-two",
+            Arm::Drafting => "drafting",
             Arm::Sealed => "sealed",
         }
     }
