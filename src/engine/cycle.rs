@@ -488,6 +488,19 @@ fn commit(
     Ok(())
 }
 
+/// Phase OweHistory, told to the clock (the first phase of both kinds of cycle of MTP rows).
+fn owe_phase(
+    model: &dyn LanguageModel,
+    runs: &mut [RowRun],
+    rows: &mut [RowCache],
+    slots: &Slots,
+    clock: &mut dyn PhaseClock,
+) -> Result<()> {
+    clock.start(Phase::OweHistory)?;
+    owe_history(model, runs, rows, slots)?;
+    clock.end(Phase::OweHistory, &mtp_arrays(rows))
+}
+
 /// One MTP cycle over every slot of `rows`. Events go out with the index of the run that made
 /// them.
 pub(crate) fn mtp(
@@ -500,10 +513,7 @@ pub(crate) fn mtp(
     events: &mut dyn FnMut(usize, RowEvent),
 ) -> Result<()> {
     let slots = Slots::new(runs, rows);
-
-    clock.start(Phase::OweHistory)?;
-    owe_history(model, runs, rows, &slots)?;
-    clock.end(Phase::OweHistory, &mtp_arrays(rows))?;
+    owe_phase(model, runs, rows, &slots, clock)?;
 
     clock.start(Phase::Draft)?;
     let drafts = draft(model, runs, rows, inert, &slots)?;
@@ -563,10 +573,7 @@ pub(crate) fn ar_keeping_history(
     events: &mut dyn FnMut(usize, RowEvent),
 ) -> Result<()> {
     let slots = Slots::new(runs, rows);
-
-    clock.start(Phase::OweHistory)?;
-    owe_history(model, runs, rows, &slots)?;
-    clock.end(Phase::OweHistory, &mtp_arrays(rows))?;
+    owe_phase(model, runs, rows, &slots, clock)?;
 
     clock.start(Phase::History)?;
     write_history(model, runs, rows, inert, &slots)?;
