@@ -289,6 +289,14 @@ impl cohort::model::forward::LanguageModel for Unrunnable {
     ) -> anyhow::Result<mlx_rs::Array> {
         anyhow::bail!("the device was lost")
     }
+    fn mtp_history(
+        &self,
+        _: &mlx_rs::Array,
+        _: &mlx_rs::Array,
+        _: &mut [&mut cohort::model::layers::cache::RowCache],
+    ) -> anyhow::Result<()> {
+        anyhow::bail!("the device was lost")
+    }
     fn head_logits(&self, _: &mlx_rs::Array) -> anyhow::Result<mlx_rs::Array> {
         anyhow::bail!("the device was lost")
     }

@@ -2,10 +2,10 @@
 //!
 //! A depth-one draft pays when a cycle of draft and two-position verify costs less than 1 +
 //! acceptance plain steps. On a GPU a 16-row verify costs little more than an 8-row step; on a
-//! CPU whose products are bound by arithmetic it costs nearly two, and at width 8 plain steps
-//! decoded 1.15-1.4x faster than MTP cycles on the project's 2-core Xeon (docs/journal). Which
-//! holds depends on the machine, the model, the width and the context, so the lane measures
-//! both: per physical width it keeps the tokens a second of each kind's last [`WINDOW`] cycles,
+//! CPU whose products are bound by arithmetic it costs nearly two, and at width 8 on the
+//! project's 2-core Xeon the two kinds came out level at acceptance 0.6 (docs/journal). Which
+//! holds depends on the machine, the model, the width, the acceptance and the context, so the
+//! lane measures both: per physical width it keeps the tokens a second of each kind's last [`WINDOW`] cycles,
 //! runs the kind whose median is higher, and every [`PROBE_EVERY`] cycles runs the other once so
 //! that its figure follows the context as it grows. A median, because a cycle now and then
 //! takes twice its time (another process on the core) and one such cycle must not turn the

@@ -47,12 +47,10 @@ pub trait LanguageModel {
     /// follow them [B, T]; appends to each row's MTP history and returns logits [B, T, V].
     fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array>;
 
-    /// [`Self::mtp_forward`] for its history alone: the entries are appended, no draft is asked
-    /// for. On a lazy backend nothing evaluates the head's logits, so they are never computed; a
-    /// family that computes eagerly leaves its head out here.
-    fn mtp_history(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<()> {
-        self.mtp_forward(hidden, tokens, rows).map(drop)
-    }
+    /// [`Self::mtp_forward`] for its history alone: the entries are appended, the head is not
+    /// run (a draft's head is most of the module's cost, and a head on the CPU kernel runs
+    /// eagerly whether or not its logits are read).
+    fn mtp_history(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<()>;
 
     /// The model's head on final-norm hidden states [B, T, H]: logits [B, T, V].
     fn head_logits(&self, hidden: &Array) -> Result<Array>;

@@ -354,6 +354,17 @@ impl LlamaModel {
         n
     }
 
+    /// The MTP module on MLX's ops up to its final norm (what the head reads); appends to each
+    /// row's MTP history.
+    fn mtp_states(&self, mtp: &MtpModule, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
+        let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
+        let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
+        let x = mtp.fc.forward(&mlx_rs::ops::concatenate(&[e, h], -1)?)?;
+        let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
+        let out = mtp.layer.forward(&x, &mut kvs)?;
+        mtp.norm.forward(&out)
+    }
+
     fn head(&self, x: &Array) -> Result<Array> {
         match &self.lm_head {
             Some(l) => l.forward(x),
@@ -459,22 +470,18 @@ impl LanguageModel for LlamaModel {
         if self.host_serves(tokens.size(), true) {
             return self.host_mtp_forward(mtp, hidden, tokens, rows, true).map(|l| l.expect("the head was asked for"));
         }
-        let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
-        let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
-        let x = mtp.fc.forward(&mlx_rs::ops::concatenate(&[e, h], -1)?)?;
-        let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
-        let out = mtp.layer.forward(&x, &mut kvs)?;
-        self.head(&mtp.norm.forward(&out)?)
+        self.head(&self.mtp_states(mtp, hidden, tokens, rows)?)
     }
 
-    /// On the host path the head is left out (it would run eagerly, and costs more than the MTP
-    /// layer itself); elsewhere the logits are lazy and never evaluated.
+    /// The MTP module without its head: on the CPU the head (the tied 49,152-row embedding on
+    /// cohort's kernel) runs eagerly even when no one reads its logits, and costs more than the
+    /// module itself.
     fn mtp_history(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<()> {
         let mtp = self.mtp.as_ref().context("this model has no MTP weights (no mtp.safetensors)")?;
         if self.host_serves(tokens.size(), true) {
             return self.host_mtp_forward(mtp, hidden, tokens, rows, false).map(drop);
         }
-        self.mtp_forward(hidden, tokens, rows).map(drop)
+        self.mtp_states(mtp, hidden, tokens, rows).map(drop)
     }
 }
 

@@ -288,6 +288,18 @@ impl LanguageModel for Qwen35Model {
     }
 
     fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
+        self.head(&self.mtp_states(hidden, tokens, rows)?)
+    }
+
+    fn mtp_history(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<()> {
+        self.mtp_states(hidden, tokens, rows).map(drop)
+    }
+}
+
+impl Qwen35Model {
+    /// The MTP module up to its final norm (what the head reads); appends to each row's MTP
+    /// history.
+    fn mtp_states(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
         let mtp = self.mtp.as_ref().context("this model has no MTP weights")?;
         let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
         let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
@@ -297,7 +309,7 @@ impl LanguageModel for Qwen35Model {
         let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
         let (hh, post) = mtp.layer.post_norm.forward_after_add(&x, &attn.forward(&normed, &mut kvs)?)?;
         let (_, out) = mtp.norm.forward_after_add(&hh, &mtp.layer.ffn.forward(&post)?)?;
-        self.head(&out)
+        Ok(out)
     }
 }
 
