@@ -263,8 +263,10 @@ fn owe_history(model: &dyn LanguageModel, runs: &mut [RowRun], rows: &mut [RowCa
 struct MtpInputs {
     /// [W, T, H]
     hidden: Array,
-    /// W x T ids, row-major.
-    ids: Vec<u32>,
+    /// [W, T]
+    tokens: Array,
+    /// Positions a slot reads: 1, or 2 for a lone row with an owed entry.
+    t: i32,
     primary: Vec<u32>,
 }
 
@@ -286,7 +288,8 @@ fn mtp_inputs(runs: &mut [RowRun], inert: &[Inert], slots: &Slots) -> Result<Mtp
             ids.push(inert[b].primary);
         }
     }
-    Ok(MtpInputs { hidden: mlx_rs::ops::concatenate(&hidden, 0)?, ids, primary })
+    let t = (ids.len() / width) as i32;
+    Ok(MtpInputs { hidden: mlx_rs::ops::concatenate(&hidden, 0)?, tokens: tokens(&ids, width as i32, t), t, primary })
 }
 
 /// Phase History: every slot writes the entry its draft would have written, with no draft (so a
@@ -298,11 +301,9 @@ fn write_history(
     inert: &[Inert],
     slots: &Slots,
 ) -> Result<()> {
-    let width = slots.width();
-    let MtpInputs { hidden, ids, .. } = mtp_inputs(runs, inert, slots)?;
-    let t = (ids.len() / width) as i32;
+    let MtpInputs { hidden, tokens, .. } = mtp_inputs(runs, inert, slots)?;
     let mut all: Vec<&mut RowCache> = rows.iter_mut().collect();
-    model.mtp_history(&hidden, &tokens(&ids, width as i32, t), &mut all)
+    model.mtp_history(&hidden, &tokens, &mut all)
 }
 
 /// Phase Draft: the MTP module reads every slot's (hidden, x0) and proposes a draft. A row with
@@ -316,10 +317,9 @@ fn draft(
     slots: &Slots,
 ) -> Result<Drafts> {
     let width = slots.width();
-    let MtpInputs { hidden, ids, primary } = mtp_inputs(runs, inert, slots)?;
-    let t = (ids.len() / width) as i32;
+    let MtpInputs { hidden, tokens: read, t, primary } = mtp_inputs(runs, inert, slots)?;
     let mut all: Vec<&mut RowCache> = rows.iter_mut().collect();
-    let q_logits = model.mtp_forward(&hidden, &tokens(&ids, width as i32, t), &mut all)?;
+    let q_logits = model.mtp_forward(&hidden, &read, &mut all)?;
     let vocab = *q_logits.shape().last().unwrap();
     let q_last = slice_axis(&q_logits, 1, t - 1, t)?.reshape(&[width as i32, vocab])?;
     let scripted: Vec<Option<u32>> =

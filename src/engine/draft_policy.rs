@@ -113,7 +113,8 @@ impl DraftChooser {
 
     /// Each width's figures so far: (width, drafting tok/s, plain tok/s), the medians the choice
     /// reads.
-    pub fn rates(&self) -> Vec<(usize, Option<f64>, Option<f64>)> {
+    #[cfg(test)]
+    fn rates(&self) -> Vec<(usize, Option<f64>, Option<f64>)> {
         self.widths.iter().map(|(&w, r)| (w, median(&r.draft), median(&r.plain))).collect()
     }
 }
