@@ -11,7 +11,7 @@
 // the same order, so a row alone and a row beside 15 others meet the same sums bit for bit
 // (`cohort device --check-invariance` holds it to that, and to a float64 product).
 //
-// Inputs  x [M, K] bf16, M <= 16 (runtime: x_shape[0]);
+// Inputs  x [.., K] bf16, M <= 16 rows in all (runtime: x_shape, x_ndim);
 //         w [N', K*BITS/32] uint32, s / b [N', K/G]: the packed weight, N' >= N.
 // Output  y [M, N] bf16.
 // Constants K, N, BITS, G; LW, the words a lane loads of a channel's row a span (4, 2 or 1,
@@ -41,7 +41,12 @@ const int first = (blockIdx.y * blockDim.y + threadIdx.y) * 8 * NT;
 if (first >= N) {
   return;
 }
-const int m = x_shape[0] < 16 ? x_shape[0] : 16;
+// The rows are every leading axis of x together, so a caller need not flatten it first.
+int x_rows = 1;
+for (int d = 0; d + 1 < x_ndim; ++d) {
+  x_rows *= x_shape[d];
+}
+const int m = x_rows < 16 ? x_rows : 16;
 const bool low = group < m;
 const bool high = group + 8 < m;
 const uint4* x_low = reinterpret_cast<const uint4*>(x + static_cast<size_t>(low ? group : 0) * K);

@@ -8,7 +8,7 @@
 // passes, and the warp's 32 partial sums meet in one butterfly. Nothing a row computes depends
 // on the other rows, so the result is bit-identical alone or beside up to 15 others.
 //
-// Inputs  x [M, K] (model dtype), M <= 16 (runtime: x_shape[0]);
+// Inputs  x [.., K] (model dtype), M <= 16 rows in all (runtime: x_shape, x_ndim);
 //         w [N', K*BITS/32] uint32, s / b [N', K/G]: the packed weight, N' >= N (padded rows
 //         past N are not read).
 // Output  y [M, N] (model dtype).
@@ -34,7 +34,12 @@ const int first = (blockIdx.y * blockDim.y + threadIdx.y) * CPW;
 if (first >= N) {
   return;
 }
-const int m = x_shape[0] < MAX_ROWS ? x_shape[0] : MAX_ROWS;
+// The rows are every leading axis of x together, so a caller need not flatten it first.
+int x_rows = 1;
+for (int d = 0; d + 1 < x_ndim; ++d) {
+  x_rows *= x_shape[d];
+}
+const int m = x_rows < MAX_ROWS ? x_rows : MAX_ROWS;
 // Channels past N (the last warp's, where CPW does not divide N) read the last row and are not
 // written.
 auto channel = [&](int c) -> int { return first + c < N ? first + c : N - 1; };

@@ -4,7 +4,7 @@
 // kernel *body*). MLX sends one row to a vector kernel and more to cuBLAS, whose algorithm and
 // split of the inputs follow M, so a row's sums change with the rows beside it.
 //
-// Inputs  x [M, K] (model dtype), M <= 16 (runtime: x_shape[0]); w [N', K] (weight dtype),
+// Inputs  x [.., K] (model dtype), M <= 16 rows in all (runtime: x_shape, x_ndim); w [N', K] (weight dtype),
 //         N' >= N.
 // Output  y [M, N] (model dtype).
 // Header  affine_dot.cuh (load_floats, warp_sum).
@@ -24,7 +24,12 @@ const int first = (blockIdx.y * blockDim.y + threadIdx.y) * CPW;
 if (first >= N) {
   return;
 }
-const int m = x_shape[0] < MAX_ROWS ? x_shape[0] : MAX_ROWS;
+// The rows are every leading axis of x together, so a caller need not flatten it first.
+int x_rows = 1;
+for (int d = 0; d + 1 < x_ndim; ++d) {
+  x_rows *= x_shape[d];
+}
+const int m = x_rows < MAX_ROWS ? x_rows : MAX_ROWS;
 auto channel = [&](int c) -> int { return first + c < N ? first + c : N - 1; };
 
 float acc[MAX_ROWS][CPW] = {};

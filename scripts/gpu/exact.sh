@@ -19,7 +19,11 @@
 #          once under each setting in $ENVS (space-separated; a setting is VAR=VALUE[,VAR=VALUE...]
 #          or `default`), in order and then mirrored, one process each: library settings such as
 #          MLX's MLX_MAX_OPS_PER_BUFFER / MLX_MAX_MB_PER_BUFFER (how often an evaluation hands its
-#          CUDA graph to the device) timed side by side on one machine.
+#          CUDA graph to the device) timed side by side on one machine; $BSARGS adds bench-step
+#          arguments to every arm (e.g. "--graph-stats --steps b1").
+#   bins   the same bench-step once under each binary in $BINS (space-separated LABEL=PATH; a
+#          PATH ending in .xz is unpacked first), in order and then mirrored: two builds side by
+#          side on one machine (e.g. BINS="new=/tmp/cohort old=/tmp/x/old.xz").
 #   checkm, probem, synthm, benchm: check, probe, synth and bench with COHORT_MMA_PRODUCTS=1 (the
 #          invariant route's bf16 products on the tensor cores, kernels/affine_mma.cu). That is the
 #          CUDA default since it was checked (docs/benchmarks.md), so the plain steps serve it too;
@@ -51,8 +55,21 @@ for step in "${steps[@]}"; do
         echo "-- $arm"
         (
           [ "$arm" = default ] || for kv in ${arm//,/ }; do export "$kv"; done
-          timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 10
+          timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 10 ${BSARGS:-}
         )
+      done ;;
+    bins)
+      read -ra arms <<< "${BINS:-new=$B}"
+      order=("${arms[@]}")
+      for ((i = ${#arms[@]} - 1; i >= 0; i--)); do order+=("${arms[i]}"); done
+      for arm in "${order[@]}"; do
+        label=${arm%%=*} bin=${arm#*=}
+        if [ "${bin%.xz}" != "$bin" ]; then
+          [ -x "/tmp/bin_$label" ] || { xz -dc "$bin" > "/tmp/bin_$label" && chmod +x "/tmp/bin_$label"; }
+          bin=/tmp/bin_$label
+        fi
+        echo "-- $label ($bin)"
+        timeout 300 "$bin" bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 10 ${BSARGS:-}
       done ;;
     checkm) COHORT_MMA_PRODUCTS=1 timeout 200 $B device --check-invariance ;;
     probem) COHORT_MMA_PRODUCTS=1 timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;

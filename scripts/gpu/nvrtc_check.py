@@ -10,6 +10,11 @@ time. Passing here does not prove the kernel right: the float64 checks on the de
 Setup (package registries only): pip download --no-deps nvidia-cuda-nvrtc-cu12 and
 nvidia-cuda-runtime-cu12 (for cuda_bf16.h), unzip both into one folder, and pass it:
     python3 scripts/gpu/nvrtc_check.py /tmp/nvrtc/site
+
+`--same-ptx DIR` compiles each body from kernels/ and from DIR and says whether the two give the
+same PTX: DIR holds the texts cohort hands MLX, comments and indentation dropped (write them with
+`COHORT_COMPACTED_KERNELS=DIR cargo test --lib cuda_kernel`), so equal PTX shows the compaction
+changed no code.
 """
 
 import ctypes
@@ -132,20 +137,23 @@ KERNELS = {
 }
 
 
-def source(name, dtype):
+def source(name, dtype, kernel_dir=None):
+    kernel_dir = kernel_dir or KERNEL_DIR
     file, inputs, outputs, constants = KERNELS[name]
     inputs = [(a, dtype if t == "__nv_bfloat16" else t) for a, t in inputs]
     outputs = [(a, dtype if t == "__nv_bfloat16" else t) for a, t in outputs]
-    body = (KERNEL_DIR / file).read_text()
+    body = (kernel_dir / file).read_text()
     params = []
     for arg, ctype in inputs:
         params += [f"const {ctype}* {arg}", f"const int* {arg}_shape"]
+        if f"{arg}_ndim" in body:
+            params.append(f"const int {arg}_ndim")
     for arg, ctype in outputs:
         params.append(f"{ctype}* {arg}")
     consts = "".join(
         f"constexpr {'bool' if v in ('true', 'false') else 'int'} {k} = {v};\n" for k, v in constants.items()
     )
-    header = (KERNEL_DIR / HEADERS[name]).read_text() if name in HEADERS else ""
+    header = (kernel_dir / HEADERS[name]).read_text() if name in HEADERS else ""
     return (
         "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
         + header
@@ -154,27 +162,49 @@ def source(name, dtype):
     )
 
 
+def compile_ptx(lib, include, name, src):
+    """(status, log, PTX) of one NVRTC compile for sm_90."""
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), f"{name}.cu".encode(), 0, None, None) == 0
+    opts = [b"--gpu-architecture=compute_90", b"--std=c++17", f"-I{include}".encode()]
+    arr = (ctypes.c_char_p * len(opts))(*opts)
+    status = lib.nvrtcCompileProgram(prog, len(opts), arr)
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    ptx = b""
+    if status == 0:
+        lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetPTX(prog, buf)
+        ptx = buf.value
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return status, log.value.decode(errors="replace").strip(), ptx
+
+
 def main():
-    site = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/nvrtc/site")
+    args = sys.argv[1:]
+    against = None
+    if "--same-ptx" in args:
+        i = args.index("--same-ptx")
+        against = pathlib.Path(args[i + 1])
+        del args[i : i + 2]
+    site = pathlib.Path(args[0] if args else "/tmp/nvrtc/site")
     lib = ctypes.CDLL(str(site / "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"))
     include = site / "nvidia/cuda_runtime/include"
     failed = 0
     # Each kernel in the model dtypes MLX may hand it: bf16 (the GPU default), float32, fp16.
-    for name, dtype in [(k, d) for k in (sys.argv[2:] or KERNELS) for d in ("__nv_bfloat16", "float", "__half")]:
-        prog = ctypes.c_void_p()
-        src = source(name, dtype).encode()
-        assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, f"{name}.cu".encode(), 0, None, None) == 0
-        opts = [b"--gpu-architecture=compute_90", b"--std=c++17", f"-I{include}".encode()]
-        arr = (ctypes.c_char_p * len(opts))(*opts)
-        status = lib.nvrtcCompileProgram(prog, len(opts), arr)
-        size = ctypes.c_size_t()
-        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-        log = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetProgramLog(prog, log)
-        text = log.value.decode(errors="replace").strip()
-        print(f"{name} ({dtype}): {'compiles' if status == 0 else 'FAILS'}" + (f"\n{text}" if text else ""))
+    for name, dtype in [(k, d) for k in (args[1:] or KERNELS) for d in ("__nv_bfloat16", "float", "__half")]:
+        status, text, ptx = compile_ptx(lib, include, name, source(name, dtype))
+        verdict = "compiles" if status == 0 else "FAILS"
+        if against is not None and status == 0:
+            other = compile_ptx(lib, include, name, source(name, dtype, against))
+            same = other[0] == 0 and other[2] == ptx
+            verdict += ", same PTX from " + str(against) if same else ", DIFFERENT PTX from " + str(against)
+            failed += not same
+        print(f"{name} ({dtype}): {verdict}" + (f"\n{text}" if text else ""))
         failed += status != 0
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
     sys.exit(1 if failed else 0)
 
 

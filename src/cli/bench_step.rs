@@ -97,6 +97,11 @@ pub struct BenchStepArgs {
     /// packed cohort, so it does not serve them).
     #[arg(long, value_delimiter = ',')]
     pub(super) attention_kernel: Vec<OnOff>,
+    /// The invariant route's products with a flattening reshape of x and of the result around
+    /// each kernel (`model/cuda/row_invariant.rs`; off by default) on or off in the interleaved
+    /// arms, each with every other arm setting.
+    #[arg(long, value_delimiter = ',')]
+    pub(super) product_views: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]

@@ -17,10 +17,12 @@ pub(super) enum KernelSwitch {
     MixerNorm,
     /// The short-block cohort attention kernel.
     Attention,
+    /// Reshapes around the invariant route's products.
+    ProductViews,
 }
 
 /// How many switches an arm carries, one setting each.
-pub(super) const COUNT: usize = 5;
+pub(super) const COUNT: usize = 6;
 
 impl KernelSwitch {
     /// Every switch, in the order of an arm's settings and of the tables' columns.
@@ -30,6 +32,7 @@ impl KernelSwitch {
         KernelSwitch::AddNorm,
         KernelSwitch::MixerNorm,
         KernelSwitch::Attention,
+        KernelSwitch::ProductViews,
     ];
 
     pub(super) fn flag(self) -> &'static str {
@@ -39,6 +42,7 @@ impl KernelSwitch {
             KernelSwitch::AddNorm => "--add-norm",
             KernelSwitch::MixerNorm => "--mixer-norm",
             KernelSwitch::Attention => "--attention-kernel",
+            KernelSwitch::ProductViews => "--product-views",
         }
     }
 
@@ -49,6 +53,7 @@ impl KernelSwitch {
             KernelSwitch::AddNorm => "add-norm kernel",
             KernelSwitch::MixerNorm => "mixer norm",
             KernelSwitch::Attention => "attention kernel",
+            KernelSwitch::ProductViews => "product views",
         }
     }
 
@@ -60,6 +65,7 @@ impl KernelSwitch {
             KernelSwitch::AddNorm => &args.add_norm,
             KernelSwitch::MixerNorm => &args.mixer_norm,
             KernelSwitch::Attention => &args.attention_kernel,
+            KernelSwitch::ProductViews => &args.product_views,
         }
     }
 
@@ -73,6 +79,7 @@ impl KernelSwitch {
             KernelSwitch::AddNorm => routes.add_norm_kernel = on,
             KernelSwitch::MixerNorm => routes.gdn_fused_norm = on,
             KernelSwitch::Attention => routes.attention_kernel = on,
+            KernelSwitch::ProductViews => routes.product_views = on,
         }
     }
 }

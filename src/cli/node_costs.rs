@@ -66,6 +66,9 @@ pub fn run(dtype: Dtype) -> Result<Vec<NodeCost>> {
     let logits = random(&[1, 256], Dtype::Float32)?;
     let tail = random(&[1, 3, 8192], dtype)?;
     let new = random(&[1, 1, 8192], dtype)?;
+    let spec = crate::model::config::QuantSpec { bits: 4, group_size: 64 };
+    let x3 = x.reshape(&[1, 1, h])?;
+    x3.eval()?;
     let mut kinds: Vec<(&'static str, MakeNode)> = vec![
         ("Reshape (a view)", Box::new(|_| Ok(x.reshape(&[1, 1, h])?))),
         ("Slice (a view)", Box::new(|i| crate::model::ops::slice_axis(&x, 1, i as i32 % 64, 64 + i as i32 % 64))),
@@ -94,6 +97,30 @@ pub fn run(dtype: Dtype) -> Result<Vec<NodeCost>> {
             "add-norm kernel [1, 2048] (one CustomKernel node)",
             Box::new(|_| Ok(crate::model::cuda::add_norm::add_rms_norm(&x, &x, &norm_w, 1e-6)?.1)),
         ));
+        // The invariant route's product, which is every product of a step there: as served, and
+        // as it was called before (whole kernel text, a configuration built each call, x
+        // flattened and the result reshaped: three nodes).
+        if x.dtype() == Dtype::Bfloat16 {
+            fn unfit() -> anyhow::Error {
+                anyhow::anyhow!("the tensor-core product does not take this shape")
+            }
+            kinds.push((
+                "invariant product 2048 -> 512, M=1, as served (one node)",
+                Box::new(|_| {
+                    crate::model::cuda::row_invariant::affine_product_mma(&x3, &w, &s, &b, spec, 512)
+                        .unwrap_or_else(|| Err(unfit()))
+                }),
+            ));
+            kinds.push((
+                "the same as called before (whole text, a config each call, two reshapes)",
+                Box::new(|_| {
+                    let flat = x3.reshape(&[1, h])?;
+                    let before = crate::model::cuda::row_invariant::affine_product_mma_as_before;
+                    let y = before(&flat, [&w, &s, &b], spec, 512).unwrap_or_else(|| Err(unfit()))?;
+                    Ok(y.reshape(&[1, 1, 512])?)
+                }),
+            ));
+        }
     }
     kinds.iter().map(|(kind, make)| measure(kind, make.as_ref())).collect()
 }

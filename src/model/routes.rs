@@ -85,6 +85,10 @@ pub struct Routes {
     /// The invariant route's quantized products of bf16 blocks on the tensor cores
     /// (`kernels/affine_mma.cu`) instead of the scalar kernel.
     pub mma_products: bool,
+    /// The invariant route's products flatten x to [rows, K] and reshape the result back: two
+    /// view nodes a product that the kernels no longer need (they take x's leading axes as rows).
+    /// Off by default; bench-step's `--product-views` times both in one process.
+    pub product_views: bool,
 
     pub host_rope: bool,
     pub host_attention: bool,
@@ -135,6 +139,7 @@ impl Routes {
             add_norm_kernel: false,
             attention_kernel: false,
             mma_products: cuda,
+            product_views: false,
             host_rope: cpu,
             host_attention: cpu,
             host_layers: cpu,

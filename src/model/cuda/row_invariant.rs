@@ -46,6 +46,16 @@ fn mma_kernel() -> Result<&'static CudaKernel> {
     })
 }
 
+/// The tensor-core kernel as its calls were before they were made cheaper
+/// ([`CudaKernel::as_before`]), for `bench-step --node-costs`.
+#[cfg(feature = "lab")]
+fn mma_kernel_as_before() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::as_before("cohort_affine_mma", "affine_mma.cu", &["x", "w", "s", "b"], &["y"], MMA_SOURCE, None)
+    })
+}
+
 /// Words of a channel's row a lane of the tensor-core kernel loads a span (`kernels/affine_mma.cu`):
 /// the widest of 4, 2, 1 for which the row is whole spans, a lane's codes lie in one group and
 /// fill whole 16-byte loads of x. By the weight's shape alone, never by the block's rows; `None`
@@ -133,9 +143,11 @@ pub fn dense_product(x: &Array, w: &Array) -> Result<Array> {
     launch(dense_kernel()?, x, &[w], w.shape()[0], channels_per_warp(w.shape()[0]), &[])
 }
 
-/// The launch every kernel here shares: a block of WARPS warps for each WARPS * CPW channels, x
-/// flattened to [rows, input], the result given x's leading shape back. The kernels' K, N and
-/// CPW are set here; `more` adds a kernel's own constants.
+/// The launch every kernel here shares: a block of WARPS warps for each WARPS * CPW channels,
+/// every leading axis of x one run of rows, the result in x's leading shape. x goes in as it is
+/// and the result comes out in its final shape: a flattening reshape each side would be two
+/// more nodes a product for MLX's host to hand over, ~240 a step at the real geometry. The
+/// kernels' K, N and CPW are set here; `more` adds a kernel's own constants.
 fn launch(
     kernel: &CudaKernel,
     x: &Array,
@@ -146,25 +158,29 @@ fn launch(
 ) -> Result<Array> {
     let shape = x.shape();
     let input = shape[shape.len() - 1];
-    let rows: i32 = shape[..shape.len() - 1].iter().product();
     let ints: Vec<(&str, i32)> =
         [("K", input), ("N", out), ("CPW", cpw)].into_iter().chain(more.iter().copied()).collect();
     let blocks = (out + WARPS * cpw - 1) / (WARPS * cpw);
+    let mut out_shape = shape[..shape.len() - 1].to_vec();
+    out_shape.push(out);
     let launch = Launch {
-        outputs: vec![(vec![rows, out], x.dtype())],
+        outputs: vec![(out_shape.clone(), x.dtype())],
         // MLX counts the grid in threads.
         grid: [32, blocks * WARPS, 1],
         threads: [32, WARPS, 1],
         ints: &ints,
         bools: &[],
     };
-    let flat = x.reshape(&[rows, input])?;
-    let inputs: Vec<&Array> = std::iter::once(&flat).chain(weight.iter().copied()).collect();
-    let y = kernel.apply(&inputs, &launch)?.pop().expect("one output");
-    let shape = x.shape();
-    let mut out_shape = shape[..shape.len() - 1].to_vec();
-    out_shape.push(out);
-    Ok(y.reshape(&out_shape)?)
+    if crate::model::routes::current().product_views {
+        let rows: i32 = shape[..shape.len() - 1].iter().product();
+        let flat = x.reshape(&[rows, input])?;
+        let launch = Launch { outputs: vec![(vec![rows, out], x.dtype())], ..launch };
+        let inputs: Vec<&Array> = std::iter::once(&flat).chain(weight.iter().copied()).collect();
+        let y = kernel.apply(&inputs, &launch)?.pop().expect("one output");
+        return Ok(y.reshape(&out_shape)?);
+    }
+    let inputs: Vec<&Array> = std::iter::once(x).chain(weight.iter().copied()).collect();
+    Ok(kernel.apply(&inputs, &launch)?.pop().expect("one output"))
 }
 
 /// `x W^T` for `x` [.., input] (at most [`MAX_ROWS`] rows in all) and the packed weight `w`
@@ -220,11 +236,33 @@ pub fn affine_product_mma(
     spec: QuantSpec,
     out: i32,
 ) -> Option<Result<Array>> {
+    mma_product_with(mma_kernel, x, [w, scales, biases], spec, out)
+}
+
+/// [`affine_product_mma`] through the kernel as its calls were before they were made cheaper,
+/// for `bench-step --node-costs`.
+#[cfg(feature = "lab")]
+pub fn affine_product_mma_as_before(
+    x: &Array,
+    weight: [&Array; 3],
+    spec: QuantSpec,
+    out: i32,
+) -> Option<Result<Array>> {
+    mma_product_with(mma_kernel_as_before, x, weight, spec, out)
+}
+
+fn mma_product_with(
+    kernel: fn() -> Result<&'static CudaKernel>,
+    x: &Array,
+    weight: [&Array; 3],
+    spec: QuantSpec,
+    out: i32,
+) -> Option<Result<Array>> {
     let input = x.shape()[x.ndim() - 1];
     let lw = mma_lane_words(input, spec).filter(|_| x.dtype() == Dtype::Bfloat16)?;
     let nt = mma_tiles(out);
     let constants = [("BITS", spec.bits), ("G", spec.group_size), ("LW", lw), ("NT", nt)];
-    Some(mma_kernel().and_then(|k| launch(k, x, &[w, scales, biases], out, 8 * nt, &constants)))
+    Some(kernel().and_then(|k| launch(k, x, &weight, out, 8 * nt, &constants)))
 }
 
 /// The scalar kernel (`kernels/affine_rows.cu`) with `cpw` output channels a warp, for timing it
