@@ -20,7 +20,7 @@ pub struct CudaKernel {
     /// the same few configurations every time, and building one is a dozen mlx-c calls and
     /// allocations on the host's critical path.
     configs: Mutex<HashMap<Vec<i64>, Config>>,
-    /// Off only for [`CudaKernel::as_before`], which builds a configuration at every call.
+    /// Off only for a kernel built as its calls were before ([`CudaKernel::build`]).
     cache_configs: bool,
 }
 
@@ -187,22 +187,10 @@ impl CudaKernel {
         Self::build(name, file, (inputs, outputs), source, header, true)
     }
 
-    /// The same kernel as its calls were before they were made cheaper: its whole text as
-    /// written (comments and indentation) and a configuration built at every call. Only for
-    /// `bench-step --node-costs`, which times a node of each side by side in one process.
-    #[cfg(feature = "lab")]
-    pub(crate) fn as_before(
-        name: &'static str,
-        file: &str,
-        inputs: &[&str],
-        outputs: &[&str],
-        source: &str,
-        header: Option<(&str, &str)>,
-    ) -> Result<Self> {
-        Self::build(name, file, (inputs, outputs), source, header, false)
-    }
-
-    fn build(
+    /// [`CudaKernel::new`] when `lean`; otherwise the same kernel as its calls were before they
+    /// were made cheaper (its whole text as written, a configuration built at every call), which
+    /// only `bench-step --node-costs` asks for, to time a node of each side by side.
+    pub(crate) fn build(
         name: &'static str,
         file: &str,
         (inputs, outputs): (&[&str], &[&str]),

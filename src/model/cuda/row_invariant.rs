@@ -47,12 +47,13 @@ fn mma_kernel() -> Result<&'static CudaKernel> {
 }
 
 /// The tensor-core kernel as its calls were before they were made cheaper
-/// ([`CudaKernel::as_before`]), for `bench-step --node-costs`.
+/// ([`CudaKernel::build`] not lean), for `bench-step --node-costs`.
 #[cfg(feature = "lab")]
 fn mma_kernel_as_before() -> Result<&'static CudaKernel> {
     static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
     cuda_kernel::once(&KERNEL, || {
-        CudaKernel::as_before("cohort_affine_mma", "affine_mma.cu", &["x", "w", "s", "b"], &["y"], MMA_SOURCE, None)
+        let io: (&[&str], &[&str]) = (&["x", "w", "s", "b"], &["y"]);
+        CudaKernel::build("cohort_affine_mma", "affine_mma.cu", io, MMA_SOURCE, None, false)
     })
 }
 
