@@ -13,7 +13,7 @@ nvidia-cuda-runtime-cu12 (for cuda_bf16.h), unzip both into one folder, and pass
 
 `--same-ptx DIR` compiles each body from kernels/ and from DIR and says whether the two give the
 same PTX: DIR holds the texts cohort hands MLX, comments and indentation dropped (write them with
-`COHORT_COMPACTED_KERNELS=DIR cargo test --lib cuda_kernel`), so equal PTX shows the compaction
+`NVRTC_CHECK_COMPACTED_DIR=DIR cargo test --lib cuda_kernel`), so equal PTX shows the compaction
 changed no code.
 """
 

@@ -386,7 +386,7 @@ mod tests {
                     .collect::<Vec<_>>()
             };
             assert_eq!(directives(&short), directives(&text), "{name}");
-            if let Some(out) = std::env::var_os("COHORT_COMPACTED_KERNELS") {
+            if let Some(out) = std::env::var_os("NVRTC_CHECK_COMPACTED_DIR") {
                 // For scripts/gpu/nvrtc_check.py: COHORT_KERNEL_DIR=<out> compiles what MLX is given.
                 std::fs::write(std::path::Path::new(&out).join(path.file_name().unwrap()), &short).unwrap();
             }
