@@ -53,6 +53,13 @@ pub struct Routes {
     pub batched_attention: bool,
     /// Products take a block as flattened rows (off: a batch of matrices).
     pub flat_products: bool,
+    /// Float products take their rows in blocks of a multiple of 8 (zero rows added, their
+    /// results dropped): on MLX's CPU backend OpenBLAS computes the M mod 8 tail rows of a block
+    /// with other kernels, so a row's bits would depend on how many rows share the call
+    /// (docs/journal/benchmarks-2026-lanes-and-serving.md). Set only around the MTP module on the
+    /// CPU ([`with_padded_float_rows`]); everywhere it would cost a lone row's float products a
+    /// block of eight (the float32 route's B1 decode: 0.66x).
+    pub pad_float_rows: bool,
     /// A cohort's Gated DeltaNet states are read as one batch (off: per row).
     pub gdn_batch: bool,
     /// On CUDA short blocks attend over the whole buffer capacity with a mask, so the attention
@@ -118,6 +125,7 @@ impl Routes {
             weights: WeightPolicy::Quantized,
             batched_attention: true,
             flat_products: true,
+            pad_float_rows: false,
             gdn_batch: true,
             padded_blocks: cuda,
             moe_built_rows: false,
@@ -250,6 +258,17 @@ impl Drop for InForce {
 pub fn scoped<T>(routes: Routes, f: impl FnOnce() -> T) -> T {
     let _in_force = enter(routes);
     f()
+}
+
+/// Run `f` with float products padded to whole blocks of eight rows ([`Routes::pad_float_rows`])
+/// where MLX runs on the CPU. The MTP module runs under it: its float products (the shipped
+/// bfloat16 head loads as float weights there) must give a row the same bits alone and in a
+/// cohort, since a sampled row's tokens follow its drafts. Elsewhere `f` runs as it is.
+pub fn with_padded_float_rows<T>(f: impl FnOnce() -> T) -> T {
+    if !crate::platform::backend::Backend::is_cpu() {
+        return f();
+    }
+    scoped(Routes { pad_float_rows: true, ..current() }, f)
 }
 
 /// Run `f` with the routes in force but `block` as the block route.

@@ -55,6 +55,12 @@ impl Backend {
         *CUDA
     }
 
+    /// Whether MLX computes on the CPU here (no Metal, no CUDA), asked once.
+    pub fn is_cpu() -> bool {
+        static CPU: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| Backend::detect() == Backend::Cpu);
+        *CPU
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Backend::Metal => "metal",

@@ -357,12 +357,14 @@ impl LlamaModel {
     /// The MTP module on MLX's ops up to its final norm (what the head reads); appends to each
     /// row's MTP history.
     fn mtp_states(&self, mtp: &MtpModule, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
-        let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
-        let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
-        let x = mtp.fc.forward(&mlx_rs::ops::concatenate(&[e, h], -1)?)?;
-        let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
-        let out = mtp.layer.forward(&x, &mut kvs)?;
-        mtp.norm.forward(&out)
+        crate::model::routes::with_padded_float_rows(|| {
+            let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
+            let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
+            let x = mtp.fc.forward(&mlx_rs::ops::concatenate(&[e, h], -1)?)?;
+            let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
+            let out = mtp.layer.forward(&x, &mut kvs)?;
+            mtp.norm.forward(&out)
+        })
     }
 
     fn head(&self, x: &Array) -> Result<Array> {

@@ -301,15 +301,17 @@ impl Qwen35Model {
     /// history.
     fn mtp_states(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
         let mtp = self.mtp.as_ref().context("this model has no MTP weights")?;
-        let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
-        let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
-        let x = mtp.fc.forward(&mlx_rs::ops::concatenate(&[e, h], -1)?)?;
-        let normed = mtp.layer.input_norm.forward(&x)?;
-        let Mixer::Full(attn) = &mtp.layer.mixer else { bail!("MTP layer must be full attention") };
-        let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
-        let (hh, post) = mtp.layer.post_norm.forward_after_add(&x, &attn.forward(&normed, &mut kvs)?)?;
-        let (_, out) = mtp.norm.forward_after_add(&hh, &mtp.layer.ffn.forward(&post)?)?;
-        Ok(out)
+        crate::model::routes::with_padded_float_rows(|| {
+            let e = mtp.pre_fc_norm_embedding.forward(&self.embed.forward(tokens, self.dtype)?)?;
+            let h = mtp.pre_fc_norm_hidden.forward(hidden)?;
+            let x = mtp.fc.forward(&mlx_rs::ops::concatenate(&[e, h], -1)?)?;
+            let normed = mtp.layer.input_norm.forward(&x)?;
+            let Mixer::Full(attn) = &mtp.layer.mixer else { bail!("MTP layer must be full attention") };
+            let mut kvs: Vec<&mut KvCache> = rows.iter_mut().map(|r| &mut r.mtp).collect();
+            let (hh, post) = mtp.layer.post_norm.forward_after_add(&x, &attn.forward(&normed, &mut kvs)?)?;
+            let (_, out) = mtp.norm.forward_after_add(&hh, &mtp.layer.ffn.forward(&post)?)?;
+            Ok(out)
+        })
     }
 }
 

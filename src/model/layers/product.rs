@@ -184,7 +184,29 @@ pub fn dense(x: &Array, weight: &Array) -> Result<Array> {
     {
         return crate::model::cuda::row_invariant::dense_product(x, weight);
     }
+    if crate::model::routes::current().pad_float_rows && rows % FLOAT_ROW_BLOCK != 0 && shape.len() >= 2 {
+        return padded_rows(x, rows, |block| Ok(mlx_rs::ops::matmul(block, weight.t())?));
+    }
     as_rows(x, |rows| Ok(mlx_rs::ops::matmul(rows, weight.t())?))
+}
+
+/// The row count the CPU's float products are padded to a multiple of
+/// ([`crate::model::routes::Routes::pad_float_rows`]).
+const FLOAT_ROW_BLOCK: i32 = 8;
+
+/// `f` of x's `rows` rows flattened and padded with zero rows to a multiple of
+/// [`FLOAT_ROW_BLOCK`], the padding's results dropped and x's leading shape given back.
+fn padded_rows(x: &Array, rows: i32, f: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> {
+    let shape = x.shape();
+    let input = shape[shape.len() - 1];
+    let flat = x.reshape(&[rows, input])?;
+    let pad = (FLOAT_ROW_BLOCK - rows % FLOAT_ROW_BLOCK) % FLOAT_ROW_BLOCK;
+    let zeros = mlx_rs::ops::zeros_dtype(&[pad, input], x.dtype())?;
+    let y = f(&mlx_rs::ops::concatenate(&[&flat, &zeros], 0)?)?;
+    let y = crate::model::ops::slice_axis(&y, 0, 0, rows)?;
+    let mut out = shape[..shape.len() - 1].to_vec();
+    out.push(y.shape()[1]);
+    Ok(y.reshape(&out)?)
 }
 
 /// `f` over `x` as a matrix of rows [rows, in], its result given `x`'s leading shape back.
