@@ -13,8 +13,7 @@ use cohort::engine::row::{CancelFlag, RowRun};
 use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::solo::prefill_row;
 use cohort::model::forward::LanguageModel;
-use cohort::model::layers::cache::RowCache;
-use cohort::model::layers::linear::WeightPolicy;
+use cohort::model::layers::cache::{KvCache, RowCache};
 use cohort::model::text::tokenizer::{ChatMessage, TextTokenizer};
 use cohort::platform::rng::Rng;
 use common::*;
@@ -92,14 +91,22 @@ fn values(a: &mlx_rs::Array) -> Vec<u32> {
     flat.as_slice::<f32>().iter().map(|x| x.to_bits()).collect()
 }
 
+/// Two runs' MTP histories of one row hold the same bits over the positions both wrote (one run
+/// may have stopped writing before the other).
+fn assert_same_history(a: &KvCache, z: &KvCache, what: &str) {
+    let len = a.offset().min(z.offset());
+    assert!(len as usize >= TOKENS / 2, "{what}: history of {len} entries");
+    let ((ka, va), (kz, vz)) = (a.view_first(len).unwrap(), z.view_first(len).unwrap());
+    assert!(values(&ka) == values(&kz), "{what}: MTP history keys differ");
+    assert!(values(&va) == values(&vz), "{what}: MTP history values differ");
+}
+
 #[test]
 fn plain_cycles_emit_what_drafting_emits_and_keep_the_same_mtp_history() {
     let test = "plain_cycles_emit_what_drafting_emits_and_keep_the_same_mtp_history";
     // The default model with its shipped bfloat16 head: its MTP module gives a row the same bits
     // whatever shares its block (the last test here), so the histories can be compared exactly.
-    let Some(dir) = smollm2_with_head(test) else { return };
-    let model = cohort::model::load::load_with_policy(dir.path(), Dtype::Float32, WeightPolicy::Kernel).unwrap();
-    let tok = TextTokenizer::load(dir.path()).unwrap();
+    let Some((_dir, model, tok)) = smollm2_loaded(test) else { return };
 
     let (drafting, drafting_rows, _) = decode(&*model, &tok, || CycleKind::Draft);
     // Runs of plain cycles between drafting ones, at random: drafts resume after one plain
@@ -113,13 +120,7 @@ fn plain_cycles_emit_what_drafting_emits_and_keep_the_same_mtp_history() {
     assert!(accepted > 0, "no draft was accepted between plain cycles: the owed entries never ran");
     for (b, (d, m)) in drafting.iter().zip(&mixed).enumerate() {
         assert_eq!(d.tokens, m.tokens, "row {b}: plain cycles changed the tokens");
-        // The history covers the same positions up to where one run stopped writing it.
-        let (a, z) = (&drafting_rows[b].mtp, &mixed_rows[b].mtp);
-        let len = a.offset().min(z.offset());
-        assert!(len as usize >= TOKENS / 2, "row {b}: history of {len} entries");
-        let ((ka, va), (kz, vz)) = (a.view_first(len).unwrap(), z.view_first(len).unwrap());
-        assert!(values(&ka) == values(&kz), "row {b}: MTP history keys differ");
-        assert!(values(&va) == values(&vz), "row {b}: MTP history values differ");
+        assert_same_history(&drafting_rows[b].mtp, &mixed_rows[b].mtp, &format!("row {b}"));
     }
 }
 
@@ -130,9 +131,7 @@ fn plain_cycles_emit_what_drafting_emits_and_keep_the_same_mtp_history() {
 #[test]
 fn the_shipped_head_gives_a_row_the_same_history_and_tokens_alone_and_in_a_cohort() {
     let test = "the_shipped_head_gives_a_row_the_same_history_and_tokens_alone_and_in_a_cohort";
-    let Some(dir) = smollm2_with_head(test) else { return };
-    let model = cohort::model::load::load_with_policy(dir.path(), Dtype::Float32, WeightPolicy::Kernel).unwrap();
-    let tok = TextTokenizer::load(dir.path()).unwrap();
+    let Some((_dir, model, tok)) = smollm2_loaded(test) else { return };
     // Five rows and then rows alone: blocks of 5, 4, ... and 1 rows, none a multiple of 8. Greedy
     // rows for the history (their tokens never depend on the drafts), sampled ones for what a
     // user sees: a sampled row's tokens follow its drafts.
@@ -144,18 +143,8 @@ fn the_shipped_head_gives_a_row_the_same_history_and_tokens_alone_and_in_a_cohor
             let lone = rows_of(&*model, &tok, &[i], sampler);
             let (alone, alone_rows, _) = decode_rows(&*model, &tok, lone, || CycleKind::Draft);
             assert_eq!(alone[0].tokens, together[b].tokens, "row {b}, {sampler:?}: tokens alone and in a cohort of 5");
-            let (a, z) = (&alone_rows[0].mtp, &together_rows[b].mtp);
-            let len = a.offset().min(z.offset());
-            assert!(len as usize >= TOKENS / 2, "row {b}: history of {len} entries");
-            let ((ka, va), (kz, vz)) = (a.view_first(len).unwrap(), z.view_first(len).unwrap());
-            assert!(
-                values(&ka) == values(&kz),
-                "row {b}, {sampler:?}: MTP history keys differ alone and in a cohort of 5"
-            );
-            assert!(
-                values(&va) == values(&vz),
-                "row {b}, {sampler:?}: MTP history values differ alone and in a cohort of 5"
-            );
+            let what = format!("row {b}, {sampler:?}, alone and in a cohort of 5");
+            assert_same_history(&alone_rows[0].mtp, &together_rows[b].mtp, &what);
         }
     }
 }

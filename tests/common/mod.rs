@@ -99,6 +99,26 @@ pub fn smollm2_with_head(test: &str) -> Option<tempfile::TempDir> {
     Some(dir)
 }
 
+/// The default model with its shipped head loaded as the engine loads it on the CPU (float32,
+/// cohort's kernel), with its tokenizer; the folder is kept alive beside them.
+pub fn smollm2_loaded(
+    test: &str,
+) -> Option<(
+    tempfile::TempDir,
+    Box<dyn cohort::model::forward::LanguageModel>,
+    cohort::model::text::tokenizer::TextTokenizer,
+)> {
+    let dir = smollm2_with_head(test)?;
+    let model = cohort::model::load::load_with_policy(
+        dir.path(),
+        mlx_rs::Dtype::Float32,
+        cohort::model::layers::linear::WeightPolicy::Kernel,
+    )
+    .unwrap();
+    let tok = cohort::model::text::tokenizer::TextTokenizer::load(dir.path()).unwrap();
+    Some((dir, model, tok))
+}
+
 pub fn reference(name: &str) -> Value {
     let path = fixture("references").join(format!("{name}.json"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()

@@ -4,6 +4,7 @@
 //! `<name>_shape` where the body reads it) and turns the template arguments into constexprs.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::ffi::CString;
 use std::sync::Mutex;
 
@@ -298,16 +299,13 @@ impl CudaKernel {
         let dtype_key = (fnv1a(dtypes.map(|d| d as u8)) & 0x7fff_ffff) as i32;
         let key = launch_key(launch, dtype_key);
         let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.cache_configs {
+        if !self.cache_configs || (configs.len() >= MAX_CONFIGS && !configs.contains_key(&key)) {
             configs.clear();
         }
-        if !configs.contains_key(&key) {
-            if configs.len() >= MAX_CONFIGS {
-                configs.clear();
-            }
-            configs.insert(key.clone(), self.config(launch, dtype_key)?);
-        }
-        let config = &configs[&key];
+        let config = match configs.entry(key) {
+            Entry::Occupied(kept) => kept.into_mut(),
+            Entry::Vacant(slot) => slot.insert(self.config(launch, dtype_key)?),
+        };
         // SAFETY: the input vector holds new references to live arrays and is freed below; the
         // output vector is filled by the call and each element is taken over by an owned Array.
         // Each kernel reads only within its inputs (its caller checks the shapes) and writes each

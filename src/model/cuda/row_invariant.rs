@@ -164,24 +164,21 @@ fn launch(
     let blocks = (out + WARPS * cpw - 1) / (WARPS * cpw);
     let mut out_shape = shape[..shape.len() - 1].to_vec();
     out_shape.push(out);
+    // `--product-views` (bench-step) puts the two reshapes back, to time them.
+    let views = crate::model::routes::current().product_views;
+    let rows: i32 = shape[..shape.len() - 1].iter().product();
+    let flat = if views { Some(x.reshape(&[rows, input])?) } else { None };
     let launch = Launch {
-        outputs: vec![(out_shape.clone(), x.dtype())],
+        outputs: vec![(if views { vec![rows, out] } else { out_shape.clone() }, x.dtype())],
         // MLX counts the grid in threads.
         grid: [32, blocks * WARPS, 1],
         threads: [32, WARPS, 1],
         ints: &ints,
         bools: &[],
     };
-    if crate::model::routes::current().product_views {
-        let rows: i32 = shape[..shape.len() - 1].iter().product();
-        let flat = x.reshape(&[rows, input])?;
-        let launch = Launch { outputs: vec![(vec![rows, out], x.dtype())], ..launch };
-        let inputs: Vec<&Array> = std::iter::once(&flat).chain(weight.iter().copied()).collect();
-        let y = kernel.apply(&inputs, &launch)?.pop().expect("one output");
-        return Ok(y.reshape(&out_shape)?);
-    }
-    let inputs: Vec<&Array> = std::iter::once(x).chain(weight.iter().copied()).collect();
-    Ok(kernel.apply(&inputs, &launch)?.pop().expect("one output"))
+    let inputs: Vec<&Array> = std::iter::once(flat.as_ref().unwrap_or(x)).chain(weight.iter().copied()).collect();
+    let y = kernel.apply(&inputs, &launch)?.pop().expect("one output");
+    Ok(if views { y.reshape(&out_shape)? } else { y })
 }
 
 /// `x W^T` for `x` [.., input] (at most [`MAX_ROWS`] rows in all) and the packed weight `w`

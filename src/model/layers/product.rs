@@ -203,7 +203,12 @@ fn padded_rows(x: &Array, rows: i32, f: impl FnOnce(&Array) -> Result<Array>) ->
     let pad = (FLOAT_ROW_BLOCK - rows % FLOAT_ROW_BLOCK) % FLOAT_ROW_BLOCK;
     let zeros = mlx_rs::ops::zeros_dtype(&[pad, input], x.dtype())?;
     let y = f(&mlx_rs::ops::concatenate(&[&flat, &zeros], 0)?)?;
-    let y = crate::model::ops::slice_axis(&y, 0, 0, rows)?;
+    with_leading_shape(x, &crate::model::ops::slice_axis(&y, 0, 0, rows)?)
+}
+
+/// `y` [rows, out] of x's rows, given x's leading shape: [.., out].
+fn with_leading_shape(x: &Array, y: &Array) -> Result<Array> {
+    let shape = x.shape();
     let mut out = shape[..shape.len() - 1].to_vec();
     out.push(y.shape()[1]);
     Ok(y.reshape(&out)?)
@@ -216,10 +221,7 @@ fn as_rows(x: &Array, f: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> 
         return f(x);
     }
     let input = shape[shape.len() - 1];
-    let y = f(&x.reshape(&[-1, input])?)?;
-    let mut out = shape[..shape.len() - 1].to_vec();
-    out.push(y.shape()[1]);
-    Ok(y.reshape(&out)?)
+    with_leading_shape(x, &f(&x.reshape(&[-1, input])?)?)
 }
 
 #[cfg(test)]
