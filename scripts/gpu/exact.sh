@@ -24,6 +24,18 @@
 #   bins   the same bench-step once under each binary in $BINS (space-separated LABEL=PATH; a
 #          PATH ending in .xz is unpacked first), in order and then mirrored: two builds side by
 #          side on one machine (e.g. BINS="new=/tmp/cohort old=/tmp/x/old.xz").
+#   ncu    one step of bench-step at the real geometry ($LAYERS layers, default 40) under Nsight
+#          Compute (`--profile-step $NCU_STEP`, default b1; b1, draft, verify or ar), its kernels'
+#          device time summed by family (ncu_summary.py, $NCU_ROWS rows); raw CSV to $OUT.
+#   peerprep  mlx-lm's side (calls carrying .gpu/w3a and .gpu/w3b first put w3.a, w3.b, w3.sha256
+#          and the mlx, mlx-lm wheels in /tmp/x): MLX CUDA 0.32.3, mlx and mlx-lm into
+#          /tmp/site3; then, in the background, mlx-lm makes the shared checkpoint /tmp/q36
+#          (q36_mlx_lm.py make) and runs one round to compile MLX's kernels into its own JIT
+#          cache (/tmp/ptx3, seeded from .gpu/ptx3/ptx3.tar.xz when carried). Later steps run
+#          beside it; `peers` waits for it.
+#   peers  cohort against mlx-lm on that checkpoint, fresh processes back to back ($PEER_ARMS,
+#          default "cohort mlx-lm cohort"; $PEER_ROUNDS mlx-lm rounds a process, default 3);
+#          writes mlx-lm's JIT cache to $OUT/ptx3.tar.xz (keep it in .gpu/ptx3/).
 #   checkm, probem, synthm, benchm: check, probe, synth and bench with COHORT_MMA_PRODUCTS=1 (the
 #          invariant route's bf16 products on the tensor cores, kernels/affine_mma.cu). That is the
 #          CUDA default since it was checked (docs/benchmarks.md), so the plain steps serve it too;
@@ -71,6 +83,42 @@ for step in "${steps[@]}"; do
         echo "-- $label ($bin)"
         timeout 300 "$bin" bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 10 ${BSARGS:-}
       done ;;
+    ncu)
+      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu 2>/dev/null | head -1)
+      s=${NCU_STEP:-b1} kinds=b8; [ "$s" = b1 ] && kinds=b1
+      timeout 300 "$NCU" --profile-from-start off --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --csv --page raw --print-units base --log-file "/tmp/ncu_$s.csv" \
+        $B bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 2 --prefill 64 \
+        --steps $kinds --profile-step "$s" ${BSARGS:-} 2>&1 | grep -E "rror|^\| B" | head -8
+      python3 scripts/gpu/ncu_summary.py "/tmp/ncu_$s.csv" "$s" | head -"${NCU_ROWS:-24}"
+      cp "/tmp/ncu_$s.csv" "$OUT/" ;;
+    peerprep)
+      W3=/tmp/x/mlx_cuda_13-0.32.3-py3-none-manylinux_2_35_x86_64.whl
+      cat /tmp/x/w3.a /tmp/x/w3.b > $W3
+      echo "$(cat /tmp/x/w3.sha256)  $W3" | sha256sum -c --quiet || { echo "mlx-cuda 0.32.3 wheel: sha256 differs"; exit 4; }
+      python3 -m pip install -q --no-index --no-deps --target /tmp/site3 $W3 /tmp/x/mlx-0.32.3-*.whl /tmp/x/mlx_lm-*.whl 2>&1 | tail -2
+      mkdir -p /tmp/ptx3
+      [ -f .gpu/ptx3/ptx3.tar.xz ] && tar -xJf .gpu/ptx3/ptx3.tar.xz -C /tmp/ptx3
+      rm -f /tmp/peer.done
+      setsid bash -c '. scripts/gpu/peer_env.sh
+        time (timeout 200 $PY scripts/gpu/q36_mlx_lm.py make --out /tmp/q36 2>&1 | grep -v TMA | tail -3)
+        time (timeout 400 $PY scripts/gpu/q36_mlx_lm.py bench --model /tmp/q36 --rounds 1 2>&1 | grep -v TMA | tail -2)
+        touch /tmp/peer.done' > /tmp/peer_prep.txt 2>&1 < /dev/null &
+      echo "mlx-lm's checkpoint and first process started in the background" ;;
+    peers)
+      for _ in $(seq 120); do [ -f /tmp/peer.done ] && break; sleep 5; done
+      echo "-- mlx-lm's make and first process:"; cat /tmp/peer_prep.txt
+      [ -f /tmp/peer.done ] || { echo "still not done: no figures"; continue; }
+      . scripts/gpu/peer_env.sh
+      for arm in ${PEER_ARMS:-cohort mlx-lm cohort}; do
+        echo "-- $arm"
+        if [ $arm = cohort ]; then
+          timeout 200 $B bench-step -m /tmp/q36 --prefill 512 --iters 30 ${BSARGS:-} 2>&1 | grep -vE "^  \[|TMA"
+        else
+          timeout 240 $PY scripts/gpu/q36_mlx_lm.py bench --model /tmp/q36 --prompt 512 --gen 64 --rounds "${PEER_ROUNDS:-3}" 2>&1 | grep -v TMA | tail -4
+        fi
+      done
+      tar -cf - -C /tmp/ptx3 . | xz -T16 > $OUT/ptx3.tar.xz ;;
     checkm) COHORT_MMA_PRODUCTS=1 timeout 200 $B device --check-invariance ;;
     probem) COHORT_MMA_PRODUCTS=1 timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
     synthm) COHORT_MMA_PRODUCTS=1 timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;

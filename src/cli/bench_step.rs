@@ -115,7 +115,7 @@ pub struct BenchStepArgs {
     pub(super) graph_stats: bool,
     /// Bracket one step of this kind (the second of its kind, untimed) for Nsight Compute run as
     /// `ncu --profile-from-start off`, so its report holds that step's kernels only
-    /// (scripts/gpu/ncu_step.sh; scripts/gpu/ncu_summary.py sums them by kernel).
+    /// (`scripts/gpu/exact.sh ncu` runs it and sums them by kernel with ncu_summary.py).
     #[arg(long)]
     profile_step: Option<ProfiledStep>,
     /// Only time the host's cost of one node of each kind a step is made of (no model).
