@@ -15,29 +15,42 @@
 //         w [N', K*BITS/32] uint32, s / b [N', K/G]: the packed weight, N' >= N.
 // Output  y [M, N] bf16.
 // Constants K, N, BITS, G; LW, the words a lane loads of a channel's row a span (4, 2 or 1,
-// chosen by K, G and BITS); NT, the 8-channel tiles a warp takes (chosen by N alone, never by M).
+// chosen by K, G and BITS); NT, the 8-channel tiles a block takes (chosen by N alone, never by
+// M); KS, the warps of a block, which share its tiles' k axis (chosen by K alone).
 //
-// Layout (mma.sync m16n8k16, bf16 in, float32 accumulate): lane = 4 * group + t. A warp takes
+// Layout (mma.sync m16n8k16, bf16 in, float32 accumulate): lane = 4 * group + t. A block takes
 // 8 * NT consecutive channels; within a tile, lanes of group n load channel n. A span is the
-// 4 * LW * PER_WORD inputs the warp covers at once: lane t holds the LW words of its channel at
+// 4 * LW * PER_WORD inputs a warp covers at once: lane t holds the LW words of its channel at
 // inputs t * CODES ... (one quantization group), and x's rows `group` and `group + 8` at the
 // same inputs. A step of the span feeds the mma four consecutive inputs of each lane: inputs of
 // the product's k axis are taken in a permuted order, the same one for x and for W, which leaves
 // each dot product whole.
+//
+// Why the k axis is shared: at one to sixteen rows the kernel is bound by how many weight bytes
+// are in flight. With one warp a tile, a 4096 -> 2048 product had 256 warps on 32 SMs, each
+// walking its 32 spans one after another: 30.6 us on an H100 for 4.2 MB (140 GB/s; ncu, one B1
+// step at the real geometry). Here warp w of a block takes spans w, w + KS, w + 2 KS, ..., and
+// the block adds its warps' sums in warp order at the end. The order depends on K alone, so a
+// row still meets the same sums alone and beside 15 others.
 constexpr int PER_WORD = 32 / BITS;
 constexpr int WORDS = K / PER_WORD;
 constexpr int CODES = LW * PER_WORD;
 constexpr int SPAN = 4 * CODES;
+constexpr int SPANS = K / SPAN;
 constexpr int STEPS = CODES / 4;
 constexpr unsigned int MASK = (1u << BITS) - 1u;
 static_assert(K % SPAN == 0 && G % CODES == 0, "whole spans a row, one group a lane's codes");
 static_assert(CODES % 8 == 0, "a lane's x values in whole 16-byte loads");
+static_assert(KS >= 1 && KS <= SPANS, "every warp of a block takes at least one span");
+// Each warp's sums, for the block to add in warp order.
+__shared__ float partial[KS > 1 ? KS - 1 : 1][NT][4][32];
 
 const int lane = threadIdx.x;
+const int warp = threadIdx.y;
 const int group = lane >> 2;
 const int t = lane & 3;
-const int first = (blockIdx.y * blockDim.y + threadIdx.y) * 8 * NT;
-// Warp-uniform: a warp past the last channel leaves whole, before any mma.
+const int first = blockIdx.y * 8 * NT;
+// Block-uniform: a block past the last channel leaves whole, before any mma or barrier.
 if (first >= N) {
   return;
 }
@@ -54,7 +67,7 @@ const uint4* x_high = reinterpret_cast<const uint4*>(x + static_cast<size_t>(hig
 
 float acc[NT][4] = {};
 #pragma unroll 2
-for (int span = 0; span < K; span += SPAN) {
+for (int span = warp * SPAN; span < K; span += KS * SPAN) {
   const int at = span + t * CODES;
   // Rows `group` and `group + 8` at this lane's inputs, as bf16 pairs (zeros past the block).
   unsigned int xl[CODES / 2];
@@ -74,7 +87,7 @@ for (int span = 0; span < K; span += SPAN) {
   }
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    // Channels past N (the last warp's) read the last row and are not written.
+    // Channels past N (the last block's) read the last row and are not written.
     const int channel = first + 8 * nt + group < N ? first + 8 * nt + group : N - 1;
     const size_t row = static_cast<size_t>(channel);
     unsigned int words[LW];
@@ -112,6 +125,31 @@ for (int span = 0; span < K; span += SPAN) {
           "{%0, %1, %2, %3};"
           : "+f"(acc[nt][0]), "+f"(acc[nt][1]), "+f"(acc[nt][2]), "+f"(acc[nt][3])
           : "r"(xl[2 * step]), "r"(xh[2 * step]), "r"(xl[2 * step + 1]), "r"(xh[2 * step + 1]), "r"(b0), "r"(b1));
+    }
+  }
+}
+if constexpr (KS > 1) {
+  if (warp > 0) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        partial[warp - 1][nt][e][lane] = acc[nt][e];
+      }
+    }
+  }
+  __syncthreads();
+  if (warp > 0) {
+    return;
+  }
+#pragma unroll
+  for (int w = 0; w < KS - 1; ++w) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[nt][e] += partial[w][nt][e][lane];
+      }
     }
   }
 }

@@ -81,7 +81,8 @@ for step in "${steps[@]}"; do
           bin=/tmp/bin_$label
         fi
         echo "-- $label ($bin)"
-        timeout 300 "$bin" bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 10 ${BSARGS:-}
+        # Each build with the kernels it was built with (env.sh points COHORT_KERNEL_DIR at the tree).
+        env -u COHORT_KERNEL_DIR timeout 300 "$bin" bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 10 ${BSARGS:-}
       done ;;
     ncu)
       NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu 2>/dev/null | head -1)

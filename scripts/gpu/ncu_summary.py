@@ -12,6 +12,7 @@ launches, total and mean microseconds and share, largest first; then the largest
 
 import csv
 import re
+import signal
 import sys
 from collections import defaultdict
 
@@ -62,6 +63,8 @@ def rows(stream):
 
 
 def main() -> None:
+    # Read through `head`: stop quietly when it has its rows.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     path = sys.argv[1] if len(sys.argv) > 1 else "-"
     title = sys.argv[2] if len(sys.argv) > 2 else path
     stream = sys.stdin if path == "-" else open(path, newline="")

@@ -114,19 +114,19 @@ KERNELS = {
         "affine_mma.cu",
         [("x", "__nv_bfloat16"), ("w", "unsigned int"), ("s", "__nv_bfloat16"), ("b", "__nv_bfloat16")],
         [("y", "__nv_bfloat16")],
-        {"K": 1536, "N": 576, "BITS": 4, "G": 32, "LW": 4, "NT": 1},
+        {"K": 1536, "N": 576, "BITS": 4, "G": 32, "LW": 4, "NT": 1, "KS": 8},
     ),
     "affine_mma_head": (
         "affine_mma.cu",
         [("x", "__nv_bfloat16"), ("w", "unsigned int"), ("s", "__nv_bfloat16"), ("b", "__nv_bfloat16")],
         [("y", "__nv_bfloat16")],
-        {"K": 576, "N": 49152, "BITS": 8, "G": 32, "LW": 2, "NT": 2},
+        {"K": 576, "N": 49152, "BITS": 8, "G": 32, "LW": 2, "NT": 2, "KS": 3},
     ),
     "affine_mma_real": (
         "affine_mma.cu",
         [("x", "__nv_bfloat16"), ("w", "unsigned int"), ("s", "__nv_bfloat16"), ("b", "__nv_bfloat16")],
         [("y", "__nv_bfloat16")],
-        {"K": 2048, "N": 12352, "BITS": 4, "G": 64, "LW": 4, "NT": 2},
+        {"K": 2048, "N": 12352, "BITS": 4, "G": 64, "LW": 4, "NT": 2, "KS": 8},
     ),
     "dense_rows": (
         "dense_rows.cu",

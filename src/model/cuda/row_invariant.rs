@@ -69,8 +69,8 @@ fn mma_lane_words(input: i32, spec: QuantSpec) -> Option<i32> {
     })
 }
 
-/// 8-channel tiles a warp of the tensor-core kernel takes: by the width alone. A wide product (an
-/// LM head) has warps enough to take several, each reading x once for all of them.
+/// 8-channel tiles a block of the tensor-core kernel takes: by the width alone. A wide product (an
+/// LM head) has blocks enough to take several, each reading x once for all of them.
 fn mma_tiles(out: i32) -> i32 {
     if out >= 65_536 {
         4
@@ -78,6 +78,28 @@ fn mma_tiles(out: i32) -> i32 {
         2
     } else {
         1
+    }
+}
+
+/// Warps of a tensor-core block, which share its tiles' k axis: as many of its spans as there
+/// are, up to [`WARPS`]. By the input width alone, never by the block's rows, so a row's sums
+/// meet in the same order at every block size.
+fn mma_split(input: i32, lw: i32, spec: QuantSpec) -> i32 {
+    let spans = input / (4 * lw * (32 / spec.bits));
+    spans.clamp(1, WARPS)
+}
+
+/// How a launch lays out its blocks: `channels` output channels a block, `warps` warps a block.
+#[derive(Clone, Copy)]
+struct Blocks {
+    channels: i32,
+    warps: i32,
+}
+
+impl Blocks {
+    /// The scalar kernels' layout: [`WARPS`] warps a block, each with its own `cpw` channels.
+    fn warp_channels(cpw: i32) -> Self {
+        Blocks { channels: WARPS * cpw, warps: WARPS }
     }
 }
 
@@ -141,27 +163,28 @@ pub fn dense_product(x: &Array, w: &Array) -> Result<Array> {
             w.dtype()
         );
     }
-    launch(dense_kernel()?, x, &[w], w.shape()[0], channels_per_warp(w.shape()[0]), &[])
+    let cpw = channels_per_warp(w.shape()[0]);
+    launch(dense_kernel()?, x, &[w], w.shape()[0], Blocks::warp_channels(cpw), &[("CPW", cpw)])
 }
 
-/// The launch every kernel here shares: a block of WARPS warps for each WARPS * CPW channels,
-/// every leading axis of x one run of rows, the result in x's leading shape. x goes in as it is
-/// and the result comes out in its final shape: a flattening reshape each side would be two
-/// more nodes a product for MLX's host to hand over, ~240 a step at the real geometry. The
-/// kernels' K, N and CPW are set here; `more` adds a kernel's own constants.
+/// The launch every kernel here shares: a block of `layout.warps` warps for each
+/// `layout.channels` channels, every leading axis of x one run of rows, the result in x's
+/// leading shape. x goes in as it is and the result comes out in its final shape: a flattening
+/// reshape each side would be two more nodes a product for MLX's host to hand over, ~240 a step
+/// at the real geometry. The kernels' K and N are set here; `more` adds a kernel's own constants.
 fn launch(
     kernel: &CudaKernel,
     x: &Array,
     weight: &[&Array],
     out: i32,
-    cpw: i32,
+    layout: Blocks,
     more: &[(&str, i32)],
 ) -> Result<Array> {
     let shape = x.shape();
     let input = shape[shape.len() - 1];
-    let ints: Vec<(&str, i32)> =
-        [("K", input), ("N", out), ("CPW", cpw)].into_iter().chain(more.iter().copied()).collect();
-    let blocks = (out + WARPS * cpw - 1) / (WARPS * cpw);
+    let ints: Vec<(&str, i32)> = [("K", input), ("N", out)].into_iter().chain(more.iter().copied()).collect();
+    let Blocks { channels, warps } = layout;
+    let blocks = (out + channels - 1) / channels;
     let mut out_shape = shape[..shape.len() - 1].to_vec();
     out_shape.push(out);
     // `--product-views` (bench-step) puts the two reshapes back, to time them.
@@ -171,8 +194,8 @@ fn launch(
     let launch = Launch {
         outputs: vec![(if views { vec![rows, out] } else { out_shape.clone() }, x.dtype())],
         // MLX counts the grid in threads.
-        grid: [32, blocks * WARPS, 1],
-        threads: [32, WARPS, 1],
+        grid: [32, blocks * warps, 1],
+        threads: [32, warps, 1],
         ints: &ints,
         bools: &[],
     };
@@ -219,7 +242,15 @@ pub fn affine_product(
     {
         return product;
     }
-    launch(kernel()?, x, &[w, scales, biases], out, channels_per_warp(out), &[("BITS", bits), ("G", g)])
+    let cpw = channels_per_warp(out);
+    launch(
+        kernel()?,
+        x,
+        &[w, scales, biases],
+        out,
+        Blocks::warp_channels(cpw),
+        &[("CPW", cpw), ("BITS", bits), ("G", g)],
+    )
 }
 
 /// The tensor-core kernel's product (`kernels/affine_mma.cu`), for a bf16 block whose weight
@@ -259,8 +290,10 @@ fn mma_product_with(
     let input = x.shape()[x.ndim() - 1];
     let lw = mma_lane_words(input, spec).filter(|_| x.dtype() == Dtype::Bfloat16)?;
     let nt = mma_tiles(out);
-    let constants = [("BITS", spec.bits), ("G", spec.group_size), ("LW", lw), ("NT", nt)];
-    Some(kernel().and_then(|k| launch(k, x, &weight, out, 8 * nt, &constants)))
+    let ks = mma_split(input, lw, spec);
+    let constants = [("BITS", spec.bits), ("G", spec.group_size), ("LW", lw), ("NT", nt), ("KS", ks)];
+    let layout = Blocks { channels: 8 * nt, warps: ks };
+    Some(kernel().and_then(|k| launch(k, x, &weight, out, layout, &constants)))
 }
 
 /// The scalar kernel (`kernels/affine_rows.cu`) with `cpw` output channels a warp, for timing it
@@ -280,7 +313,8 @@ pub fn affine_product_cpw(
     if !holds_affine(rows, input, spec, x.dtype()) || ![1, 2, 4, 8].contains(&cpw) {
         bail!("no row-invariant product of x {shape:?} at {cpw} channels a warp");
     }
-    launch(kernel()?, x, &[w, scales, biases], w.shape()[0], cpw, &[("BITS", spec.bits), ("G", spec.group_size)])
+    let constants = [("CPW", cpw), ("BITS", spec.bits), ("G", spec.group_size)];
+    launch(kernel()?, x, &[w, scales, biases], w.shape()[0], Blocks::warp_channels(cpw), &constants)
 }
 
 /// What [`check`] found.
