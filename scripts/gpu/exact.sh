@@ -23,7 +23,8 @@
 #          arguments to every arm (e.g. "--graph-stats --steps b1").
 #   bins   the same bench-step once under each binary in $BINS (space-separated LABEL=PATH; a
 #          PATH ending in .xz is unpacked first), in order and then mirrored: two builds side by
-#          side on one machine (e.g. BINS="new=/tmp/cohort old=/tmp/x/old.xz").
+#          side on one machine (e.g. BINS="new=/tmp/cohort old=/tmp/x/old.xz"), each with the kernels
+#          built into it.
 #   ncu    one step of bench-step at the real geometry ($LAYERS layers, default 40) under Nsight
 #          Compute (`--profile-step $NCU_STEP`, default b1; b1, draft, verify or ar), its kernels'
 #          device time summed by family (ncu_summary.py, $NCU_ROWS rows); raw CSV to $OUT.
