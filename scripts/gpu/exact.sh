@@ -2,7 +2,8 @@
 # The MTP cohort served exactly on the GPU (issue 41), on the default model with its trained head
 # in bf16. Steps, in order, any of (default: all):
 #   check  `cohort device --check-invariance`: the row-invariant kernels against float64 and
-#          against themselves (each row alone, each verify query as a single step);
+#          against themselves (each row alone, each verify query as a single step), and the MoE
+#          router and expert kernels against each token alone;
 #   timei  `cohort device --time-invariance`: the real geometry's products through MLX's
 #          quantized matmul and the invariant kernel (1, 2, 4 channels a warp), 1-16 rows;
 #   probe  `cohort probe --time-routes 20`: which route the exactness gate keeps, the
@@ -28,6 +29,10 @@
 #   ncu    one step of bench-step at the real geometry ($LAYERS layers, default 40) under Nsight
 #          Compute (`--profile-step $NCU_STEP`, default b1; b1, draft, verify or ar), its kernels'
 #          device time summed by family (ncu_summary.py, $NCU_ROWS rows); raw CSV to $OUT.
+#   ncuk   the kernels whose names match $NCU_KERNEL (a regex, default moe_experts_up) in one
+#          bench-step step ($NCU_STEP, default verify) under Nsight Compute's full set of
+#          sections (throughput, occupancy, memory, warp stalls), two launches; the report to
+#          $OUT/ncuk.txt, its headline rows shown.
 #   peerprep  mlx-lm's side (calls carrying .gpu/w3a and .gpu/w3b first put w3.a, w3.b, w3.sha256
 #          and the mlx, mlx-lm wheels in /tmp/x): MLX CUDA 0.32.3, mlx and mlx-lm into
 #          /tmp/site3; then, in the background, mlx-lm makes the shared checkpoint /tmp/q36
@@ -94,6 +99,13 @@ for step in "${steps[@]}"; do
         --steps $kinds --profile-step "$s" ${BSARGS:-} 2>&1 | grep -E "rror|^\| B" | head -8
       python3 scripts/gpu/ncu_summary.py "/tmp/ncu_$s.csv" "$s" | head -"${NCU_ROWS:-24}"
       cp "/tmp/ncu_$s.csv" "$OUT/" ;;
+    ncuk)
+      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu 2>/dev/null | head -1)
+      s=${NCU_STEP:-verify} kinds=b8; [ "$s" = b1 ] && kinds=b1
+      timeout 400 "$NCU" --profile-from-start off --kernel-name "regex:${NCU_KERNEL:-moe_experts_up}" \
+        --launch-count 2 --set full $B bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" \
+        --iters 2 --prefill 64 --steps $kinds --profile-step "$s" ${BSARGS:-} > "$OUT/ncuk.txt" 2>&1
+      grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|One or More Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit" "$OUT/ncuk.txt" | head -60 ;;
     peerprep)
       W3=/tmp/x/mlx_cuda_13-0.32.3-py3-none-manylinux_2_35_x86_64.whl
       cat /tmp/x/w3.a /tmp/x/w3.b > $W3

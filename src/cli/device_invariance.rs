@@ -2,11 +2,13 @@
 //! against themselves (issue 41). Each product must be within rounding of a float64 product and
 //! give every row of a block bit for bit what the row gives alone; the short-block attention
 //! kernel must give a verify block's queries bit for bit what single-token steps and lone rows
-//! give. CUDA only: the kernels have no other backend.
+//! give; the MoE router and expert kernels must give each token of a block what it gets alone.
+//! CUDA only: the kernels have no other backend.
 
 use anyhow::{Result, ensure};
 use mlx_rs::Dtype;
 
+use crate::model::checks::moe_check::{self, ExpertsShape};
 use crate::model::config::QuantSpec;
 use crate::model::cuda::attention_kernel::{self, Shape};
 use crate::model::cuda::row_invariant;
@@ -18,9 +20,10 @@ fn tolerance(dtype: Dtype) -> f64 {
 }
 
 /// (inputs, outputs, bits, group; bits 0: a float weight): the default model's projections and
-/// tied 8-bit LM head, two of the real Qwen3.6-35B-A3B geometry's, and float weights of the same
+/// tied 8-bit LM head, three of the real Qwen3.6-35B-A3B geometry's (its 8-bit router with the
+/// shared expert's gate, 257 outputs, ends in a part-filled tile), and float weights of the same
 /// shapes (checkpoints stored unquantized).
-const PRODUCTS: [(i32, i32, i32, i32); 10] = [
+const PRODUCTS: [(i32, i32, i32, i32); 11] = [
     (576, 576, 4, 32),
     (576, 192, 4, 32),
     (576, 1536, 4, 32),
@@ -28,6 +31,7 @@ const PRODUCTS: [(i32, i32, i32, i32); 10] = [
     (576, 49_152, 8, 32),
     (2048, 4096, 4, 64),
     (4096, 2048, 4, 64),
+    (2048, 257, 8, 64),
     (576, 192, 0, 0),
     (1536, 576, 0, 0),
     (576, 49_152, 0, 0),
@@ -66,6 +70,19 @@ pub fn run() -> Result<()> {
             );
             if differing > 0 {
                 failures.push(format!("attention {name} {dtype:?}"));
+            }
+        }
+    }
+    for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+        for tokens in [2, 8, 16] {
+            let shape = ExpertsShape { tokens, ..ExpertsShape::REAL };
+            let experts = moe_check::experts_rows_differing(shape, dtype, 43)?;
+            let router = moe_check::router_rows_differing(tokens, 256, 1, 8, dtype, 44)?;
+            println!(
+                "MoE kernels, real geometry ({dtype:?}), {tokens} tokens: tokens differing from alone: router {router}, experts {experts}"
+            );
+            if router + experts > 0 {
+                failures.push(format!("MoE kernels {dtype:?} x{tokens}"));
             }
         }
     }

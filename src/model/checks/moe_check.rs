@@ -283,32 +283,17 @@ pub enum ExpertsRoute {
 /// product: each routed expert's and the shared expert's SwiGLU, their down products weighted by
 /// the scores and by the sigmoid of the gate logit, summed.
 pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u64) -> Result<QmmReport> {
-    let ExpertsShape { tokens: n, hidden: h, experts: e, top_k: k, inter: i, shared: si, bits, group, gate_columns } =
-        s;
-    anyhow::ensure!(k <= e, "top {k} of {e} experts");
-    let mut rng = Rng::new(seed);
-    let mut matrix = |shape: &[i32]| -> Result<[Array; 3]> {
-        let count = shape.iter().product();
-        let dense = Array::from_slice(&uniform(&mut rng, count, 1.0), shape).as_dtype(dtype)?;
-        let (w, sc, b) = mlx_rs::ops::quantize(&dense, group, bits)?;
-        mlx_rs::transforms::eval([&w, &sc, &b])?;
-        Ok([w, sc, b])
-    };
-    let gate_up = matrix(&[e, 2 * i, h])?;
-    let down = matrix(&[e, h, i])?;
-    let shared_gate_up = matrix(&[2 * si, h])?;
-    let shared_down = matrix(&[h, si])?;
-    let x = Array::from_slice(&uniform(&mut rng, n * h, 1.0), &[n, h]).as_dtype(dtype)?;
-    // Distinct experts per token, spread over all of them.
-    let ids: Vec<u32> = (0..n).flat_map(|t| (0..k).map(move |j| ((t * 7 + j * (e / k)) % e) as u32)).collect();
-    let scores = Array::from_slice(&uniform(&mut rng, n * k, 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>(), &[n, k]);
-    let gate = Array::from_slice(&uniform(&mut rng, n * gate_columns, 2.0), &[n, gate_columns]).as_dtype(dtype)?;
+    let ExpertsShape { tokens: n, hidden: h, top_k: k, inter: i, shared: si, bits, group, gate_columns, .. } = s;
+    let ExpertsInputs { x, ids, scores, gate, weights } = experts_inputs(s, dtype, seed)?;
     let ids_array = Array::from_slice(&ids, &[n, k]);
-    mlx_rs::transforms::eval([&x, &scores, &gate, &ids_array])?;
-
     let (xs, ss, gs) = (host_f32(&x)?, host_f32(&scores)?, host_f32(&gate)?);
     let deq = |m: &[Array; 3], input: i32| Dequantized::new(&m[0], &m[1], &m[2], input, bits, group);
-    let (gu, dn, sgu, sdn) = (deq(&gate_up, h)?, deq(&down, i)?, deq(&shared_gate_up, h)?, deq(&shared_down, si)?);
+    let (gu, dn, sgu, sdn) = (
+        deq(&weights.gate_up, h)?,
+        deq(&weights.down, i)?,
+        deq(&weights.shared_gate_up, h)?,
+        deq(&weights.shared_down, si)?,
+    );
     let silu = |v: f64| v / (1.0 + (-v).exp());
     let mut want = vec![0.0f64; (n * h) as usize];
     for t in 0..n {
@@ -329,13 +314,6 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
         let logit = gs[(t * gate_columns + gate_columns - 1) as usize] as f64;
         add(1.0 / (1.0 + (-logit).exp()), &act, &sdn, 0);
     }
-    let weights = crate::model::cuda::moe_experts::ExpertWeights {
-        gate_up,
-        down,
-        shared_gate_up,
-        shared_down,
-        spec: crate::model::config::QuantSpec { bits, group_size: group },
-    };
     let product = || match route {
         ExpertsRoute::Kernel => crate::model::cuda::moe_experts::apply(&x, &ids_array, &scores, &gate, &weights),
         ExpertsRoute::Ops => experts_by_ops(&x, &ids_array, &scores, &gate, &weights),
@@ -345,6 +323,89 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
         mlx_error: None,
         unrepeatable: unrepeatable(product)?,
     })
+}
+
+/// A block's random inputs and weights at `s`: x [N, H], each token's distinct experts spread
+/// over all of them, scores, and a gate product whose last column is the shared expert's logit.
+struct ExpertsInputs {
+    x: Array,
+    ids: Vec<u32>,
+    scores: Array,
+    gate: Array,
+    weights: crate::model::cuda::moe_experts::ExpertWeights,
+}
+
+fn experts_inputs(s: ExpertsShape, dtype: Dtype, seed: u64) -> Result<ExpertsInputs> {
+    let ExpertsShape { tokens: n, hidden: h, experts: e, top_k: k, inter: i, shared: si, bits, group, gate_columns } =
+        s;
+    anyhow::ensure!(k <= e, "top {k} of {e} experts");
+    let mut rng = Rng::new(seed);
+    let mut matrix = |shape: &[i32]| -> Result<[Array; 3]> {
+        let count = shape.iter().product();
+        let dense = Array::from_slice(&uniform(&mut rng, count, 1.0), shape).as_dtype(dtype)?;
+        let (w, sc, b) = mlx_rs::ops::quantize(&dense, group, bits)?;
+        mlx_rs::transforms::eval([&w, &sc, &b])?;
+        Ok([w, sc, b])
+    };
+    let weights = crate::model::cuda::moe_experts::ExpertWeights {
+        gate_up: matrix(&[e, 2 * i, h])?,
+        down: matrix(&[e, h, i])?,
+        shared_gate_up: matrix(&[2 * si, h])?,
+        shared_down: matrix(&[h, si])?,
+        spec: crate::model::config::QuantSpec { bits, group_size: group },
+    };
+    let x = Array::from_slice(&uniform(&mut rng, n * h, 1.0), &[n, h]).as_dtype(dtype)?;
+    let ids: Vec<u32> = (0..n).flat_map(|t| (0..k).map(move |j| ((t * 7 + j * (e / k)) % e) as u32)).collect();
+    let scores = Array::from_slice(&uniform(&mut rng, n * k, 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>(), &[n, k]);
+    let gate = Array::from_slice(&uniform(&mut rng, n * gate_columns, 2.0), &[n, gate_columns]).as_dtype(dtype)?;
+    mlx_rs::transforms::eval([&x, &scores, &gate])?;
+    Ok(ExpertsInputs { x, ids, scores, gate, weights })
+}
+
+/// Rows of `all` [N, ..] that differ in any bit from the same row computed alone by `alone`
+/// (given the row's index): what a row-invariant kernel must keep at 0 (issue 41).
+fn rows_differing(all: &[f32], n: i32, alone: impl Fn(i32) -> Result<Vec<f32>>) -> Result<usize> {
+    let width = all.len() / n.max(1) as usize;
+    let mut differing = 0;
+    for t in 0..n {
+        let row = alone(t)?;
+        let block = &all[t as usize * width..][..width];
+        differing += usize::from(row.len() != width || row.iter().zip(block).any(|(a, b)| a.to_bits() != b.to_bits()));
+    }
+    Ok(differing)
+}
+
+/// Tokens of a block of `s.tokens` whose expert-kernel outputs differ in any bit from the same
+/// token run alone (CUDA only). The down kernel takes more channels a warp for blocks of more
+/// than two tokens, so this holds it to summing each channel in one order at every block size.
+pub fn experts_rows_differing(s: ExpertsShape, dtype: Dtype, seed: u64) -> Result<usize> {
+    use crate::model::cuda::moe_experts::apply;
+    use crate::model::ops::slice_axis;
+    let ExpertsInputs { x, ids, scores, gate, weights } = experts_inputs(s, dtype, seed)?;
+    let ids = Array::from_slice(&ids, &[s.tokens, s.top_k]);
+    let all = host_f32(&apply(&x, &ids, &scores, &gate, &weights)?)?;
+    rows_differing(&all, s.tokens, |t| {
+        let one = |a: &Array| slice_axis(a, 0, t, t + 1);
+        host_f32(&apply(&one(&x)?, &one(&ids)?, &one(&scores)?, &one(&gate)?, &weights)?)
+    })
+}
+
+/// Tokens of a block of `n` whose router-kernel experts or scores differ in any bit from the
+/// same token routed alone, on random logits [n, experts + extra] (CUDA only).
+pub fn router_rows_differing(n: i32, experts: i32, extra: i32, k: i32, dtype: Dtype, seed: u64) -> Result<usize> {
+    use crate::model::cuda::moe_router::route;
+    let width = experts + extra;
+    let mut rng = Rng::new(seed);
+    let host: Vec<f32> = (0..n * width).map(|_| (rng.next_f64() as f32 - 0.5) * 8.0).collect();
+    let logits = Array::from_slice(&host, &[n, width]).as_dtype(dtype)?;
+    // Ids as floats, exact below 2^24, beside the scores: one row of both a token.
+    let routed = |logits: &Array| -> Result<Vec<f32>> {
+        let (ids, scores) = route(logits, experts, k, true)?;
+        let both = mlx_rs::ops::concatenate(&[ids.as_dtype(Dtype::Float32)?, scores], 1)?;
+        host_f32(&both)
+    };
+    let all = routed(&logits)?;
+    rows_differing(&all, n, |t| routed(&crate::model::ops::slice_axis(&logits, 0, t, t + 1)?))
 }
 
 /// The same block with MLX's products (the plain ones through the model's own route): [N, 1, 1,
@@ -376,4 +437,28 @@ fn experts_by_ops(
     let width = gate.shape()[1];
     let weight = mlx_rs::ops::sigmoid(crate::model::ops::slice_axis(gate, 1, width - 1, width)?)?;
     Ok(routed.add(shared.multiply(weight)?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rows_differing;
+
+    /// The invariance count sees a row that differs alone in its last bit, and one of another
+    /// width, and nothing where every row matches.
+    #[test]
+    fn rows_differing_counts_rows_whose_bits_differ_alone() {
+        let all = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let same = |t: i32| Ok(all[t as usize * 2..][..2].to_vec());
+        assert_eq!(rows_differing(&all, 3, same).unwrap(), 0);
+        let nudged = |t: i32| {
+            let mut row = all[t as usize * 2..][..2].to_vec();
+            if t == 1 {
+                row[1] = f32::from_bits(row[1].to_bits() + 1);
+            }
+            Ok(row)
+        };
+        assert_eq!(rows_differing(&all, 3, nudged).unwrap(), 1);
+        let short = |t: i32| Ok(if t == 2 { vec![5.0] } else { all[t as usize * 2..][..2].to_vec() });
+        assert_eq!(rows_differing(&all, 3, short).unwrap(), 1);
+    }
 }
