@@ -16,7 +16,7 @@
 // Output  y [M, N] bf16.
 // Constants K, N, BITS, G; LW, the words a lane loads of a channel's row a span (4, 2 or 1,
 // chosen by K, G and BITS); NT, the 8-channel tiles a block takes (chosen by N alone, never by
-// M); KS, the warps of a block, which share its tiles' k axis (chosen by K alone).
+// M); KS, the warps of a block, which share its tiles' k axis (chosen by K, G and BITS alone).
 //
 // Layout (mma.sync m16n8k16, bf16 in, float32 accumulate): lane = 4 * group + t. A block takes
 // 8 * NT consecutive channels; within a tile, lanes of group n load channel n. A span is the
@@ -30,8 +30,8 @@
 // are in flight. With one warp a tile, a 4096 -> 2048 product had 256 warps on 32 SMs, each
 // walking its 32 spans one after another: 30.6 us on an H100 for 4.2 MB (140 GB/s; ncu, one B1
 // step at the real geometry). Here warp w of a block takes spans w, w + KS, w + 2 KS, ..., and
-// the block adds its warps' sums in warp order at the end. The order depends on K alone, so a
-// row still meets the same sums alone and beside 15 others.
+// the block adds its warps' sums in warp order at the end. The order depends on the weight's
+// shape alone, so a row still meets the same sums alone and beside 15 others.
 constexpr int PER_WORD = 32 / BITS;
 constexpr int WORDS = K / PER_WORD;
 constexpr int CODES = LW * PER_WORD;
