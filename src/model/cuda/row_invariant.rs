@@ -82,7 +82,7 @@ fn mma_tiles(out: i32) -> i32 {
 }
 
 /// Warps of a tensor-core block, which share its tiles' k axis: as many of its spans as there
-/// are, up to [`WARPS`]. By the input width alone, never by the block's rows, so a row's sums
+/// are, up to [`WARPS`]. By the weight's shape alone, never by the block's rows, so a row's sums
 /// meet in the same order at every block size.
 fn mma_split(input: i32, lw: i32, spec: QuantSpec) -> i32 {
     let spans = input / (4 * lw * (32 / spec.bits));
