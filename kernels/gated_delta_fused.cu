@@ -12,7 +12,13 @@
 //         a (HV) | padding], with C = 2*HK*DK + HV*DV (P may exceed the parts' sum: a product
 //         padded at load to MLX's tile width is read in place); tail [B, KS-1, C] (T), the
 //         carried convolution rows; conv_w [C, KS, 1]; a_log, dt_bias [HV]; state_in
-//         [B, HV, DV, DK] float32; norm_w [DV] (T), the gated norm's weight (read with NORM).
+//         [B, HV, DV, DK] float32; norm_w [DV] (T), the gated norm's weight (read with NORM);
+//         place (read with PLACED) [B, 2] int32. With PLACED the carried rows and states are
+//         read where a verify left them: tail is a verify's conv_in [B, L, C] and row b's
+//         carried rows start at place[b, 1]; state_in is its states [B, S, HV, DV, DK] and row
+//         b's is at position place[b, 0]. Slicing them out first would make MLX copy the
+//         strided slices to contiguous arrays before the launch (16.8 MB a layer at a B8
+//         verify at the real geometry).
 // Outputs y [B, T, HV, DV] float32, the recurrence's output (without NORM; with it a one-element
 //         placeholder); state_out [B, HV, DV, DK] float32; states as in gated_delta.cu (with
 //         CAPTURE the state after every position, else a placeholder); conv_in [B, KS-1+T, C]
@@ -20,7 +26,7 @@
 //         ending at a position) are the next carried tail; out [B, T, HV*DV] (T): with NORM
 //         T(silu(z) * rms_norm(T(y)) * norm_w) as MLX's ops give it, else a placeholder.
 // Header  round_to.cuh.
-// Constants HK, HV, DK, DV, KS, CAPTURE; CPB value channels per thread block (DV with NORM,
+// Constants HK, HV, DK, DV, KS, CAPTURE, PLACED; CPB value channels per thread block (DV with NORM,
 //         which needs a whole head in one block), WARPS (blockDim.y); NORM, EPS_BITS (the norm's
 //         epsilon as float32 bits).
 //
@@ -47,6 +53,16 @@ const int row_head = blockIdx.z;
 const int rows = proj_shape[0];
 const int steps = proj_shape[1];
 const int width = proj_shape[2];
+// Where row r's carried rows start in `tail`, and how many rows `tail` holds a batch row.
+// Without PLACED `place` is a stand-in of another type and never read.
+const int tail_rows = PLACED ? tail_shape[1] : TAIL;
+auto tail_at = [&](int r) -> int {
+  if constexpr (PLACED) {
+    return static_cast<int>(place[2 * r + 1]);
+  } else {
+    return 0;
+  }
+};
 
 // The convolution's input, [tail | qkv columns of proj], for the next block's tail.
 {
@@ -58,7 +74,7 @@ const int width = proj_shape[2];
     const size_t rs = i / C;
     const int s = static_cast<int>(rs % (TAIL + steps));
     const int r = static_cast<int>(rs / (TAIL + steps));
-    conv_in[i] = s < TAIL ? tail[(static_cast<size_t>(r) * TAIL + s) * C + ch]
+    conv_in[i] = s < TAIL ? tail[(static_cast<size_t>(r) * tail_rows + tail_at(r) + s) * C + ch]
                           : proj[(static_cast<size_t>(r) * steps + (s - TAIL)) * width + ch];
   }
 }
@@ -68,7 +84,7 @@ const int hk = hv / (HV / HK);
 
 // Row s of the convolution's input at column ch, as float.
 auto input = [&](int s, int ch) -> float {
-  return s < TAIL ? static_cast<float>(tail[(static_cast<size_t>(b) * TAIL + s) * C + ch])
+  return s < TAIL ? static_cast<float>(tail[(static_cast<size_t>(b) * tail_rows + tail_at(b) + s) * C + ch])
                   : static_cast<float>(proj[(static_cast<size_t>(b) * steps + (s - TAIL)) * width + ch]);
 };
 // SiLU of the convolution at output position t (input rows t .. t + KS - 1) for column ch.
@@ -100,11 +116,16 @@ auto owns = [&](int j) -> bool {
   const int ch = channel_of(j);
   return WARPS * j + warp < CPB && ch < DV;
 };
+// The row's state: [b, hv] of state_in, or with PLACED [b, place[b, 0], hv].
+size_t state_head = static_cast<size_t>(row_head);
+if constexpr (PLACED) {
+  state_head = (static_cast<size_t>(b) * state_in_shape[1] + static_cast<int>(place[2 * b])) * HV + hv;
+}
 float s[PER_WARP][PER_LANE];
 #pragma unroll
 for (int j = 0; j < PER_WARP; ++j) {
   if (owns(j)) {
-    const size_t base = (static_cast<size_t>(row_head) * DV + channel_of(j)) * DK;
+    const size_t base = (state_head * DV + channel_of(j)) * DK;
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i) {
       s[j][i] = state_in[base + lane + LANES * i];

@@ -41,10 +41,13 @@ HEADERS = {
 }
 FUSED_ARGS = (
     [("proj", "__nv_bfloat16"), ("tail", "__nv_bfloat16"), ("conv_w", "__nv_bfloat16"),
-     ("a_log", "__nv_bfloat16"), ("dt_bias", "__nv_bfloat16"), ("state_in", "float"), ("norm_w", "__nv_bfloat16")],
+     ("a_log", "__nv_bfloat16"), ("dt_bias", "__nv_bfloat16"), ("state_in", "float"), ("norm_w", "__nv_bfloat16"),
+     ("place", "int")],
     [("y", "float"), ("state_out", "float"), ("states", "float"), ("conv_in", "__nv_bfloat16"),
      ("out", "__nv_bfloat16")],
 )
+# Unplaced, recur_fused passes the state in the place input's stead (never read).
+FUSED_ARGS_UNPLACED = ([*FUSED_ARGS[0][:-1], ("place", "float")], FUSED_ARGS[1])
 FUSED_SIZES = {"HK": 16, "HV": 32, "DK": 128, "DV": 128, "KS": 4, "CAPTURE": "true", "EPS_BITS": 897988541}
 KERNELS = {
     "add_rms_norm": (
@@ -66,13 +69,13 @@ KERNELS = {
         [("y", "float"), ("state_out", "float"), ("states", "float")],
         {"HK": 16, "HV": 32, "DK": 128, "DV": 128, "CAPTURE": "true"},
     ),
-    # The two layouts recur_fused launches: a whole head a block with the norm folded in, and
-    # four channels a block without it.
-    "gated_delta_fused": ("gated_delta_fused.cu", *FUSED_ARGS, {**FUSED_SIZES, "CPB": 128, "WARPS": 16, "NORM": "true"}),
+    # The two layouts recur_fused launches: a whole head a block with the norm folded in (here
+    # reading a verify's arrays in place), and four channels a block without it (here unplaced).
+    "gated_delta_fused": ("gated_delta_fused.cu", *FUSED_ARGS, {**FUSED_SIZES, "CPB": 128, "WARPS": 16, "NORM": "true", "PLACED": "true"}),
     "gated_delta_fused_unfolded": (
         "gated_delta_fused.cu",
-        *FUSED_ARGS,
-        {**FUSED_SIZES, "CPB": 4, "WARPS": 4, "NORM": "false"},
+        *FUSED_ARGS_UNPLACED,
+        {**FUSED_SIZES, "CPB": 4, "WARPS": 4, "NORM": "false", "PLACED": "false"},
     ),
     "moe_experts_up": (
         "moe_experts_up.cu",

@@ -102,6 +102,12 @@ pub struct BenchStepArgs {
     /// arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     pub(super) product_views: Vec<OnOff>,
+    /// After a verify, the Gated DeltaNet fused front reading each row's tail and state where the
+    /// verify left them (`model/layers/gdn_batch.rs`'s `placed`; off by default) instead of as
+    /// strided slices that MLX copies first, on or off in the interleaved arms, each with every
+    /// other arm setting.
+    #[arg(long, value_delimiter = ',')]
+    pub(super) state_in_place: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]

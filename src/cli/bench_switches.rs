@@ -19,10 +19,12 @@ pub(super) enum KernelSwitch {
     Attention,
     /// Reshapes around the invariant route's products.
     ProductViews,
+    /// The fused front reading a verify's mixer states in place.
+    StateInPlace,
 }
 
 /// How many switches an arm carries, one setting each.
-pub(super) const COUNT: usize = 6;
+pub(super) const COUNT: usize = 7;
 
 impl KernelSwitch {
     /// Every switch, in the order of an arm's settings and of the tables' columns.
@@ -33,6 +35,7 @@ impl KernelSwitch {
         KernelSwitch::MixerNorm,
         KernelSwitch::Attention,
         KernelSwitch::ProductViews,
+        KernelSwitch::StateInPlace,
     ];
 
     pub(super) fn flag(self) -> &'static str {
@@ -43,6 +46,7 @@ impl KernelSwitch {
             KernelSwitch::MixerNorm => "--mixer-norm",
             KernelSwitch::Attention => "--attention-kernel",
             KernelSwitch::ProductViews => "--product-views",
+            KernelSwitch::StateInPlace => "--state-in-place",
         }
     }
 
@@ -54,6 +58,7 @@ impl KernelSwitch {
             KernelSwitch::MixerNorm => "mixer norm",
             KernelSwitch::Attention => "attention kernel",
             KernelSwitch::ProductViews => "product views",
+            KernelSwitch::StateInPlace => "state in place",
         }
     }
 
@@ -66,6 +71,7 @@ impl KernelSwitch {
             KernelSwitch::MixerNorm => &args.mixer_norm,
             KernelSwitch::Attention => &args.attention_kernel,
             KernelSwitch::ProductViews => &args.product_views,
+            KernelSwitch::StateInPlace => &args.state_in_place,
         }
     }
 
@@ -80,6 +86,7 @@ impl KernelSwitch {
             KernelSwitch::MixerNorm => routes.gdn_fused_norm = on,
             KernelSwitch::Attention => routes.attention_kernel = on,
             KernelSwitch::ProductViews => routes.product_views = on,
+            KernelSwitch::StateInPlace => routes.gdn_state_in_place = on,
         }
     }
 }

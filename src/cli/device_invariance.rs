@@ -8,6 +8,7 @@
 use anyhow::{Result, ensure};
 use mlx_rs::Dtype;
 
+use crate::model::checks::gdn_check::{self, Geometry};
 use crate::model::checks::moe_check::{self, ExpertsShape};
 use crate::model::config::QuantSpec;
 use crate::model::cuda::attention_kernel::{self, Shape};
@@ -83,6 +84,27 @@ pub fn run() -> Result<()> {
             );
             if router + experts > 0 {
                 failures.push(format!("MoE kernels {dtype:?} x{tokens}"));
+            }
+        }
+    }
+    // The mixer's front reading a verify's states in place must give what it gives them sliced.
+    for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+        for positions in [1, 2] {
+            let geo = Geometry {
+                rows: 8,
+                positions,
+                key_heads: 16,
+                value_heads: 32,
+                key_dim: 128,
+                value_dim: 128,
+                capture: false,
+            };
+            let differing = gdn_check::placed_differing(geo, 4, 2, dtype, 45)?;
+            println!(
+                "Gated DeltaNet front, real geometry ({dtype:?}), 8 rows x {positions} after a verify: elements differing read in place {differing}"
+            );
+            if differing > 0 {
+                failures.push(format!("mixer front in place {dtype:?} x{positions}"));
             }
         }
     }

@@ -85,6 +85,11 @@ pub struct Routes {
     pub gdn_kernel: bool,
     pub gdn_fused_front: bool,
     pub gdn_fused_norm: bool,
+    /// After a verify the fused front reads each row's tail and state in the verify's arrays
+    /// ([`crate::model::layers::gdn_batch::Placed`]) rather than as strided slices, which MLX
+    /// copies before the launch. Off until measured on a GPU; bench-step's `--state-in-place`
+    /// times both in one process.
+    pub gdn_state_in_place: bool,
     pub moe_kernel: bool,
     pub router_kernel: bool,
     pub add_norm_kernel: bool,
@@ -142,6 +147,7 @@ impl Routes {
             gdn_kernel: cuda,
             gdn_fused_front: cuda,
             gdn_fused_norm: cuda,
+            gdn_state_in_place: false,
             moe_kernel: cuda,
             router_kernel: cuda,
             add_norm_kernel: false,

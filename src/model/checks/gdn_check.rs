@@ -281,6 +281,7 @@ pub fn check_fused(geo: Geometry, taps: i32, dtype: Dtype, seed: u64) -> Result<
         a_log: &a_log,
         dt_bias: &dt_bias,
         state: &state,
+        place: None,
     };
     let heads = gdn_kernel::Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: taps };
     let fused = gdn_kernel::recur_fused(&inputs, heads, geo.capture, None)?;
@@ -351,4 +352,82 @@ pub fn check_fused(geo: Geometry, taps: i32, dtype: Dtype, seed: u64) -> Result<
     let conv_in = fused.conv_in;
     report.conv_in_exact &= conv_exact(&conv_in)?;
     Ok(report)
+}
+
+/// The fused front reading a verify's arrays in place ([`gdn_kernel::FusedInputs::place`])
+/// against the same front given each row's tail and state sliced out and made contiguous (what
+/// the route without places hands it), on random inputs of `geo` with a verify of `kept_from`
+/// positions behind it and the rows keeping different positions: the elements of every output
+/// that differ in any bit (0 when the kernel reads the places right). CUDA only.
+pub fn placed_differing(geo: Geometry, taps: i32, kept_from: i32, dtype: Dtype, seed: u64) -> Result<usize> {
+    let (b, t, hk, hv, dk, dv) = (geo.rows, geo.positions, geo.key_heads, geo.value_heads, geo.key_dim, geo.value_dim);
+    let c = 2 * hk * dk + hv * dv;
+    let width = c + hv * dv + 2 * hv;
+    let conv_rows = taps - 1 + kept_from;
+    let mut rng = Rng::new(seed);
+    let mut random = |shape: &[i32], scale: f32, dt: Dtype| -> Result<Array> {
+        let n: i32 = shape.iter().product();
+        let data: Vec<f32> = (0..n).map(|_| normal(&mut rng) * scale).collect();
+        Ok(Array::from_slice(&data, shape).as_dtype(dt)?)
+    };
+    let proj = random(&[b, t, width], 1.0, dtype)?;
+    let conv = random(&[b, conv_rows, c], 1.0, dtype)?;
+    let conv_w = random(&[c, taps, 1], 0.5, dtype)?;
+    let a_log = mlx_rs::ops::abs(random(&[hv], 0.5, dtype)?)?.add(Array::from_f32(0.5).as_dtype(dtype)?)?;
+    let dt_bias = random(&[hv], 0.5, dtype)?;
+    let ssm = random(&[b, kept_from, hv, dv, dk], 0.1, Dtype::Float32)?;
+    // Row r keeps position r mod kept_from.
+    let kept: Vec<i32> = (0..b).map(|r| r % kept_from).collect();
+    let place = Array::from_slice(&kept.iter().flat_map(|&p| [p, p + 1]).collect::<Vec<_>>(), &[b, 2]);
+    let mut tails = Vec::new();
+    let mut states = Vec::new();
+    for (r, &p) in kept.iter().enumerate() {
+        let r = r as i32;
+        tails.push(crate::model::ops::slice_axis(
+            &crate::model::ops::slice_axis(&conv, 0, r, r + 1)?,
+            1,
+            p + 1,
+            p + taps,
+        )?);
+        let row = crate::model::ops::slice_axis(&ssm, 0, r, r + 1)?;
+        states.push(crate::model::ops::slice_axis(&row, 1, p, p + 1)?.squeeze_axes(&[1])?);
+    }
+    let tail = mlx_rs::ops::concatenate(&tails, 0)?.contiguous()?;
+    let state = mlx_rs::ops::concatenate(&states, 0)?.contiguous()?;
+    mlx_rs::transforms::eval([&proj, &conv, &conv_w, &a_log, &dt_bias, &ssm, &place, &tail, &state])?;
+    let heads = gdn_kernel::Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: taps };
+    let sliced = gdn_kernel::FusedInputs {
+        proj: &proj,
+        tail: &tail,
+        conv_weight: &conv_w,
+        a_log: &a_log,
+        dt_bias: &dt_bias,
+        state: &state,
+        place: None,
+    };
+    let in_place = gdn_kernel::FusedInputs { tail: &conv, state: &ssm, place: Some(&place), ..sliced };
+    let outputs = |f: gdn_kernel::Fused| -> Vec<Array> {
+        let out = match f.out {
+            gdn_kernel::FusedOut::Raw(y) | gdn_kernel::FusedOut::Gated(y) => y,
+        };
+        [Some(out), Some(f.state), f.per_position, Some(f.conv_in)].into_iter().flatten().collect()
+    };
+    let norm_w = random(&[dv], 0.5, dtype)?;
+    norm_w.eval()?;
+    let mut differing = 0;
+    // Both launch layouts: a few channels a block, and a whole head a block with the gated norm
+    // folded in (the one a step-sized block serves).
+    for (capture, folded) in [(false, false), (true, false), (false, true), (true, true)] {
+        let norm = (folded && gdn_kernel::norm_folds(t, dtype, &norm_w, dtype, dv))
+            .then_some(gdn_kernel::GatedNorm { weight: &norm_w, eps: 1e-6 });
+        let want = outputs(gdn_kernel::recur_fused(&sliced, heads, capture, norm)?);
+        let got = outputs(gdn_kernel::recur_fused(&in_place, heads, capture, norm)?);
+        anyhow::ensure!(want.len() == got.len(), "the placed front returned {} arrays, not {}", got.len(), want.len());
+        for (w, g) in want.iter().zip(&got) {
+            let (w, g) = (host_f32(w)?, host_f32(g)?);
+            differing += w.len().abs_diff(g.len());
+            differing += w.iter().zip(&g).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        }
+    }
+    Ok(differing)
 }

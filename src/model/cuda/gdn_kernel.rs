@@ -91,7 +91,7 @@ pub fn recur(x: &RecurrenceInputs, capture: bool) -> Result<Recurrence> {
 const FUSED_SOURCE: &str = include_str!("../../../kernels/gated_delta_fused.cu");
 /// Rounding to the model's element type, which the body sees only as a pointer.
 const FUSED_HEADER: (&str, &str) = ("round_to.cuh", include_str!("../../../kernels/round_to.cuh"));
-const FUSED_INPUTS: [&str; 7] = ["proj", "tail", "conv_w", "a_log", "dt_bias", "state_in", "norm_w"];
+const FUSED_INPUTS: [&str; 8] = ["proj", "tail", "conv_w", "a_log", "dt_bias", "state_in", "norm_w", "place"];
 const FUSED_OUTPUTS: [&str; 5] = ["y", "state_out", "states", "conv_in", "out"];
 
 /// Whether a mixer whose input projections are stacked runs its front in the recurrence kernel.
@@ -141,6 +141,11 @@ pub struct FusedInputs<'a> {
     pub a_log: &'a Array,
     pub dt_bias: &'a Array,
     pub state: &'a Array,
+    /// With a place [B, 2] int32, `tail` and `state` are a verify's arrays as it left them (its
+    /// convolution input [B, L, C] and per-position states [B, S, Hv, Dv, Dk]), and row b's
+    /// carried rows start at place[b, 1] and its state is at position place[b, 0]: read where
+    /// they lie, with no copy of a strided slice before the launch.
+    pub place: Option<&'a Array>,
 }
 
 /// The mixer's head sizes and convolution width.
@@ -204,8 +209,20 @@ pub fn recur_fused(x: &FusedInputs, heads: Heads, capture: bool, norm: Option<Ga
         && ks >= 1
         && ps.len() == 3
         && ps[2] >= c + hv * dv + 2 * hv
-        && ts == [b, ks - 1, c]
-        && ss == [b, hv, dv, dk]
+        && match x.place {
+            None => ts == [b, ks - 1, c] && ss == [b, hv, dv, dk],
+            Some(place) => {
+                ts.len() == 3
+                    && ts[0] == b
+                    && ts[1] >= ks - 1
+                    && ts[2] == c
+                    && ss.len() == 5
+                    && ss[0] == b
+                    && ss[2..] == [hv, dv, dk]
+                    && place.shape() == [b, 2]
+                    && place.dtype() == Dtype::Int32
+            }
+        }
         && x.conv_weight.shape() == [c, ks, 1]
         && x.a_log.shape() == [hv]
         && x.dt_bias.shape() == [hv]
@@ -247,11 +264,13 @@ pub fn recur_fused(x: &FusedInputs, heads: Heads, capture: bool, norm: Option<Ga
             ("WARPS", warps),
             ("EPS_BITS", norm.map_or(0, |n| n.eps.to_bits() as i32)),
         ],
-        bools: &[("CAPTURE", capture), ("NORM", norm.is_some())],
+        bools: &[("CAPTURE", capture), ("NORM", norm.is_some()), ("PLACED", x.place.is_some())],
     };
-    // Without the norm its weight is not read; the state stands in for it.
+    // Without the norm its weight is not read, nor without a place the place: the state stands
+    // in for them.
     let norm_w = norm.map_or(&state, |n| n.weight);
-    let inputs = [x.proj, x.tail, x.conv_weight, x.a_log, x.dt_bias, &state, norm_w];
+    let place = x.place.unwrap_or(&state);
+    let inputs = [x.proj, x.tail, x.conv_weight, x.a_log, x.dt_bias, &state, norm_w, place];
     let mut arrays = fused_kernel()?.apply(&inputs, &launch)?;
     let gated = arrays.pop().expect("five outputs");
     let conv_in = arrays.pop().expect("five outputs");

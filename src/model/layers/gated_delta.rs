@@ -99,24 +99,35 @@ impl GatedDeltaNet {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (hk, dk, hv, dv, k) = (self.key_heads, self.key_dim, self.value_heads, self.value_dim, self.kernel);
         let conv_dim = 2 * hk * dk + hv * dv;
-        let (tail, state) = match super::gdn_batch::whole(states)? {
-            Some(whole) => whole,
-            None => {
+        let plan = self.plan(capture);
+        // After a verify the fused front can read each row's tail and state where they lie.
+        let placed = if plan.fused_front && crate::model::routes::current().gdn_state_in_place {
+            super::gdn_batch::placed(states)
+        } else {
+            None
+        };
+        let plan = GdnPlan { placed: placed.is_some(), ..plan };
+        let whole = if placed.is_none() { super::gdn_batch::whole(states)? } else { None };
+        let (tail, state, place) = match (placed, whole) {
+            (Some(p), _) => (p.conv, p.ssm, Some(p.place)),
+            (None, Some((tail, state))) => (tail, state, None),
+            (None, None) => {
                 let tails = states.iter().map(|s| s.conv()).collect::<Result<Vec<_>>>()?;
                 let ssms = states.iter().map(|s| s.ssm()).collect::<Result<Vec<_>>>()?;
                 (
                     gather_rows(&tails, &[1, k - 1, conv_dim], x.dtype())?,
                     gather_rows(&ssms, &[1, hv, dv, dk], Dtype::Float32)?,
+                    None,
                 )
             }
         };
 
-        let plan = self.plan(capture);
         let serves = compiled::serves(compiled_enabled(), b * t);
         let mixed = match serves.then(|| self.graph_weights()).flatten() {
             Some((storage, weights)) => {
                 let mut inputs = vec![x.clone(), tail, state, self.conv_weight.clone()];
                 inputs.extend([self.a_log.clone(), self.dt_bias.clone(), self.norm_weight.clone()]);
+                inputs.extend(place);
                 inputs.extend(weights);
                 compiled::run(GraphKey::Gdn(GdnPlan { storage, ..plan }), &inputs)?
             }
@@ -126,7 +137,7 @@ impl GatedDeltaNet {
                     Some(l) => l.forward(x),
                     None => anyhow::bail!("the {p:?} projection is folded into the stacked input projection"),
                 };
-                mix(x, &tail, &state, params, &plan, &proj)?
+                mix(x, &tail, &state, params, place.as_ref(), &plan, &proj)?
             }
         };
         let [out, conv_in, state, per_position] = <[Array; 4]>::try_from(mixed)
@@ -180,6 +191,7 @@ impl GatedDeltaNet {
             fused_front: matches!(self.in_proj, InProj::Fused(_)) && gdn_kernel::fused_front_enabled(),
             fused_norm: gdn_kernel::fused_norm_enabled(),
             capture,
+            placed: false,
         }
     }
 
@@ -241,6 +253,9 @@ pub struct GdnPlan {
     /// which then reads the stacked product with its load padding.
     pub fused_norm: bool,
     pub capture: bool,
+    /// The tail and state come as a verify's whole arrays with each row's place in them
+    /// ([`super::gdn_batch::Placed`]), read in place by the fused front.
+    pub placed: bool,
 }
 
 /// The mixer as a compiled graph (`Routes::compile_gdn`).
@@ -250,14 +265,16 @@ pub fn compiled_enabled() -> bool {
 
 /// The mixer for rows already gathered, written once for both routes: x [B, T, H], the carried
 /// convolution tail [B, K-1, C] and recurrent state [B, Hv, Dv, Dk] float32; `params` are the
-/// convolution weight, A_log, dt_bias and the norm's weight; `proj` applies a projection.
-/// Returns [output [B, T, H], the convolution's input [B, K-1+T, C], the new state, the state
+/// convolution weight, A_log, dt_bias and the norm's weight; with `place`, tail and state are a
+/// verify's whole arrays and each row's place in them (the fused front only); `proj` applies a
+/// projection. Returns [output [B, T, H], the convolution's input [B, K-1+T, C], the new state, the state
 /// after each position [B, T, Hv, Dv, Dk] (a placeholder without `capture`)].
 fn mix(
     x: &Array,
     tail: &Array,
     state: &Array,
     params: [&Array; 4],
+    place: Option<&Array>,
     plan: &GdnPlan,
     proj: &dyn Fn(GdnProj, &Array) -> Result<Array>,
 ) -> Result<Vec<Array>> {
@@ -273,7 +290,7 @@ fn mix(
         // A fresh row's tail is zeros in the activation dtype, which the product's can differ
         // from (float32 scales promote it); the kernel reads both as one type.
         let tail = if tail.dtype() == all.dtype() { tail.clone() } else { tail.as_dtype(all.dtype())? };
-        let inputs = gdn_kernel::FusedInputs { proj: &all, tail: &tail, conv_weight, a_log, dt_bias, state };
+        let inputs = gdn_kernel::FusedInputs { proj: &all, tail: &tail, conv_weight, a_log, dt_bias, state, place };
         let heads =
             gdn_kernel::Heads { key_heads: hk, key_dim: dk, value_heads: hv, value_dim: dv, kernel: plan.kernel };
         let eps = f32::from_bits(plan.eps_bits);
@@ -293,6 +310,7 @@ fn mix(
             }
         };
     }
+    anyhow::ensure!(place.is_none(), "only the fused front reads a verify's arrays in place");
     let [qkv, z, beta_in, a] = if plan.fused_in {
         let parts = split_widths(&proj(GdnProj::Qkv, x)?, &[conv_dim, hv * dv, hv, hv])?;
         <[Array; 4]>::try_from(parts)
@@ -356,10 +374,12 @@ fn finish(
     Ok(vec![out, conv_in, rec.state, per_position])
 }
 
-/// The mixer from its inputs `[x, tail, state, conv weight, A_log, dt_bias, norm weight,
-/// projections in plan order...]`, as the compiled function traces it.
+/// The mixer from its inputs `[x, tail, state, conv weight, A_log, dt_bias, norm weight, (the
+/// rows' places when `plan.placed`), projections in plan order...]`, as the compiled function
+/// traces it.
 pub(super) fn mix_from_inputs(inputs: &[Array], plan: &GdnPlan) -> Result<Vec<Array>> {
-    let (at, next) = offsets(&plan.storage, 7);
+    let fixed = if plan.placed { 8 } else { 7 };
+    let (at, next) = offsets(&plan.storage, fixed);
     anyhow::ensure!(inputs.len() == next, "the Gated DeltaNet graph takes {next} inputs, got {}", inputs.len());
     let proj = |p: GdnProj, x: &Array| {
         let i = p as usize;
@@ -371,7 +391,8 @@ pub(super) fn mix_from_inputs(inputs: &[Array], plan: &GdnPlan) -> Result<Vec<Ar
         }
         project(x, arrays, plan.storage[i])
     };
-    mix(&inputs[0], &inputs[1], &inputs[2], [&inputs[3], &inputs[4], &inputs[5], &inputs[6]], plan, &proj)
+    let place = plan.placed.then(|| &inputs[7]);
+    mix(&inputs[0], &inputs[1], &inputs[2], [&inputs[3], &inputs[4], &inputs[5], &inputs[6]], place, plan, &proj)
 }
 
 /// The recurrence as plain MLX ops, one small graph per position: the CPU and Metal route, and

@@ -97,23 +97,9 @@ pub fn after_verify(conv_in: &Array, per_position: &Array, kernel: i32) -> Vec<V
 /// The rows' tails [B, K-1, C] and states [B, Hv, Dv, Dk] read whole from the batch they all
 /// come from, in order; `None` when they do not (then the caller stacks them row by row).
 pub fn whole(states: &[&mut GdnState]) -> Result<Option<(Array, Array)>> {
-    if !crate::model::routes::current().gdn_batch {
-        return Ok(None);
-    }
-    let Some(first) = states.first().and_then(|s| s.packed()) else {
+    let Some((batch, kept)) = same_batch(states) else {
         return Ok(None);
     };
-    let batch = &first.batch;
-    if batch.rows != states.len() as i32 {
-        return Ok(None);
-    }
-    let mut kept = Vec::with_capacity(states.len());
-    for (i, s) in states.iter().enumerate() {
-        match s.packed() {
-            Some(at) if Rc::ptr_eq(&at.batch, batch) && at.row == i as i32 => kept.extend(at.position),
-            _ => return Ok(None),
-        }
-    }
     // A step's batch holds no positions: its arrays are the rows' states as they are.
     if kept.is_empty() {
         return Ok(Some((batch.conv.clone(), batch.ssm.clone())));
@@ -128,6 +114,54 @@ pub fn whole(states: &[&mut GdnState]) -> Result<Option<(Array, Array)>> {
     let tail = batch.conv.take_along_axis(Array::from_slice(&tail_rows, &[rows, taps, 1]), 1)?;
     let state = batch.ssm.take_along_axis(Array::from_slice(&kept, &[rows, 1, 1, 1, 1]), 1)?.squeeze_axes(&[1])?;
     Ok(Some((tail, state)))
+}
+
+/// The batch every row comes from, in order, and the positions they kept (none after a step);
+/// `None` when they do not all come from one.
+fn same_batch(states: &[&mut GdnState]) -> Option<(Rc<Batch>, Vec<i32>)> {
+    if !crate::model::routes::current().gdn_batch {
+        return None;
+    }
+    let batch = states.first().and_then(|s| s.packed())?.batch.clone();
+    if batch.rows != states.len() as i32 {
+        return None;
+    }
+    let mut kept = Vec::with_capacity(states.len());
+    for (i, s) in states.iter().enumerate() {
+        match s.packed() {
+            Some(at) if Rc::ptr_eq(&at.batch, &batch) && at.row == i as i32 => kept.extend(at.position),
+            _ => return None,
+        }
+    }
+    Some((batch, kept))
+}
+
+/// A verify's arrays as it left them, and each row's place in them: what the fused front reads
+/// in place ([`crate::model::cuda::gdn_kernel::FusedInputs::place`]) rather than the strided
+/// slices [`whole`] makes, which MLX copies to contiguous arrays before a custom kernel's launch
+/// (16.8 MB a layer at a B8 verify at the real geometry).
+pub struct Placed {
+    /// The verify's convolution input [B, K-1+T, C].
+    pub conv: Array,
+    /// Its states after every position [B, T, Hv, Dv, Dk].
+    pub ssm: Array,
+    /// [B, 2] int32: the position each row kept, and the row in `conv` where its tail starts.
+    pub place: Array,
+}
+
+/// The rows' tails and states left where a verify put them, when every row is that verify's,
+/// in order; `None` otherwise (a step's batch is already read whole as it is).
+pub fn placed(states: &[&mut GdnState]) -> Option<Placed> {
+    let (batch, kept) = same_batch(states)?;
+    if kept.is_empty() {
+        return None;
+    }
+    let place: Vec<i32> = kept.iter().flat_map(|&p| [p, p + 1]).collect();
+    Some(Placed {
+        conv: batch.conv.clone(),
+        ssm: batch.ssm.clone(),
+        place: Array::from_slice(&place, &[batch.rows, 2]),
+    })
 }
 
 #[cfg(test)]
@@ -200,6 +234,31 @@ mod tests {
             let mut states: Vec<GdnState> = kept.iter().enumerate().map(|(b, &p)| captured[p][b].clone()).collect();
             check(&mut states, true);
         }
+        // Read at their places, the verify's arrays give each row what `whole` gives it.
+        for kept in [[1, 1, 1, 1], [1, 0, 0, 1]] {
+            let mut states: Vec<GdnState> = kept.iter().enumerate().map(|(b, &p)| captured[p][b].clone()).collect();
+            let refs: Vec<&mut GdnState> = states.iter_mut().collect();
+            let (want_tail, want_state) = whole(&refs).unwrap().unwrap();
+            let p = placed(&refs).unwrap();
+            let place: Vec<i32> =
+                crate::model::ops::host_u32(&p.place).unwrap().into_iter().map(|v| v as i32).collect();
+            let (mut tails, mut ssms) = (Vec::new(), Vec::new());
+            for b in 0..rows {
+                let (pos, at) = (place[2 * b as usize], place[2 * b as usize + 1]);
+                tails.push(slice_axis(&row(&p.conv, b).unwrap(), 1, at, at + kernel - 1).unwrap());
+                ssms.push(slice_axis(&row(&p.ssm, b).unwrap(), 1, pos, pos + 1).unwrap().squeeze_axes(&[1]).unwrap());
+            }
+            let tail = mlx_rs::ops::concatenate(&tails, 0).unwrap();
+            let state = mlx_rs::ops::concatenate(&ssms, 0).unwrap();
+            assert_eq!(host(&tail), host(&want_tail), "tails at {kept:?}");
+            assert_eq!(host(&state), host(&want_state), "states at {kept:?}");
+        }
+        // A step's batch has no places: it is read whole as it is.
+        let mut step = after_step(
+            &mlx_rs::ops::zeros::<f32>(&[rows, kernel - 1, c]).unwrap(),
+            &mlx_rs::ops::zeros::<f32>(&[rows, 2, 3, 3]).unwrap(),
+        );
+        assert!(placed(&step.iter_mut().collect::<Vec<_>>()).is_none());
         // Rows of a step batch mixed with the verify's: stacked row by row.
         let mut states: Vec<GdnState> = (0..rows as usize).map(|b| captured[1][b].clone()).collect();
         let other = after_step(
