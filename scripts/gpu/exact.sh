@@ -50,6 +50,16 @@
 #   bash scripts/gpu/exact.sh [check] [probe] [synth] [bench]
 set -u
 . scripts/gpu/smol.sh
+# ncu_step LIMIT STEP NCU_ARGS...: one bench-step step (b1, draft, verify or ar) at the real
+# geometry under Nsight Compute (`--profile-from-start off`, so only that step), within LIMIT s.
+ncu_step() {
+  local limit=$1 step=$2 kinds=b8 ncu
+  shift 2
+  [ "$step" = b1 ] && kinds=b1
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu 2>/dev/null | head -1)
+  timeout "$limit" "$ncu" --profile-from-start off "$@" $B bench-step --synthetic qwen36-35b-a3b \
+    --layers "${LAYERS:-40}" --iters 2 --prefill 64 --steps $kinds --profile-step "$step" ${BSARGS:-}
+}
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(check probe bench)
 {
@@ -91,20 +101,14 @@ for step in "${steps[@]}"; do
         env -u COHORT_KERNEL_DIR timeout 300 "$bin" bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 10 ${BSARGS:-}
       done ;;
     ncu)
-      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu 2>/dev/null | head -1)
-      s=${NCU_STEP:-b1} kinds=b8; [ "$s" = b1 ] && kinds=b1
-      timeout 300 "$NCU" --profile-from-start off --clock-control none --cache-control none \
-        --metrics gpu__time_duration.sum --csv --page raw --print-units base --log-file "/tmp/ncu_$s.csv" \
-        $B bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 2 --prefill 64 \
-        --steps $kinds --profile-step "$s" ${BSARGS:-} 2>&1 | grep -E "rror|^\| B" | head -8
+      s=${NCU_STEP:-b1}
+      ncu_step 300 "$s" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+        --csv --page raw --print-units base --log-file "/tmp/ncu_$s.csv" 2>&1 | grep -E "rror|^\| B" | head -8
       python3 scripts/gpu/ncu_summary.py "/tmp/ncu_$s.csv" "$s" | head -"${NCU_ROWS:-24}"
       cp "/tmp/ncu_$s.csv" "$OUT/" ;;
     ncuk)
-      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu 2>/dev/null | head -1)
-      s=${NCU_STEP:-verify} kinds=b8; [ "$s" = b1 ] && kinds=b1
-      timeout 400 "$NCU" --profile-from-start off --kernel-name "regex:${NCU_KERNEL:-moe_experts_up}" \
-        --launch-count 2 --set full $B bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" \
-        --iters 2 --prefill 64 --steps $kinds --profile-step "$s" ${BSARGS:-} > "$OUT/ncuk.txt" 2>&1
+      ncu_step 400 "${NCU_STEP:-verify}" --kernel-name "regex:${NCU_KERNEL:-moe_experts_up}" --launch-count 2 \
+        --set full > "$OUT/ncuk.txt" 2>&1
       grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|One or More Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit" "$OUT/ncuk.txt" | head -60 ;;
     peerprep)
       W3=/tmp/x/mlx_cuda_13-0.32.3-py3-none-manylinux_2_35_x86_64.whl

@@ -109,10 +109,48 @@ pub fn dtype_bytes(dtype: mlx_rs::Dtype) -> usize {
     }
 }
 
+/// Rows of `all` [N, ..] that differ in any bit from the same row computed alone by `alone`
+/// (given the row's index): what a row-invariant kernel must keep at 0 (issue 41). A row
+/// of another width counts as differing.
+pub fn rows_differing(all: &[f32], n: i32, alone: impl Fn(i32) -> Result<Vec<f32>>) -> Result<usize> {
+    let width = all.len() / n.max(1) as usize;
+    let mut differing = 0;
+    for t in 0..n {
+        let row = alone(t)?;
+        let block = &all[t as usize * width..][..width];
+        differing += usize::from(row.len() != width || row.iter().zip(block).any(|(a, b)| a.to_bits() != b.to_bits()));
+    }
+    Ok(differing)
+}
+
 /// Largest |got - want| over the largest |want|: how far a result is from a float64 reference
 /// (infinite when the lengths differ, so a misshapen result fails any tolerance).
 pub fn relative_error(got: &[f32], want: &[f64]) -> f64 {
     let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs())).max(1e-30);
     let worst = got.iter().zip(want).fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs()));
     if got.len() != want.len() { f64::INFINITY } else { worst / scale }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rows_differing;
+
+    /// The invariance count sees a row that differs alone in its last bit, and one of another
+    /// width, and nothing where every row matches.
+    #[test]
+    fn rows_differing_counts_rows_whose_bits_differ_alone() {
+        let all = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let same = |t: i32| Ok(all[t as usize * 2..][..2].to_vec());
+        assert_eq!(rows_differing(&all, 3, same).unwrap(), 0);
+        let nudged = |t: i32| {
+            let mut row = all[t as usize * 2..][..2].to_vec();
+            if t == 1 {
+                row[1] = f32::from_bits(row[1].to_bits() + 1);
+            }
+            Ok(row)
+        };
+        assert_eq!(rows_differing(&all, 3, nudged).unwrap(), 1);
+        let short = |t: i32| Ok(if t == 2 { vec![5.0] } else { all[t as usize * 2..][..2].to_vec() });
+        assert_eq!(rows_differing(&all, 3, short).unwrap(), 1);
+    }
 }

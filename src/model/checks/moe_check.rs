@@ -10,7 +10,7 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use crate::model::layers::moe_graph::RowIndices;
-use crate::model::ops::{host_f32, host_u32, relative_error};
+use crate::model::ops::{host_f32, host_u32, relative_error, rows_differing};
 use crate::platform::rng::Rng;
 
 /// One expert product's sizes: `tokens` rows routed to `top_k` of `experts` experts, each a
@@ -362,19 +362,6 @@ fn experts_inputs(s: ExpertsShape, dtype: Dtype, seed: u64) -> Result<ExpertsInp
     Ok(ExpertsInputs { x, ids, scores, gate, weights })
 }
 
-/// Rows of `all` [N, ..] that differ in any bit from the same row computed alone by `alone`
-/// (given the row's index): what a row-invariant kernel must keep at 0 (issue 41).
-fn rows_differing(all: &[f32], n: i32, alone: impl Fn(i32) -> Result<Vec<f32>>) -> Result<usize> {
-    let width = all.len() / n.max(1) as usize;
-    let mut differing = 0;
-    for t in 0..n {
-        let row = alone(t)?;
-        let block = &all[t as usize * width..][..width];
-        differing += usize::from(row.len() != width || row.iter().zip(block).any(|(a, b)| a.to_bits() != b.to_bits()));
-    }
-    Ok(differing)
-}
-
 /// Tokens of a block of `s.tokens` whose expert-kernel outputs differ in any bit from the same
 /// token run alone (CUDA only). The down kernel takes more channels a warp for blocks of more
 /// than two tokens, so this holds it to summing each channel in one order at every block size.
@@ -437,28 +424,4 @@ fn experts_by_ops(
     let width = gate.shape()[1];
     let weight = mlx_rs::ops::sigmoid(crate::model::ops::slice_axis(gate, 1, width - 1, width)?)?;
     Ok(routed.add(shared.multiply(weight)?)?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rows_differing;
-
-    /// The invariance count sees a row that differs alone in its last bit, and one of another
-    /// width, and nothing where every row matches.
-    #[test]
-    fn rows_differing_counts_rows_whose_bits_differ_alone() {
-        let all = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
-        let same = |t: i32| Ok(all[t as usize * 2..][..2].to_vec());
-        assert_eq!(rows_differing(&all, 3, same).unwrap(), 0);
-        let nudged = |t: i32| {
-            let mut row = all[t as usize * 2..][..2].to_vec();
-            if t == 1 {
-                row[1] = f32::from_bits(row[1].to_bits() + 1);
-            }
-            Ok(row)
-        };
-        assert_eq!(rows_differing(&all, 3, nudged).unwrap(), 1);
-        let short = |t: i32| Ok(if t == 2 { vec![5.0] } else { all[t as usize * 2..][..2].to_vec() });
-        assert_eq!(rows_differing(&all, 3, short).unwrap(), 1);
-    }
 }

@@ -18,7 +18,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::cuda_kernel::{self, CudaKernel, Launch};
 use crate::model::config::QuantSpec;
-use crate::model::ops::{host_f32, relative_error, slice_axis};
+use crate::model::ops::{host_f32, relative_error, rows_differing, slice_axis};
 
 const SOURCE: &str = include_str!("../../../kernels/affine_rows.cu");
 const DENSE_SOURCE: &str = include_str!("../../../kernels/dense_rows.cu");
@@ -353,14 +353,7 @@ pub fn check(rows: i32, input: i32, out: i32, spec: Option<QuantSpec>, dtype: Dt
             (0..k).map(|i| xs[r * k + i] as f64 * ws[c * k + i] as f64).sum()
         })
         .collect();
-    let mut rows_differing = 0;
-    for r in 0..rows {
-        let alone = host_f32(&product(&slice_axis(&x, 0, r, r + 1)?)?)?;
-        let in_block = &ys[r as usize * n..(r as usize + 1) * n];
-        if alone.iter().zip(in_block).any(|(a, b)| a.to_bits() != b.to_bits()) {
-            rows_differing += 1;
-        }
-    }
+    let rows_differing = rows_differing(&ys, rows, |r| host_f32(&product(&slice_axis(&x, 0, r, r + 1)?)?))?;
     Ok(RowsReport { relative_error: relative_error(&ys, &want), rows_differing })
 }
 
