@@ -10,10 +10,14 @@
 // Output  act [N, K+1, W] float32, W = max(I, IS): silu(gate) * up for slot j < K (expert
 //         ids[n, j]) and for slot K (the shared expert); channels past a slot's width are zero.
 //
-// Layout: one warp per (token, slot, channel): block z = token * (K+1) + slot, channel = block
-// y * blockDim.y + thread y. Lane l takes chunks of LW words at word (p * 32 + l) * LW of both
-// rows (gate and up), with x's matching values held in registers; both rows' loads are issued
-// before either is summed.
+// Layout: one warp per (token, slot, channel), a block per (pair, channel group) with pair =
+// token * (K+1) + slot. The grid is [groups along y, pairs along z], but a block's pair is its
+// linear index modulo the pairs: blocks are issued in linear order, so every pair's block for one
+// channel group runs at about the same time, and the pairs routed to one expert (a 16-token
+// verify names ~100 distinct experts in 144 pairs) read its rows through L2 together instead of
+// from DRAM a token apart. Lane l takes chunks of LW words at word (p * 32 + l) * LW of both rows
+// (gate and up), with x's matching values held in registers; both rows' loads are issued before
+// either is summed. Which block computes a pair never changes its arithmetic.
 constexpr int LANES = 32;
 constexpr int PER_WORD = 32 / BITS;
 constexpr int WORDS = H / PER_WORD;
@@ -24,8 +28,9 @@ constexpr int PASSES = (WORDS + LANES * LW - 1) / (LANES * LW);
 static_assert(H % G == 0, "whole groups a row");
 
 const int lane = threadIdx.x;
-const int channel = blockIdx.y * blockDim.y + threadIdx.y;
-const int pair = blockIdx.z;
+const unsigned int linear = blockIdx.y + gridDim.y * blockIdx.z;
+const int pair = linear % gridDim.z;
+const int channel = (linear / gridDim.z) * blockDim.y + threadIdx.y;
 const int n = pair / (K + 1);
 const int slot = pair % (K + 1);
 if (channel >= W) {
