@@ -108,6 +108,11 @@ pub struct BenchStepArgs {
     /// other arm setting.
     #[arg(long, value_delimiter = ',')]
     pub(super) state_in_place: Vec<OnOff>,
+    /// The MoE expert kernels' first half on the tensor cores for bf16 blocks of up to 16 tokens
+    /// (`kernels/moe_experts_up_mma.cu`; off by default) instead of the scalar kernel, on or off
+    /// in the interleaved arms, each with every other arm setting.
+    #[arg(long, value_delimiter = ',')]
+    pub(super) experts_mma: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]

@@ -21,10 +21,12 @@ pub(super) enum KernelSwitch {
     ProductViews,
     /// The fused front reading a verify's mixer states in place.
     StateInPlace,
+    /// The expert kernels' first half on the tensor cores.
+    ExpertsMma,
 }
 
 /// How many switches an arm carries, one setting each.
-pub(super) const COUNT: usize = 7;
+pub(super) const COUNT: usize = 8;
 
 impl KernelSwitch {
     /// Every switch, in the order of an arm's settings and of the tables' columns.
@@ -36,6 +38,7 @@ impl KernelSwitch {
         KernelSwitch::Attention,
         KernelSwitch::ProductViews,
         KernelSwitch::StateInPlace,
+        KernelSwitch::ExpertsMma,
     ];
 
     pub(super) fn flag(self) -> &'static str {
@@ -47,6 +50,7 @@ impl KernelSwitch {
             KernelSwitch::Attention => "--attention-kernel",
             KernelSwitch::ProductViews => "--product-views",
             KernelSwitch::StateInPlace => "--state-in-place",
+            KernelSwitch::ExpertsMma => "--experts-mma",
         }
     }
 
@@ -59,6 +63,7 @@ impl KernelSwitch {
             KernelSwitch::Attention => "attention kernel",
             KernelSwitch::ProductViews => "product views",
             KernelSwitch::StateInPlace => "state in place",
+            KernelSwitch::ExpertsMma => "experts on tensor cores",
         }
     }
 
@@ -72,6 +77,7 @@ impl KernelSwitch {
             KernelSwitch::Attention => &args.attention_kernel,
             KernelSwitch::ProductViews => &args.product_views,
             KernelSwitch::StateInPlace => &args.state_in_place,
+            KernelSwitch::ExpertsMma => &args.experts_mma,
         }
     }
 
@@ -87,6 +93,7 @@ impl KernelSwitch {
             KernelSwitch::Attention => routes.attention_kernel = on,
             KernelSwitch::ProductViews => routes.product_views = on,
             KernelSwitch::StateInPlace => routes.gdn_state_in_place = on,
+            KernelSwitch::ExpertsMma => routes.moe_up_mma = on,
         }
     }
 }

@@ -78,11 +78,17 @@ pub fn run() -> Result<()> {
         for tokens in [2, 8, 16] {
             let shape = ExpertsShape { tokens, ..ExpertsShape::REAL };
             let experts = moe_check::experts_rows_differing(shape, dtype, 43)?;
+            // The tensor-core up kernel takes bf16 blocks only (float32 stays on the scalar one).
+            let on_tensor_cores = if dtype == Dtype::Bfloat16 {
+                moe_check::with_up_mma(true, || moe_check::experts_rows_differing(shape, dtype, 43))?
+            } else {
+                0
+            };
             let router = moe_check::router_rows_differing(tokens, 256, 1, 8, dtype, 44)?;
             println!(
-                "MoE kernels, real geometry ({dtype:?}), {tokens} tokens: tokens differing from alone: router {router}, experts {experts}"
+                "MoE kernels, real geometry ({dtype:?}), {tokens} tokens: tokens differing from alone: router {router}, experts {experts}, experts with the up kernel on tensor cores {on_tensor_cores}"
             );
-            if router + experts > 0 {
+            if router + experts + on_tensor_cores > 0 {
                 failures.push(format!("MoE kernels {dtype:?} x{tokens}"));
             }
         }

@@ -91,6 +91,11 @@ pub struct Routes {
     /// times both in one process.
     pub gdn_state_in_place: bool,
     pub moe_kernel: bool,
+    /// The MoE expert kernels' first half on the tensor cores for bf16 blocks of up to 16 tokens
+    /// with 4-bit experts (`kernels/moe_experts_up_mma.cu`: each expert's weights decoded once
+    /// for all its tokens) instead of the scalar kernel. Off until measured on a GPU; bench-step's
+    /// `--experts-mma` times both in one process.
+    pub moe_up_mma: bool,
     pub router_kernel: bool,
     pub add_norm_kernel: bool,
     pub attention_kernel: bool,
@@ -149,6 +154,7 @@ impl Routes {
             gdn_fused_norm: cuda,
             gdn_state_in_place: false,
             moe_kernel: cuda,
+            moe_up_mma: false,
             router_kernel: cuda,
             add_norm_kernel: false,
             attention_kernel: false,

@@ -276,7 +276,15 @@ impl ExpertsShape {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ExpertsRoute {
     Kernel,
+    /// The expert kernels with the first half on the tensor cores where it fits (bf16 blocks of
+    /// up to 16 tokens, 4-bit experts: `kernels/moe_experts_up_mma.cu`).
+    KernelMma,
     Ops,
+}
+
+/// `f` with the tensor-core up kernel on or off, the rest of the routes in force as they are.
+pub fn with_up_mma<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    crate::model::routes::scoped(crate::model::routes::Routes { moe_up_mma: on, ..crate::model::routes::current() }, f)
 }
 
 /// The block after routing through `route` on random weights and inputs against a float64 host
@@ -315,7 +323,9 @@ pub fn check_experts(route: ExpertsRoute, s: ExpertsShape, dtype: Dtype, seed: u
         add(1.0 / (1.0 + (-logit).exp()), &act, &sdn, 0);
     }
     let product = || match route {
-        ExpertsRoute::Kernel => crate::model::cuda::moe_experts::apply(&x, &ids_array, &scores, &gate, &weights),
+        ExpertsRoute::Kernel | ExpertsRoute::KernelMma => with_up_mma(route == ExpertsRoute::KernelMma, || {
+            crate::model::cuda::moe_experts::apply(&x, &ids_array, &scores, &gate, &weights)
+        }),
         ExpertsRoute::Ops => experts_by_ops(&x, &ids_array, &scores, &gate, &weights),
     };
     Ok(QmmReport {

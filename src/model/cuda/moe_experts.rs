@@ -22,6 +22,7 @@ use crate::model::config::QuantSpec;
 use crate::model::layers::compiled::Storage;
 
 const UP_SOURCE: &str = include_str!("../../../kernels/moe_experts_up.cu");
+const UP_MMA_SOURCE: &str = include_str!("../../../kernels/moe_experts_up_mma.cu");
 const DOWN_SOURCE: &str = include_str!("../../../kernels/moe_experts_down.cu");
 /// The affine dot product both kernels share.
 const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../../kernels/affine_dot.cuh"));
@@ -62,6 +63,31 @@ fn up_kernel() -> Result<&'static CudaKernel> {
     cuda_kernel::once(&KERNEL, || {
         CudaKernel::new("cohort_moe_experts_up", "moe_experts_up.cu", &UP_INPUTS, &["act"], UP_SOURCE, Some(HEADER))
     })
+}
+
+fn up_mma_kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new("cohort_moe_experts_up_mma", "moe_experts_up_mma.cu", &UP_INPUTS, &["act"], UP_MMA_SOURCE, None)
+    })
+}
+
+/// Tokens a block may hold for the tensor-core up kernel: a block finds an expert's tokens by
+/// scanning every earlier pair's expert, which is cheap at a verify's 16 tokens and not at a
+/// prefill chunk's hundreds (those take the scalar kernel).
+pub const MMA_MAX_TOKENS: i32 = 16;
+
+/// Whether the tensor-core up kernel (`kernels/moe_experts_up_mma.cu`) takes a block of `n`
+/// tokens of dtype `x` with experts of `h` inputs at `spec`, scales and biases of dtype `scales`:
+/// bf16 in (the mma's inputs), 4-bit codes, whole 128-input spans and a lane's 32 codes inside
+/// one group. Anything else takes the scalar kernel.
+pub fn up_mma_fits(n: i32, h: i32, spec: QuantSpec, x: Dtype, scales: Dtype) -> bool {
+    (1..=MMA_MAX_TOKENS).contains(&n)
+        && spec.bits == 4
+        && h % 128 == 0
+        && spec.group_size % 32 == 0
+        && x == Dtype::Bfloat16
+        && scales == Dtype::Bfloat16
 }
 
 fn down_kernel() -> Result<&'static CudaKernel> {
@@ -183,7 +209,12 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
     };
     let [gw, gs, gb] = &w.gate_up;
     let [sw, ss, sb] = &w.shared_gate_up;
-    let act = up_kernel()?.apply(&[x, &ids, gw, gs, gb, sw, ss, sb], &up)?.pop().expect("one output");
+    // Both up kernels take the same grid: the tensor-core one reads a block of 8 threads' rows
+    // as one 8-channel tile whose 8 warps share the k axis.
+    let on_tensor_cores =
+        crate::model::routes::current().moe_up_mma && up_mma_fits(n, h, w.spec, x.dtype(), scale_dtype);
+    let up_kernel = if on_tensor_cores { up_mma_kernel()? } else { up_kernel()? };
+    let act = up_kernel.apply(&[x, &ids, gw, gs, gb, sw, ss, sb], &up)?.pop().expect("one output");
     let down_ints: Vec<(&str, i32)> = sizes.iter().copied().chain([("CPW", down_cpw)]).collect();
     let down = Launch {
         outputs: vec![(vec![n, h], x.dtype())],
