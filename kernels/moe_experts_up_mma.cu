@@ -78,8 +78,9 @@ if (!shared) {
   }
 }
 const int width = shared ? IS : I;
-// A router never names an expert past E; such pairs get zeros, like the scalar kernel's.
-const bool valid = shared || expert < static_cast<unsigned int>(gu_w_shape[0]);
+// A router never names an expert past E; such pairs get zeros, like the scalar kernel's, and so
+// do tiles past the slot's width (where the routed and shared widths differ) without reading.
+const bool valid = first < width && (shared || expert < static_cast<unsigned int>(gu_w_shape[0]));
 // Lanes of quad `group` load channel first + group of the tile (the last row past the slot's
 // width; those channels are written as zeros).
 const int channel = first + group < width ? first + group : width - 1;
