@@ -4,6 +4,8 @@
 #   check  `cohort device --check-invariance`: the row-invariant kernels against float64 and
 #          against themselves (each row alone, each verify query as a single step), and the MoE
 #          router and expert kernels against each token alone;
+#   checkk `cohort device --check-kernels`: every CUDA kernel (the recurrence, the MoE expert
+#          kernels scalar and on tensor cores, the router, attention) against float64;
 #   timei  `cohort device --time-invariance`: the real geometry's products through MLX's
 #          quantized matmul and the invariant kernel (1, 2, 4 channels a warp), 1-16 rows;
 #   probe  `cohort probe --time-routes 20`: which route the exactness gate keeps, the
@@ -69,6 +71,7 @@ for step in "${steps[@]}"; do
   echo "== $step"
   case $step in
     check) timeout 200 $B device --check-invariance ;;
+    checkk) timeout 400 $B device --check-kernels ;;
     timei) timeout 200 $B device --time-invariance ;;
     probe) timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
     synth) timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;
