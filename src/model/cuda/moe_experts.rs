@@ -242,6 +242,27 @@ mod tests {
         assert_eq!(scoped(Routes { moe_kernel: true, ..current() }, enabled), cuda);
     }
 
+    /// The tensor-core up kernel takes only what its decode and spans handle: bf16 in, 4-bit
+    /// codes, whole 128-input spans, a lane's 32 codes inside one group, at most 16 tokens.
+    #[test]
+    fn the_tensor_core_up_kernel_takes_only_the_blocks_it_decodes() {
+        let q = |bits, group_size| QuantSpec { bits, group_size };
+        let bf = Dtype::Bfloat16;
+        assert!(up_mma_fits(16, 2048, q(4, 64), bf, bf));
+        assert!(up_mma_fits(1, 128, q(4, 32), bf, bf));
+        for (n, h, spec, x, scales) in [
+            (17, 2048, q(4, 64), bf, bf),
+            (0, 2048, q(4, 64), bf, bf),
+            (16, 2048, q(8, 64), bf, bf),
+            (16, 2112, q(4, 64), bf, bf),
+            (16, 2048, q(4, 16), bf, bf),
+            (16, 2048, q(4, 64), Dtype::Float32, bf),
+            (16, 2048, q(4, 64), bf, Dtype::Float16),
+        ] {
+            assert!(!up_mma_fits(n, h, spec, x, scales), "{n} tokens, {h} inputs, {spec:?}, {x:?} / {scales:?}");
+        }
+    }
+
     /// The kernels read one affine layout: a dense part, or parts quantized differently, keep
     /// the block on the ops route.
     #[test]
