@@ -220,8 +220,6 @@ pub fn b8_cycles(
     Ok(times)
 }
 
-/// B8 MTP and AR cycles with every arm's switches taken in turn (mirrored order every other
-/// round) on one cohort of eight rows: the arms' differences per phase, measured side by side.
 /// One arm's turn in an interleaved round, as (MTP cycle, timed): each kind once untimed and then
 /// once timed, so a timed cycle reads what a cycle of its own kind left, as in a served cohort.
 /// An MTP cycle right after an AR cycle would read the step's contiguous mixer state, not the
@@ -229,6 +227,8 @@ pub fn b8_cycles(
 /// in-place read spares).
 const TURN: [(bool, bool); 4] = [(true, false), (true, true), (false, false), (false, true)];
 
+/// B8 MTP and AR cycles with every arm's switches taken in turn (mirrored order every other
+/// round) on one cohort of eight rows: the arms' differences per phase, measured side by side.
 pub fn interleaved_b8(model: &Qwen35Model, tok: &TextTokenizer, args: &BenchStepArgs, arms: &[Arm]) -> Result<()> {
     let rounds = args.iters + 2;
     let mut cohort = Cohort::new(model, tok, TURN.len() * rounds * arms.len())?;
