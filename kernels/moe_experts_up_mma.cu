@@ -13,15 +13,15 @@
 // Inputs  x [N, H] bf16; ids [N, K] uint32; gu_w [E, 2I, H/8] uint32, gu_s / gu_b [E, 2I, H/G]
 //         bf16; sgu_w [2IS, H/8], sgu_s / sgu_b [2IS, H/G]: as moe_experts_up.cu.
 // Output  act [N, K+1, W] float32, W = max(I, IS).
-// Constants H, I, IS, K, BITS (4), G.
+// Constants H, I, IS, K, BITS (4), G; WARPS, the warps of a block (they share the k axis).
 //
-// Layout: a block of 8 warps per (pair, 8-channel tile); a block's pair is its linear index
+// Layout: a block of WARPS warps per (pair, 8-channel tile); a block's pair is its linear index
 // modulo the pairs, as in moe_experts_up.cu. The first pair that names an expert takes every
 // pair naming it (the shared expert: token 0's pair takes every token), 16 at a time as the
-// mma's rows; the other pairs' blocks leave at once. Within a block the 8 warps share the k
-// axis: warp w takes spans w, w + 8, ... (a span is 128 inputs, 32 per lane of a quad), and the
-// block adds the warps' sums in warp order. Two mma tiles a warp: the tile's 8 gate channels and
-// the matching 8 up channels, so SwiGLU needs no exchange between lanes.
+// mma's rows; the other pairs' blocks leave at once. Within a block the warps share the k
+// axis: warp w takes spans w, w + WARPS, ... (a span is 128 inputs, 32 per lane of a quad), and
+// the block adds the warps' sums in warp order. Two mma tiles a warp: the tile's 8 gate channels
+// and the matching 8 up channels, so SwiGLU needs no exchange between lanes.
 //
 // Why a row's bits do not depend on the others: an mma computes each output element from its
 // own row of A and its column of B, so what the other rows hold never reaches it, and every row
@@ -38,13 +38,13 @@ constexpr int WORDS = H / PER_WORD;
 constexpr int LW = 4;
 constexpr int CODES = LW * PER_WORD;
 constexpr int SPAN = 4 * CODES;
-constexpr int WARPS = 8;
 constexpr int ROWS = 16;
 constexpr int W = I > IS ? I : IS;
 static_assert(BITS == 4, "4-bit experts");
+static_assert(WARPS >= 1, "a warp a block at least");
 static_assert(H % SPAN == 0 && G % CODES == 0, "whole spans a row, one group a lane's codes");
 
-__shared__ float partial[WARPS - 1][2][4][32];
+__shared__ float partial[WARPS > 1 ? WARPS - 1 : 1][2][4][32];
 __shared__ int tile_token[ROWS];
 __shared__ int tile_out[ROWS];
 __shared__ int tile_count;

@@ -89,7 +89,7 @@ KERNELS = {
         [("x", "__nv_bfloat16"), ("ids", "unsigned int"), ("gu_w", "unsigned int"), ("gu_s", "__nv_bfloat16"),
          ("gu_b", "__nv_bfloat16"), ("sgu_w", "unsigned int"), ("sgu_s", "__nv_bfloat16"), ("sgu_b", "__nv_bfloat16")],
         [("act", "float")],
-        {"H": 2048, "I": 512, "IS": 512, "K": 8, "BITS": 4, "G": 64},
+        {"H": 2048, "I": 512, "IS": 512, "K": 8, "BITS": 4, "G": 64, "WARPS": 8},
     ),
     "moe_experts_down": (
         "moe_experts_down.cu",

@@ -200,20 +200,24 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
     // MLX counts the grid in threads: a block of WARPS warps for each WARPS * cpw channels.
     let warps_for = |channels: i32, cpw: i32| (channels + WARPS * cpw - 1) / (WARPS * cpw) * WARPS;
     let sizes = [("H", h), ("I", i), ("IS", is), ("K", k), ("BITS", bits), ("G", g)];
+    let on_tensor_cores =
+        crate::model::routes::current().moe_up_mma && up_mma_fits(n, h, w.spec, x.dtype(), scale_dtype);
+    let mma_sizes: Vec<(&str, i32)> = sizes.iter().copied().chain([("WARPS", WARPS)]).collect();
+    let (up_kernel, up_grid, up_ints) = if on_tensor_cores {
+        // A block of WARPS warps for each 8-channel tile (the mma's width): they share its k axis.
+        (up_mma_kernel()?, (width + 7) / 8 * WARPS, mma_sizes.as_slice())
+    } else {
+        (up_kernel()?, warps_for(width, 1), &sizes[..])
+    };
     let up = Launch {
         outputs: vec![(vec![n, k + 1, width], Dtype::Float32)],
-        grid: [32, warps_for(width, 1), n * (k + 1)],
+        grid: [32, up_grid, n * (k + 1)],
         threads: [32, WARPS, 1],
-        ints: &sizes,
+        ints: up_ints,
         bools: &[],
     };
     let [gw, gs, gb] = &w.gate_up;
     let [sw, ss, sb] = &w.shared_gate_up;
-    // Both up kernels take the same grid: the tensor-core one reads a block of 8 threads' rows
-    // as one 8-channel tile whose 8 warps share the k axis.
-    let on_tensor_cores =
-        crate::model::routes::current().moe_up_mma && up_mma_fits(n, h, w.spec, x.dtype(), scale_dtype);
-    let up_kernel = if on_tensor_cores { up_mma_kernel()? } else { up_kernel()? };
     let act = up_kernel.apply(&[x, &ids, gw, gs, gb, sw, ss, sb], &up)?.pop().expect("one output");
     let down_ints: Vec<(&str, i32)> = sizes.iter().copied().chain([("CPW", down_cpw)]).collect();
     let down = Launch {
