@@ -103,7 +103,7 @@ pub struct BenchStepArgs {
     #[arg(long, value_delimiter = ',')]
     pub(super) product_views: Vec<OnOff>,
     /// After a verify, the Gated DeltaNet fused front reading each row's tail and state where the
-    /// verify left them (`model/layers/gdn_batch.rs`'s `placed`; off by default) instead of as
+    /// verify left them (`model/layers/gdn_batch.rs`'s `placed`; on by default on CUDA) instead of as
     /// strided slices that MLX copies first, on or off in the interleaved arms, each with every
     /// other arm setting.
     #[arg(long, value_delimiter = ',')]
@@ -120,7 +120,7 @@ pub struct BenchStepArgs {
     /// Which steps each arm times: `b1` (AR steps), `b8` (draft, verify, commit cycles), or
     /// both; one alone keeps a profiler's trace to that step's kernels.
     #[arg(long, value_delimiter = ',', default_value = "b1,b8")]
-    steps: Vec<StepKind>,
+    pub(super) steps: Vec<StepKind>,
     /// Count the nodes of one B1 step's graph, one B8 draft's and one B8 verify's, by primitive.
     #[arg(long)]
     pub(super) graph_stats: bool,
@@ -242,40 +242,40 @@ impl CompiledBlocks {
 
 /// One route's medians, in ms (prefill in tokens/s).
 #[derive(serde::Serialize)]
-struct Figures {
-    route: GdnRoute,
-    attention: AttentionPath,
-    compiled: CompiledBlocks,
+pub(super) struct Figures {
+    pub(super) route: GdnRoute,
+    pub(super) attention: AttentionPath,
+    pub(super) compiled: CompiledBlocks,
     /// The first B1 step's logits against the first arm's: largest |difference| / largest |logit|.
-    b1_logits_vs_first: Option<f64>,
+    pub(super) b1_logits_vs_first: Option<f64>,
     /// Median time to build one B1 step's lazy graph (forward + argmax, before evaluation).
-    b1_build_ms: f64,
+    pub(super) b1_build_ms: f64,
     /// Median time from the start of a B1 step until MLX has handed every node to the device
     /// (`async_eval` returns): the host's share; the rest of the step is waiting for the device.
-    b1_enqueued_ms: f64,
+    pub(super) b1_enqueued_ms: f64,
     /// A B8 AR cycle (T=1 on all 8 packed rows, step, decide and commit): what a cohort that
     /// does not draft pays a token.
-    b8_ar_ms: f64,
+    pub(super) b8_ar_ms: f64,
     /// When the verify's and the B8 AR step's graphs were handed to the device (as for B1).
-    verify_enqueued_ms: f64,
-    b8_ar_enqueued_ms: f64,
+    pub(super) verify_enqueued_ms: f64,
+    pub(super) b8_ar_enqueued_ms: f64,
     /// The engine's B8 MTP cycle (engine::cycle), phase by phase, each phase's arrays evaluated
     /// before the next starts.
-    owe_ms: f64,
-    prefill_tok_s: f64,
-    b1_ms: f64,
+    pub(super) owe_ms: f64,
+    pub(super) prefill_tok_s: f64,
+    pub(super) b1_ms: f64,
     /// A B1 AR step as a decode loop runs it: step n + 1 handed over before step n's token is
     /// read (total time / steps, so no median).
-    b1_pipelined_ms: f64,
-    draft_ms: f64,
-    verify_ms: f64,
-    decide_ms: f64,
-    commit_ms: f64,
-    mtp_cycle_ms: f64,
+    pub(super) b1_pipelined_ms: f64,
+    pub(super) draft_ms: f64,
+    pub(super) verify_ms: f64,
+    pub(super) decide_ms: f64,
+    pub(super) commit_ms: f64,
+    pub(super) mtp_cycle_ms: f64,
     /// The same cycles run as the lane runs them (no evaluation between phases): tokens a second
     /// over all eight rows, and the share of drafts accepted (random weights accept few).
-    served_tok_s: f64,
-    served_acceptance: f64,
+    pub(super) served_tok_s: f64,
+    pub(super) served_acceptance: f64,
 }
 
 /// A count from 1 to MAX: a prompt length or a repetition count the machine can hold.
@@ -768,7 +768,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         c.full_attention_interval = 1;
         c
     };
-    let floors = Floors {
+    let floors = super::bench_step_report::Floors {
         b1: floor(step_bytes(&cfg, 1, true)),
         draft: floor(step_bytes(&mtp_cfg, FIXED_WIDTH as i64, true)),
         verify: floor(step_bytes(&cfg, 2 * FIXED_WIDTH as i64, true)),
@@ -788,13 +788,14 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
                 routes.gdn_kernel = matches!(route, GdnRoute::Kernel);
                 routes.batched_attention = matches!(attention, AttentionPath::Batched);
                 compiled.apply(&mut routes);
+                super::bench_switches::apply_single_settings(&args, &mut routes);
                 let _in_force = crate::model::routes::enter(routes);
                 eprintln!(
                     "measuring: {route:?} recurrence, {attention:?} cohort attention, compiled blocks: {compiled:?}"
                 );
                 let f = measure(model, &tok, &args, route, attention, compiled, &mut first_logits)?;
                 // Each arm as soon as it is measured, so a run cut short keeps the arms before.
-                print_figures(&f, &floors, args.prefill);
+                super::bench_step_report::print(&f, &floors, args.prefill, &args.steps);
                 all.push(f);
             }
         }
@@ -829,82 +830,4 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
     }
     Ok(())
-}
-
-/// Each step's floor in ms: the bytes it must read / the measured bandwidth.
-struct Floors {
-    b1: f64,
-    draft: f64,
-    verify: f64,
-    b8_ar: f64,
-}
-
-fn print_figures(f: &Figures, floors: &Floors, prefill: usize) {
-    println!(
-        "\nGated DeltaNet route: {:?}; cohort attention: {:?}; compiled blocks: {:?}",
-        f.route, f.attention, f.compiled
-    );
-    if let Some(d) = f.b1_logits_vs_first {
-        println!("first B1 logits against the first arm's: {d:.2e} of the largest logit");
-    }
-    println!(
-        "B1 step graph built in {:.2} ms, handed to the device by {:.2} ms (medians); the rest is waiting for it",
-        f.b1_build_ms, f.b1_enqueued_ms
-    );
-    println!("prefill {prefill} tokens: {:.0} tok/s", f.prefill_tok_s);
-    println!(
-        "B8 verify handed to the device by {:.2} ms, B8 AR step by {:.2} ms (medians)",
-        f.verify_enqueued_ms, f.b8_ar_enqueued_ms
-    );
-    println!("| step | median ms | floor ms | ratio |");
-    println!("| --- | --- | --- | --- |");
-    println!("| B1 AR step (T=1) | {:.2} | {:.3} | {:.1}x |", f.b1_ms, floors.b1, f.b1_ms / floors.b1);
-    println!(
-        "| B1 AR step, pipelined | {:.2} | {:.3} | {:.1}x |",
-        f.b1_pipelined_ms,
-        floors.b1,
-        f.b1_pipelined_ms / floors.b1
-    );
-    println!("| B8 MTP cycle: owe history (accepted rows' entries) | {:.2} | | |", f.owe_ms);
-    println!(
-        "| B8 MTP cycle: draft (M=8) | {:.2} | {:.3} | {:.1}x |",
-        f.draft_ms,
-        floors.draft,
-        f.draft_ms / floors.draft
-    );
-    println!(
-        "| B8 MTP cycle: verify (T=2, M=16, ids to the host) | {:.2} | {:.3} | {:.1}x |",
-        f.verify_ms,
-        floors.verify,
-        f.verify_ms / floors.verify
-    );
-    println!("| B8 MTP cycle: decide | {:.3} | | |", f.decide_ms);
-    println!("| B8 MTP cycle: commit (keep=2 or keep=1 per row, tokens emitted) | {:.2} | | |", f.commit_ms);
-    println!("| B8 MTP cycle, all phases | {:.2} | | |", f.mtp_cycle_ms);
-    println!(
-        "| B8 AR cycle (T=1, M=8, step, decide, commit) | {:.2} | {:.3} | {:.1}x |",
-        f.b8_ar_ms,
-        floors.b8_ar,
-        f.b8_ar_ms / floors.b8_ar
-    );
-    let cycle = f.mtp_cycle_ms;
-    println!(
-        "B1 AR: {:.1} tok/s ({:.1} pipelined); B8 AR: {:.0} tok/s; B8 MTP cycle {cycle:.2} ms",
-        1e3 / f.b1_ms,
-        1e3 / f.b1_pipelined_ms,
-        FIXED_WIDTH as f64 * 1e3 / f.b8_ar_ms
-    );
-    println!(
-        "B8 MTP cohort as the engine serves it (untimed cycles): {:.0} tok/s at acceptance {:.2} (measured)",
-        f.served_tok_s, f.served_acceptance
-    );
-    for acc in [0.0, 0.3, 0.6, 0.8] {
-        println!(
-            "  projection (not measured): B8 aggregate at acceptance {acc:.1}: {:.0} tok/s",
-            FIXED_WIDTH as f64 * (1.0 + acc) / (cycle * 1e-3)
-        );
-    }
-    // Flushed per arm: stdout may be a file that a time limit cuts off.
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
 }

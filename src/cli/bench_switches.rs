@@ -98,6 +98,17 @@ impl KernelSwitch {
     }
 }
 
+/// `routes` with every switch that lists one setting alone set to it: the steps outside the
+/// interleaved arms (the per-phase tables, and the step `--profile-step` brackets for Nsight
+/// Compute) then run what the flag names; a switch listing both settings leaves them the default.
+pub(super) fn apply_single_settings(args: &BenchStepArgs, routes: &mut Routes) {
+    for switch in KernelSwitch::ALL {
+        if let [only] = switch.listed(args) {
+            switch.apply(Some(*only), routes);
+        }
+    }
+}
+
 /// Every combination of the switches' listed settings (each switch's settings, or its default
 /// alone), the first switch varying slowest.
 pub(super) fn combinations(args: &BenchStepArgs) -> Vec<[Option<OnOff>; COUNT]> {
@@ -119,4 +130,41 @@ pub(super) fn combinations(args: &BenchStepArgs) -> Vec<[Option<OnOff>; COUNT]> 
             .collect();
     }
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::backend::Backend;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchStepArgs,
+    }
+
+    fn args(flags: &[&str]) -> BenchStepArgs {
+        Cli::try_parse_from(std::iter::once("bench-step").chain(flags.iter().copied())).expect("flags parse").args
+    }
+
+    /// A profiled step under `--experts-mma on` ran the scalar kernel: the switch reached only the
+    /// interleaved arms, so Nsight Compute timed the wrong kernel.
+    #[test]
+    fn a_switch_with_one_setting_sets_the_steps_outside_the_arms() {
+        let defaults = Routes::defaults(Backend::Cuda);
+        let mut routes = defaults;
+        apply_single_settings(&args(&["--experts-mma", "on", "--state-in-place", "off"]), &mut routes);
+        assert!(routes.moe_up_mma && !defaults.moe_up_mma);
+        assert!(!routes.gdn_state_in_place && defaults.gdn_state_in_place);
+        assert_eq!(Routes { moe_up_mma: false, gdn_state_in_place: true, ..routes }, defaults);
+    }
+
+    #[test]
+    fn a_switch_listing_both_settings_leaves_the_default() {
+        let defaults = Routes::defaults(Backend::Cuda);
+        let mut routes = defaults;
+        apply_single_settings(&args(&["--experts-mma", "on,off", "--attention-kernel", "off,on"]), &mut routes);
+        assert_eq!(routes, defaults);
+    }
 }

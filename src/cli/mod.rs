@@ -7,6 +7,8 @@ mod bench_b8;
 #[cfg(feature = "lab")]
 pub mod bench_step;
 #[cfg(feature = "lab")]
+mod bench_step_report;
+#[cfg(feature = "lab")]
 mod bench_switches;
 pub mod device;
 mod device_invariance;
