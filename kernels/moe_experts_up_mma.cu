@@ -13,15 +13,21 @@
 // Inputs  x [N, H] bf16; ids [N, K] uint32; gu_w [E, 2I, H/8] uint32, gu_s / gu_b [E, 2I, H/G]
 //         bf16; sgu_w [2IS, H/8], sgu_s / sgu_b [2IS, H/G]: as moe_experts_up.cu.
 // Output  act [N, K+1, W] float32, W = max(I, IS).
-// Constants H, I, IS, K, BITS (4), G; WARPS, the warps of a block (they share the k axis).
+// Constants H, I, IS, K, BITS (4), G; WARPS, the warps of a block (an 8-channel tile each).
 //
-// Layout: a block of WARPS warps per (pair, 8-channel tile); a block's pair is its linear index
-// modulo the pairs, as in moe_experts_up.cu. The first pair that names an expert takes every
-// pair naming it (the shared expert: token 0's pair takes every token), 16 at a time as the
-// mma's rows; the other pairs' blocks leave at once. Within a block the warps share the k
-// axis: warp w takes spans w, w + WARPS, ... (a span is 128 inputs, 32 per lane of a quad), and
-// the block adds the warps' sums in warp order. Two mma tiles a warp: the tile's 8 gate channels
-// and the matching 8 up channels, so SwiGLU needs no exchange between lanes.
+// Layout: a block of WARPS warps per (pair, WARPS * 8 channels); a block's pair is its linear
+// index modulo the pairs, as in moe_experts_up.cu. The first pair that names an expert takes
+// every pair naming it (the shared expert: token 0's pair takes every token), 16 at a time as
+// the mma's rows; the other pairs' blocks leave at once. Warp w takes the block's w-th 8-channel
+// tile over the whole k axis, span after span (a span is 128 inputs, 32 per lane of a quad). Two
+// mma tiles a warp: the tile's 8 gate channels and the matching 8 up channels, so SwiGLU needs
+// no exchange between lanes.
+//
+// Why a warp a tile over all of k rather than the warps sharing k: at 16 tokens most experts
+// hold one or two of them, so a block's arithmetic is small and its fixed costs (finding the
+// expert's pairs, the barriers) set its time; a first version with 8 warps on one tile's k axis
+// ran 95 us a layer on an H100, slower than the scalar kernel. Eight tiles a block pay those
+// costs once for eight times the work and need no sum across warps.
 //
 // Why a row's bits do not depend on the others: an mma computes each output element from its
 // own row of A and its column of B, so what the other rows hold never reaches it, and every row
@@ -44,7 +50,6 @@ static_assert(BITS == 4, "4-bit experts");
 static_assert(WARPS >= 1, "a warp a block at least");
 static_assert(H % SPAN == 0 && G % CODES == 0, "whole spans a row, one group a lane's codes");
 
-__shared__ float partial[WARPS > 1 ? WARPS - 1 : 1][2][4][32];
 __shared__ int tile_token[ROWS];
 __shared__ int tile_out[ROWS];
 __shared__ int tile_count;
@@ -56,7 +61,8 @@ const int group = lane >> 2;
 const int t = lane & 3;
 const unsigned int linear = blockIdx.y + gridDim.y * blockIdx.z;
 const int pair = linear % gridDim.z;
-const int first = (linear / gridDim.z) * 8;
+const int block_first = (linear / gridDim.z) * 8 * WARPS;
+const int first = block_first + warp * 8;
 const int n = pair / (K + 1);
 const int slot = pair % (K + 1);
 const int tokens = ids_shape[0];
@@ -64,7 +70,7 @@ const int total = tokens * K;
 const bool shared = slot == K;
 // Block-uniform exits, before any barrier: a tile past the output, the shared expert's pairs
 // after token 0's, and a pair whose expert an earlier pair names (that pair's block takes it).
-if (first >= W || (shared && n != 0)) {
+if (block_first >= W || (shared && n != 0)) {
   return;
 }
 const int me = n * K + slot;
@@ -152,7 +158,7 @@ while (true) {
   float acc[2][4] = {};
   if (valid) {
 #pragma unroll 2
-    for (int span = warp * SPAN; span < H; span += WARPS * SPAN) {
+    for (int span = 0; span < H; span += SPAN) {
       const int at = span + t * CODES;
       // x's rows at this lane's inputs, paired as the codes are: (x[8j + i], x[8j + i + 4]).
       unsigned int xl[CODES / 2];
@@ -206,27 +212,7 @@ while (true) {
       }
     }
   }
-  if (warp > 0) {
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        partial[warp - 1][nt][e][lane] = acc[nt][e];
-      }
-    }
-  }
-  __syncthreads();
-  if (warp == 0) {
-#pragma unroll
-    for (int w = 0; w < WARPS - 1; ++w) {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          acc[nt][e] += partial[w][nt][e][lane];
-        }
-      }
-    }
+  {
     // acc[nt][0..1]: row `group`, channels 2t and 2t + 1 of the tile; acc[nt][2..3]: row group + 8.
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
@@ -245,7 +231,7 @@ while (true) {
       }
     }
   }
-  // The tile's rows and partial sums are read before the next tile writes them.
+  // Every warp has read the tile's rows before the next tile writes them.
   __syncthreads();
   if (next >= (shared ? tokens : total)) {
     break;

@@ -77,6 +77,24 @@ fn the_expert_kernels_match_the_reference() {
     }
 }
 
+/// A token's expert outputs keep their bits whatever block it runs in, on both up kernels: a
+/// verify's rows must equal the same rows stepped alone (the tensor-core kernel puts an
+/// expert's tokens side by side as the rows of one product).
+#[test]
+fn the_expert_kernels_give_a_token_the_same_bits_alone_and_in_a_block() {
+    use cohort::model::checks::moe_check::{ExpertsShape, experts_rows_differing, with_up_mma};
+    if !cuda_here("the expert kernels") {
+        return;
+    }
+    for tokens in [2, 8, 16] {
+        let shape = ExpertsShape { tokens, ..ExpertsShape::REAL };
+        for mma in [false, true] {
+            let differing = with_up_mma(mma, || experts_rows_differing(shape, Dtype::Bfloat16, 43)).unwrap();
+            assert_eq!(differing, 0, "{tokens} tokens, up kernel on tensor cores {mma}: tokens differing from alone");
+        }
+    }
+}
+
 /// A two-layer model at the real geometry with random weights, in `dtype`.
 fn two_layer_model(dtype: Dtype, seed: u64) -> cohort::model::families::qwen3_5::Qwen35Model {
     use cohort::model::synth;

@@ -87,13 +87,14 @@ pub struct Routes {
     pub gdn_fused_norm: bool,
     /// After a verify the fused front reads each row's tail and state in the verify's arrays
     /// ([`crate::model::layers::gdn_batch::Placed`]) rather than as strided slices, which MLX
-    /// copies before the launch. Off until measured on a GPU; bench-step's `--state-in-place`
-    /// times both in one process.
+    /// copies before the launch. On where MLX drives CUDA: 0.7-0.8 ms off a B8 verify on an
+    /// H100 (docs/benchmarks.md); bench-step's `--state-in-place` times both in one process.
     pub gdn_state_in_place: bool,
     pub moe_kernel: bool,
     /// The MoE expert kernels' first half on the tensor cores for bf16 blocks of up to 16 tokens
     /// with 4-bit experts (`kernels/moe_experts_up_mma.cu`: each expert's weights decoded once
-    /// for all its tokens) instead of the scalar kernel. Off until measured on a GPU; bench-step's
+    /// for all its tokens) instead of the scalar kernel. Off: it was measured slower than the
+    /// scalar kernel on an H100 (0.4 ms a B8 verify, docs/benchmarks.md); bench-step's
     /// `--experts-mma` times both in one process.
     pub moe_up_mma: bool,
     pub router_kernel: bool,
@@ -152,7 +153,7 @@ impl Routes {
             gdn_kernel: cuda,
             gdn_fused_front: cuda,
             gdn_fused_norm: cuda,
-            gdn_state_in_place: false,
+            gdn_state_in_place: cuda,
             moe_kernel: cuda,
             moe_up_mma: false,
             router_kernel: cuda,

@@ -204,8 +204,9 @@ pub fn apply(x: &Array, ids: &Array, scores: &Array, gate: &Array, w: &ExpertWei
         crate::model::routes::current().moe_up_mma && up_mma_fits(n, h, w.spec, x.dtype(), scale_dtype);
     let mma_sizes: Vec<(&str, i32)> = sizes.iter().copied().chain([("WARPS", WARPS)]).collect();
     let (up_kernel, up_grid, up_ints) = if on_tensor_cores {
-        // A block of WARPS warps for each 8-channel tile (the mma's width): they share its k axis.
-        (up_mma_kernel()?, (width + 7) / 8 * WARPS, mma_sizes.as_slice())
+        // A block of WARPS warps for each WARPS * 8 channels: a warp an 8-channel tile (the mma's
+        // width) over the whole k axis.
+        (up_mma_kernel()?, warps_for(width, 8), mma_sizes.as_slice())
     } else {
         (up_kernel()?, warps_for(width, 1), &sizes[..])
     };
