@@ -7,7 +7,10 @@
 #   checkk `cohort device --check-kernels`: every CUDA kernel (the recurrence, the MoE expert
 #          kernels scalar and on tensor cores, the router, attention) against float64;
 #   timei  `cohort device --time-invariance`: the real geometry's products through MLX's
-#          quantized matmul and the invariant kernel (1, 2, 4 channels a warp), 1-16 rows;
+#          quantized matmul and the invariant kernel (1, 2, 4 channels a warp), 1-16 rows, then
+#          the MoE expert kernels with the up kernel scalar and on tensor cores, 1-16 tokens;
+#          once under each kernel folder in $KDIRS (space-separated; default the tree's), so
+#          kernel variants are timed side by side in one call;
 #   probe  `cohort probe --time-routes 20`: which route the exactness gate keeps, the
 #          construction check on it, and a B8 verify and step on it against the batched route,
 #          in turns in one process;
@@ -72,7 +75,11 @@ for step in "${steps[@]}"; do
   case $step in
     check) timeout 200 $B device --check-invariance ;;
     checkk) timeout 400 $B device --check-kernels ;;
-    timei) timeout 200 $B device --time-invariance ;;
+    timei)
+      for kdir in ${KDIRS:-$COHORT_KERNEL_DIR}; do
+        echo "-- kernels: $kdir"
+        COHORT_KERNEL_DIR=$kdir timeout 200 $B device --time-invariance
+      done ;;
     probe) timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
     synth) timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;
     cycle) timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;

@@ -36,7 +36,8 @@ pub struct DeviceArgs {
     #[arg(long)]
     check_invariance: bool,
     /// Time the real Qwen3.6 geometry's step products through MLX's quantized matmul and the
-    /// invariant route's kernel (CUDA), side by side, at 1 to 16 rows.
+    /// invariant route's kernel (CUDA), side by side, at 1 to 16 rows; then its MoE expert
+    /// kernels with the up kernel scalar and on the tensor cores, at 1 to 16 tokens.
     #[arg(long)]
     time_invariance: bool,
     /// List the routes the engine runs here (every route choice, built once from the backend's

@@ -136,7 +136,7 @@ const REAL_PRODUCTS: [(&str, i32, i32, i32); 8] = [
 
 /// Products queued back to back a timing: enough that a product's time is the device's (or the
 /// host's, where handing a node over takes longer than running it) rather than one launch's.
-const QUEUED: usize = 32;
+pub(super) const QUEUED: usize = 32;
 
 /// `cohort device --time-invariance`: each real-geometry product at 1, 2, 8 and 16 rows through
 /// MLX's quantized matmul (the batched route's kernel choice) and through the row-invariant
@@ -176,12 +176,12 @@ pub fn time() -> Result<()> {
             println!("| {name} {input}->{out} {bits}-bit | {rows} | {} |", cells.join(" | "));
         }
     }
-    Ok(())
+    super::device_moe_timing::time()
 }
 
 /// Microseconds one product takes with [`QUEUED`] of them evaluated together (after a warm-up
 /// batch, which pays for compiles): the median of 5 batches.
-fn per_product(make: &dyn Fn() -> Result<mlx_rs::Array>) -> Result<f64> {
+pub(super) fn per_product(make: &dyn Fn() -> Result<mlx_rs::Array>) -> Result<f64> {
     let mut times = Vec::new();
     for batch in 0..6 {
         let t = std::time::Instant::now();

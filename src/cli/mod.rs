@@ -12,6 +12,7 @@ mod bench_step_report;
 mod bench_switches;
 pub mod device;
 mod device_invariance;
+mod device_moe_timing;
 pub mod device_timing;
 pub mod generate;
 pub mod import;
