@@ -141,8 +141,11 @@ fn step_and_check(
         if host_block {
             host_block_step(&mut caches, [&qd, &kd, &vd], t as usize, rope)
         } else {
-            attention::attend(&mut caches, &Block { q: &q, k: &k, v: &v, rope, scale: (DIM as f32).powf(-0.5) })
-                .unwrap()
+            attention::attend(
+                &mut caches,
+                &Block { q: &q, k: &k, v: &v, rope: Some(rope), scale: (DIM as f32).powf(-0.5) },
+            )
+            .unwrap()
         }
     };
     assert_eq!(out.shape(), &[w, HEADS, t, DIM]);

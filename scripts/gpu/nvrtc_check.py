@@ -30,6 +30,7 @@ KERNEL_DIR = pathlib.Path(os.environ.get("COHORT_KERNEL_DIR", ROOT / "kernels"))
 # wrapper hands MLX a header name it in HEADERS.
 HEADERS = {
     "add_rms_norm": "round_to.cuh",
+    "qk_norm_rope": "round_to.cuh",
     "gated_delta_fused": "round_to.cuh",
     "gated_delta_fused_unfolded": "round_to.cuh",
     "moe_experts_up": "affine_dot.cuh",
@@ -55,6 +56,13 @@ KERNELS = {
         [("x", "__nv_bfloat16"), ("r", "__nv_bfloat16"), ("w", "__nv_bfloat16")],
         [("h", "__nv_bfloat16"), ("y", "__nv_bfloat16")],
         {"D": 2049, "THREADS": 256, "EPS_BITS": 897988541},
+    ),
+    # The real geometry's attention layers: 16 query heads and 2 key heads of 256, a quarter rotated.
+    "qk_norm_rope": (
+        "qk_norm_rope.cu",
+        [("p", "__nv_bfloat16"), ("qw", "__nv_bfloat16"), ("kw", "__nv_bfloat16"), ("offsets", "int")],
+        [("qo", "__nv_bfloat16"), ("ko", "__nv_bfloat16")],
+        {"N": 9216, "NH": 16, "NKV": 2, "HD": 256, "HALF": 32, "EPS_BITS": 897988541, "BASE_BITS": 1259902592, "WARPS": 4},
     ),
     "moe_router": (
         "moe_router.cu",

@@ -113,6 +113,11 @@ pub struct BenchStepArgs {
     /// in the interleaved arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     pub(super) experts_mma: Vec<OnOff>,
+    /// An attention layer's query and key RMSNorm and RoPE as one kernel reading the stacked
+    /// product in place (`kernels/qk_norm_rope.cu`; off by default) instead of a copy, a norm and
+    /// a rotation each, on or off in the interleaved arms, each with every other arm setting.
+    #[arg(long, value_delimiter = ',')]
+    pub(super) qk_kernel: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]

@@ -148,7 +148,9 @@ mod tests {
         assert!(text.contains("projection (not measured): B8 aggregate at acceptance 0.6: 889 tok/s"), "{text}");
         // 560 tok/s served at acceptance 0: 8 tokens a cycle, 14.29 ms; at 0.67, 13.36 tokens.
         assert!(
-            text.contains("from the served cycles (14.29 ms each): 896 tok/s at acceptance 0.6, 935 at 0.67, 1008 at 0.8"),
+            text.contains(
+                "from the served cycles (14.29 ms each): 896 tok/s at acceptance 0.6, 935 at 0.67, 1008 at 0.8"
+            ),
             "{text}"
         );
     }

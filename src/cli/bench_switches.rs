@@ -23,10 +23,12 @@ pub(super) enum KernelSwitch {
     StateInPlace,
     /// The expert kernels' first half on the tensor cores.
     ExpertsMma,
+    /// An attention layer's query and key norm and RoPE as one kernel.
+    QkNormRope,
 }
 
 /// How many switches an arm carries, one setting each.
-pub(super) const COUNT: usize = 8;
+pub(super) const COUNT: usize = 9;
 
 impl KernelSwitch {
     /// Every switch, in the order of an arm's settings and of the tables' columns.
@@ -39,6 +41,7 @@ impl KernelSwitch {
         KernelSwitch::ProductViews,
         KernelSwitch::StateInPlace,
         KernelSwitch::ExpertsMma,
+        KernelSwitch::QkNormRope,
     ];
 
     pub(super) fn flag(self) -> &'static str {
@@ -51,6 +54,7 @@ impl KernelSwitch {
             KernelSwitch::ProductViews => "--product-views",
             KernelSwitch::StateInPlace => "--state-in-place",
             KernelSwitch::ExpertsMma => "--experts-mma",
+            KernelSwitch::QkNormRope => "--qk-kernel",
         }
     }
 
@@ -64,6 +68,7 @@ impl KernelSwitch {
             KernelSwitch::ProductViews => "product views",
             KernelSwitch::StateInPlace => "state in place",
             KernelSwitch::ExpertsMma => "experts on tensor cores",
+            KernelSwitch::QkNormRope => "q/k norm and RoPE kernel",
         }
     }
 
@@ -78,6 +83,7 @@ impl KernelSwitch {
             KernelSwitch::ProductViews => &args.product_views,
             KernelSwitch::StateInPlace => &args.state_in_place,
             KernelSwitch::ExpertsMma => &args.experts_mma,
+            KernelSwitch::QkNormRope => &args.qk_kernel,
         }
     }
 
@@ -94,6 +100,7 @@ impl KernelSwitch {
             KernelSwitch::ProductViews => routes.product_views = on,
             KernelSwitch::StateInPlace => routes.gdn_state_in_place = on,
             KernelSwitch::ExpertsMma => routes.moe_up_mma = on,
+            KernelSwitch::QkNormRope => routes.qk_norm_rope_kernel = on,
         }
     }
 }

@@ -181,6 +181,7 @@ fn check_kernels() -> Result<()> {
         check_fused_front(dtype)?;
         check_router()?;
         check_add_norm()?;
+        check_qk_norm_rope()?;
         check_short_attention()?;
     }
     Ok(())
@@ -352,6 +353,28 @@ fn check_fused_front(dtype: mlx_rs::Dtype) -> Result<()> {
 /// for one more rounding step.
 fn rounded_output_tolerance(dtype: mlx_rs::Dtype) -> f64 {
     if dtype == mlx_rs::Dtype::Float32 { 1e-5 } else { 1e-2 }
+}
+
+/// The attention layers' q/k norm and RoPE kernel at the real heads: a B1 step, a B8 verify (8
+/// rows of 2 positions at spread offsets) and a prefill block, in bf16 and float32. The float32
+/// bound is looser than a product's: the angle is computed in float32, position x frequency.
+fn check_qk_norm_rope() -> Result<()> {
+    for (name, offsets, t) in [
+        ("B1 step", vec![37], 1),
+        ("B8 verify", (0..8).map(|r| 3 + 90 * r).collect(), 2),
+        ("prefill block", vec![0], 64),
+    ] {
+        for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float32] {
+            let (q, k) = crate::model::cuda::qk_norm_rope::check(&offsets, t, dtype, true, 29)?;
+            println!("q/k norm and RoPE kernel, {name} ({dtype:?}): queries {q:.2e}, keys {k:.2e}");
+            let tol = if dtype == mlx_rs::Dtype::Float32 { 1e-4 } else { 1e-2 };
+            anyhow::ensure!(
+                q <= tol && k <= tol,
+                "the q/k norm and RoPE kernel is off on {name} ({dtype:?}): queries {q:e}, keys {k:e} (tolerance {tol:e})"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The residual sum and norm kernel at the real hidden size, 2048: a B1 step, a B8 verify's 16

@@ -114,6 +114,16 @@ pub fn run() -> Result<()> {
             }
         }
     }
+    for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+        let offsets: Vec<i32> = (0..8).map(|r| 3 + 90 * r).collect();
+        let differing = crate::model::cuda::qk_norm_rope::rows_differing(&offsets, 2, dtype, 47)?;
+        println!(
+            "q/k norm and RoPE kernel, real heads ({dtype:?}), 8 rows x 2: positions differing from lone rows or steps {differing}"
+        );
+        if differing > 0 {
+            failures.push(format!("q/k norm and RoPE {dtype:?}"));
+        }
+    }
     ensure!(failures.is_empty(), "not row-invariant or off the float64 product: {}", failures.join(", "));
     println!("every row-invariant kernel is exact against itself and within tolerance of float64");
     Ok(())

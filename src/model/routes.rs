@@ -100,6 +100,11 @@ pub struct Routes {
     pub router_kernel: bool,
     pub add_norm_kernel: bool,
     pub attention_kernel: bool,
+    /// An attention layer's query and key RMSNorm and RoPE as one kernel reading the stacked
+    /// q/k/v product in place (`kernels/qk_norm_rope.cu`) instead of a copy, a norm and a
+    /// rotation each. Off until measured on a GPU; bench-step's `--qk-kernel` times both in one
+    /// process.
+    pub qk_norm_rope_kernel: bool,
     /// The invariant route's quantized products of bf16 blocks on the tensor cores
     /// (`kernels/affine_mma.cu`) instead of the scalar kernel.
     pub mma_products: bool,
@@ -159,6 +164,7 @@ impl Routes {
             router_kernel: cuda,
             add_norm_kernel: false,
             attention_kernel: false,
+            qk_norm_rope_kernel: false,
             mma_products: cuda,
             product_views: false,
             host_rope: cpu,

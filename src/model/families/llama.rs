@@ -174,7 +174,7 @@ impl LlamaAttention {
         let values = split(self.v_proj.forward(x)?, nkv)?;
         let scale = (hd as f32).powf(-0.5);
         let rope = RopeSpec { dims: hd, traditional: self.rope_traditional, base: self.rope_theta };
-        let block = Block { q: &queries, k: &keys, v: &values, rope, scale };
+        let block = Block { q: &queries, k: &keys, v: &values, rope: Some(rope), scale };
         let o = attention::attend(caches, &block)?;
         let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
         self.o_proj.forward(&o)

@@ -24,13 +24,22 @@ pub struct RopeSpec {
 }
 
 /// One attention step's inputs: `q` [B, heads, T, d], `k` and `v` [B, kv_heads, T, d], before
-/// RoPE.
+/// RoPE, rotated here by `rope`; `None` when they arrive rotated (`cuda::qk_norm_rope` normed
+/// and rotated them in one kernel).
 pub struct Block<'a> {
     pub q: &'a Array,
     pub k: &'a Array,
     pub v: &'a Array,
-    pub rope: RopeSpec,
+    pub rope: Option<RopeSpec>,
     pub scale: f32,
+}
+
+/// `a` rotated at `offsets` by `rope`, or as it is when it arrived rotated.
+fn rotated(a: &Array, rope: Option<RopeSpec>, offsets: &[i32]) -> Result<Array> {
+    match rope {
+        Some(spec) => rope::rope(a, spec, offsets),
+        None => Ok(a.clone()),
+    }
 }
 
 /// Rotate, cache and attend `block` for the rows whose KV `caches` are, each at its own offset:
@@ -46,7 +55,7 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     let t = k.shape()[2];
     if attention_cpu::applies(q, t) {
         let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-        let (qr, kr) = (rope::rope(q, rope, &offsets)?, rope::rope(k, rope, &offsets)?);
+        let (qr, kr) = (rotated(q, rope, &offsets)?, rotated(k, rope, &offsets)?);
         for (i, cache) in caches.iter_mut().enumerate() {
             cache.write(&row(&kr, i as i32)?, &row(v, i as i32)?)?;
         }
@@ -57,7 +66,7 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     for (i, cache) in caches.iter_mut().enumerate() {
         let i = i as i32;
         let offset = cache.offset();
-        let rotate = |a: &Array| rope::rope(a, rope, &[offset]);
+        let rotate = |a: &Array| rotated(a, rope, &[offset]);
         queries.push(rotate(&row(q, i)?)?);
         cache.write(&rotate(&row(k, i)?)?, &row(v, i)?)?;
     }
@@ -88,7 +97,7 @@ fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block
     let Block { q, k, v, rope, scale } = *block;
     let t = k.shape()[2];
     let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-    let rotate = |a: &Array| rope::rope(a, rope, &offsets);
+    let rotate = |a: &Array| rotated(a, rope, &offsets);
     let (qr, kr) = (rotate(q)?, rotate(k)?);
     let longest = offsets.iter().max().copied().unwrap_or(0) + t;
     kv_slots::put_block(buffer, &offsets, &kr, v)?;

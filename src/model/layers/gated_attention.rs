@@ -9,6 +9,7 @@ use super::cache::KvCache;
 use super::linear::{Linear, fuse_outputs, split_widths};
 use super::norm::RmsNorm;
 use crate::model::config::{QuantSpec, Qwen35Config};
+use crate::model::cuda::qk_norm_rope::{self, Heads};
 use crate::model::formats::weights::Weights;
 
 /// The query (with its gate), key and value projections, or one product of their stacked rows.
@@ -69,6 +70,26 @@ impl Attention {
     pub fn forward(&self, x: &Array, caches: &mut [&mut KvCache]) -> Result<Array> {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
+        let scale = (hd as f32).powf(-0.5);
+        let rope = RopeSpec { dims: self.rotary_dims, traditional: false, base: self.rope_theta };
+        if let QkvProj::Stacked(all) = &self.qkv {
+            let p = all.forward(x)?;
+            let heads = Heads { heads: nh, kv_heads: nkv, head_dim: hd, eps: self.q_norm.eps };
+            if self.k_norm.eps == self.q_norm.eps && qk_norm_rope::serves(&p, heads, rope) {
+                // Queries and keys normed and rotated straight from the product's rows; the gates
+                // and values are views of it.
+                let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
+                let (queries, keys) =
+                    qk_norm_rope::apply(&p, &self.q_norm.weight, &self.k_norm.weight, heads, rope, &offsets)?;
+                let [q, _, v] = <[Array; 3]>::try_from(split_widths(&p, &[2 * nh * hd, nkv * hd, nkv * hd])?)
+                    .map_err(|_| anyhow::anyhow!("the stacked q/k/v projection did not split in three"))?;
+                let gate =
+                    mlx_rs::ops::split_equal(&q.reshape(&[b, t, nh, 2 * hd])?, 2, -1)?[1].reshape(&[b, t, nh * hd])?;
+                let values = v.reshape(&[b, t, nkv, hd])?.transpose_axes(&[0, 2, 1, 3])?;
+                let block = Block { q: &queries, k: &keys, v: &values, rope: None, scale };
+                return self.attend_and_project(caches, &block, &gate, b, t);
+            }
+        }
         let [q, k, v] = match &self.qkv {
             QkvProj::Separate { q, k, v } => [q.forward(x)?, k.forward(x)?, v.forward(x)?],
             QkvProj::Stacked(all) => {
@@ -82,12 +103,22 @@ impl Attention {
         let gate = halves[1].reshape(&[b, t, nh * hd])?;
         let keys = self.k_norm.forward(&k.reshape(&[b, t, nkv, hd])?)?.transpose_axes(&[0, 2, 1, 3])?;
         let values = v.reshape(&[b, t, nkv, hd])?.transpose_axes(&[0, 2, 1, 3])?;
-        let scale = (hd as f32).powf(-0.5);
-        let rope = RopeSpec { dims: self.rotary_dims, traditional: false, base: self.rope_theta };
-        let block = Block { q: &queries, k: &keys, v: &values, rope, scale };
-        let o = attention::attend(caches, &block)?;
-        let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
-        self.o_proj.forward(&o.multiply(mlx_rs::ops::sigmoid(&gate)?)?)
+        let block = Block { q: &queries, k: &keys, v: &values, rope: Some(rope), scale };
+        self.attend_and_project(caches, &block, &gate, b, t)
+    }
+
+    /// Attend `block` over the rows' KV, gate each head's output and project it back.
+    fn attend_and_project(
+        &self,
+        caches: &mut [&mut KvCache],
+        block: &Block,
+        gate: &Array,
+        b: i32,
+        t: i32,
+    ) -> Result<Array> {
+        let o = attention::attend(caches, block)?;
+        let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, self.heads * self.head_dim])?;
+        self.o_proj.forward(&o.multiply(mlx_rs::ops::sigmoid(gate)?)?)
     }
 
     pub fn nbytes(&self) -> usize {
