@@ -118,6 +118,11 @@ pub struct BenchStepArgs {
     /// a rotation each, on or off in the interleaved arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     pub(super) qk_kernel: Vec<OnOff>,
+    /// A step's forward handing its graph to the device every 4 layers (`Routes::hand_over_layers`;
+    /// off by default) instead of once at its end, on or off in the interleaved arms, each with
+    /// every other arm setting.
+    #[arg(long, value_delimiter = ',')]
+    pub(super) hand_over: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]
@@ -690,7 +695,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         !routes.iter().any(|r| matches!(r, GdnRoute::Kernel)) || on_cuda,
         "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
     );
-    for switch in KernelSwitch::ALL {
+    for switch in KernelSwitch::ALL.into_iter().filter(|s| s.cuda_only()) {
         anyhow::ensure!(
             !switch.listed(&args).contains(&OnOff::On) || on_cuda,
             "{} on forces one of cohort's CUDA kernels, which needs MLX's CUDA backend",

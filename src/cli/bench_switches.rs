@@ -25,10 +25,12 @@ pub(super) enum KernelSwitch {
     ExpertsMma,
     /// An attention layer's query and key norm and RoPE as one kernel.
     QkNormRope,
+    /// A step's graph handed to the device every few layers.
+    HandOver,
 }
 
 /// How many switches an arm carries, one setting each.
-pub(super) const COUNT: usize = 9;
+pub(super) const COUNT: usize = 10;
 
 impl KernelSwitch {
     /// Every switch, in the order of an arm's settings and of the tables' columns.
@@ -42,7 +44,13 @@ impl KernelSwitch {
         KernelSwitch::StateInPlace,
         KernelSwitch::ExpertsMma,
         KernelSwitch::QkNormRope,
+        KernelSwitch::HandOver,
     ];
+
+    /// Whether turning it on asks for one of cohort's CUDA kernels (the hand-over runs anywhere).
+    pub(super) fn cuda_only(self) -> bool {
+        self != KernelSwitch::HandOver
+    }
 
     pub(super) fn flag(self) -> &'static str {
         match self {
@@ -55,6 +63,7 @@ impl KernelSwitch {
             KernelSwitch::StateInPlace => "--state-in-place",
             KernelSwitch::ExpertsMma => "--experts-mma",
             KernelSwitch::QkNormRope => "--qk-kernel",
+            KernelSwitch::HandOver => "--hand-over",
         }
     }
 
@@ -69,6 +78,7 @@ impl KernelSwitch {
             KernelSwitch::StateInPlace => "state in place",
             KernelSwitch::ExpertsMma => "experts on tensor cores",
             KernelSwitch::QkNormRope => "q/k norm and RoPE kernel",
+            KernelSwitch::HandOver => "hand-over every 4 layers",
         }
     }
 
@@ -84,6 +94,7 @@ impl KernelSwitch {
             KernelSwitch::StateInPlace => &args.state_in_place,
             KernelSwitch::ExpertsMma => &args.experts_mma,
             KernelSwitch::QkNormRope => &args.qk_kernel,
+            KernelSwitch::HandOver => &args.hand_over,
         }
     }
 
@@ -101,6 +112,7 @@ impl KernelSwitch {
             KernelSwitch::StateInPlace => routes.gdn_state_in_place = on,
             KernelSwitch::ExpertsMma => routes.moe_up_mma = on,
             KernelSwitch::QkNormRope => routes.qk_norm_rope_kernel = on,
+            KernelSwitch::HandOver => routes.hand_over_layers = on,
         }
     }
 }

@@ -105,6 +105,13 @@ pub struct Routes {
     /// rotation each. Off until measured on a GPU; bench-step's `--qk-kernel` times both in one
     /// process.
     pub qk_norm_rope_kernel: bool,
+    /// A step's forward hands its graph to the device every [`HAND_OVER_LAYERS`] layers (an
+    /// asynchronous evaluation of the residual stream) instead of once at its end, so the device
+    /// runs the first layers while the host still builds the rest. Where the host must read a
+    /// step's result before it can build the next (a cohort's verify, then its decisions), the
+    /// device otherwise waits for the whole graph to be built. The same kernels run either way.
+    /// Off until measured on a GPU; bench-step's `--hand-over` times both in one process.
+    pub hand_over_layers: bool,
     /// The invariant route's quantized products of bf16 blocks on the tensor cores
     /// (`kernels/affine_mma.cu`) instead of the scalar kernel.
     pub mma_products: bool,
@@ -165,6 +172,7 @@ impl Routes {
             add_norm_kernel: false,
             attention_kernel: false,
             qk_norm_rope_kernel: false,
+            hand_over_layers: false,
             mma_products: cuda,
             product_views: false,
             host_rope: cpu,
@@ -237,6 +245,11 @@ impl Routes {
         self.gdn_front_fused() && self.gdn_fused_norm
     }
 }
+
+/// Layers a step's forward builds between two hand-overs when [`Routes::hand_over_layers`] is on:
+/// small enough that the device starts a fraction of a millisecond into a step, large enough that
+/// the extra evaluations cost little against a layer's work.
+pub const HAND_OVER_LAYERS: usize = 4;
 
 thread_local! {
     static IN_FORCE: Cell<Option<Routes>> = const { Cell::new(None) };

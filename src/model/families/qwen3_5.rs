@@ -248,7 +248,12 @@ impl LanguageModel for Qwen35Model {
         // after the last layer the final one), so the two can run as one node.
         let input_norm = |li: usize| self.layers.get(li).map_or(&self.norm, |l| &l.input_norm);
         let mut normed = input_norm(0).forward(&x)?;
+        let hand_over = crate::model::routes::current().hand_over_layers;
         for (li, layer) in self.layers.iter().enumerate() {
+            if hand_over && li > 0 && li % crate::model::routes::HAND_OVER_LAYERS == 0 {
+                // The layers built so far go to the device while the host builds the next ones.
+                mlx_rs::transforms::async_eval([&x, &normed])?;
+            }
             let (mixed, cap) = match &layer.mixer {
                 Mixer::GatedDelta(gdn) => {
                     let mut states: Vec<_> = rows
