@@ -47,6 +47,10 @@
 #   peers  cohort against mlx-lm on that checkpoint, fresh processes back to back ($PEER_ARMS,
 #          default "cohort mlx-lm cohort"; $PEER_ROUNDS mlx-lm rounds a process, default 3);
 #          writes mlx-lm's JIT cache to $OUT/ptx3.tar.xz (keep it in .gpu/ptx3/).
+#   tests  each CUDA test binary this call carries in .gpu/tbin (`prepare.sh moe_router
+#          qk_norm_rope` makes them), one test at a time with COHORT_REQUIRE_CUDA=1 (a skip is a
+#          failure) and TF32 off, within $TEST_S s each (default 300); $TESTS filters them by
+#          name (default all); each binary's lines to $OUT/test_<name>.txt.
 #   checkm, probem, synthm, benchm: check, probe, synth and bench with COHORT_MMA_PRODUCTS=1 (the
 #          invariant route's bf16 products on the tensor cores, kernels/affine_mma.cu). That is the
 #          CUDA default since it was checked (docs/benchmarks.md), so the plain steps serve it too;
@@ -151,6 +155,19 @@ for step in "${steps[@]}"; do
     probem) COHORT_MMA_PRODUCTS=1 timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
     synthm) COHORT_MMA_PRODUCTS=1 timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;
     benchm) COHORT_MMA_PRODUCTS=1 timeout 400 $B bench -m /tmp/smol --generation-mode mtp --rounds 2 --receipt $OUT/benchm.json ;;
+    tests)
+      # The tests look for fixtures under /work/main.
+      mkdir -p /work && ln -sfn "$PWD" /work/main
+      for packed in .gpu/tbin/*.xz; do
+        [ -f "$packed" ] || { echo "no test binaries carried (.gpu/tbin)"; break; }
+        name=$(basename "$packed" .xz)
+        xz -dc "$packed" > "/tmp/$name" && chmod +x "/tmp/$name"
+        echo "-- test binary $name"
+        (cd /tmp && COHORT_REQUIRE_CUDA=1 MLX_ENABLE_TF32=0 timeout "${TEST_S:-300}" "/tmp/$name" --test-threads=1 ${TESTS:-}) \
+          > "$OUT/test_$name.txt" 2>&1
+        echo "exit $?" >> "$OUT/test_$name.txt"
+        grep -E "^test |panicked|test result|^exit" "$OUT/test_$name.txt" | head -20
+      done ;;
     *) echo "unknown step $step" ;;
   esac
 done
