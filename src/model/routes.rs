@@ -94,7 +94,7 @@ pub struct Routes {
     /// The MoE expert kernels' first half on the tensor cores for bf16 blocks of up to 16 tokens
     /// with 4-bit experts (`kernels/moe_experts_up_mma.cu`: each expert's weights decoded once
     /// for all its tokens) instead of the scalar kernel. Off: it was measured slower than the
-    /// scalar kernel on an H100 (0.4 ms a B8 verify, docs/benchmarks.md); bench-step's
+    /// scalar kernel on an H100 (0.2-0.5 ms a B8 verify in its two layouts, docs/benchmarks.md); bench-step's
     /// `--experts-mma` times both in one process.
     pub moe_up_mma: bool,
     pub router_kernel: bool,

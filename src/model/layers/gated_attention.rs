@@ -72,62 +72,40 @@ impl Attention {
         let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
         let scale = (hd as f32).powf(-0.5);
         let rope = RopeSpec { dims: self.rotary_dims, traditional: false, base: self.rope_theta };
-        let [q, k, v] = match &self.qkv {
-            QkvProj::Separate { q, k, v } => [q.forward(x)?, k.forward(x)?, v.forward(x)?],
+        // With the stacked product, the q/k kernel (where it serves) norms and rotates the
+        // queries and keys straight from its rows; the gates and values are views of it either way.
+        let (q, k, v, normed) = match &self.qkv {
+            QkvProj::Separate { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?, None),
             QkvProj::Stacked(all) => {
                 let p = all.forward(x)?;
                 let heads = Heads { heads: nh, kv_heads: nkv, head_dim: hd, eps: self.q_norm.eps };
-                if self.k_norm.eps == self.q_norm.eps && qk_norm_rope::serves(&p, heads, rope) {
-                    return self.forward_normed_in_place(&p, heads, rope, caches);
-                }
-                <[Array; 3]>::try_from(split_widths(&p, &[2 * nh * hd, nkv * hd, nkv * hd])?)
-                    .map_err(|_| anyhow::anyhow!("the stacked q/k/v projection did not split in three"))?
+                let normed = if self.k_norm.eps == self.q_norm.eps && qk_norm_rope::serves(&p, heads, rope) {
+                    let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
+                    Some(qk_norm_rope::apply(&p, &self.q_norm.weight, &self.k_norm.weight, heads, rope, &offsets)?)
+                } else {
+                    None
+                };
+                let [q, k, v] = <[Array; 3]>::try_from(split_widths(&p, &[2 * nh * hd, nkv * hd, nkv * hd])?)
+                    .map_err(|_| anyhow::anyhow!("the stacked q/k/v projection did not split in three"))?;
+                (q, k, v, normed)
             }
         };
         let q = q.reshape(&[b, t, nh, 2 * hd])?;
         let halves = mlx_rs::ops::split_equal(&q, 2, -1)?;
-        let queries = self.q_norm.forward(&halves[0])?.transpose_axes(&[0, 2, 1, 3])?;
         let gate = halves[1].reshape(&[b, t, nh * hd])?;
-        let keys = self.k_norm.forward(&k.reshape(&[b, t, nkv, hd])?)?.transpose_axes(&[0, 2, 1, 3])?;
         let values = v.reshape(&[b, t, nkv, hd])?.transpose_axes(&[0, 2, 1, 3])?;
-        let block = Block { q: &queries, k: &keys, v: &values, rope: Some(rope), scale };
-        self.attend_and_project(caches, &block, &gate, b, t)
-    }
-
-    /// The rest of [`Attention::forward`] from the stacked product `p` [B, T, N] through the q/k
-    /// kernel: queries and keys normed and rotated straight from the product's rows, the gates and
-    /// values views of it.
-    fn forward_normed_in_place(
-        &self,
-        p: &Array,
-        heads: Heads,
-        rope: RopeSpec,
-        caches: &mut [&mut KvCache],
-    ) -> Result<Array> {
-        let (b, t) = (p.shape()[0], p.shape()[1]);
-        let (nh, nkv, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-        let (queries, keys) = qk_norm_rope::apply(p, &self.q_norm.weight, &self.k_norm.weight, heads, rope, &offsets)?;
-        let [q, _, v] = <[Array; 3]>::try_from(split_widths(p, &[2 * nh * hd, nkv * hd, nkv * hd])?)
-            .map_err(|_| anyhow::anyhow!("the stacked q/k/v projection did not split in three"))?;
-        let gate = mlx_rs::ops::split_equal(&q.reshape(&[b, t, nh, 2 * hd])?, 2, -1)?[1].reshape(&[b, t, nh * hd])?;
-        let values = v.reshape(&[b, t, nkv, hd])?.transpose_axes(&[0, 2, 1, 3])?;
-        let block = Block { q: &queries, k: &keys, v: &values, rope: None, scale: (hd as f32).powf(-0.5) };
-        self.attend_and_project(caches, &block, &gate, b, t)
-    }
-
-    /// Attend `block` over the rows' KV, gate each head's output and project it back.
-    fn attend_and_project(
-        &self,
-        caches: &mut [&mut KvCache],
-        block: &Block,
-        gate: &Array,
-        b: i32,
-        t: i32,
-    ) -> Result<Array> {
-        let o = attention::attend(caches, block)?;
-        let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, self.heads * self.head_dim])?;
-        self.o_proj.forward(&o.multiply(mlx_rs::ops::sigmoid(gate)?)?)
+        let (queries, keys, rope) = match normed {
+            Some((queries, keys)) => (queries, keys, None),
+            None => (
+                self.q_norm.forward(&halves[0])?.transpose_axes(&[0, 2, 1, 3])?,
+                self.k_norm.forward(&k.reshape(&[b, t, nkv, hd])?)?.transpose_axes(&[0, 2, 1, 3])?,
+                Some(rope),
+            ),
+        };
+        let block = Block { q: &queries, k: &keys, v: &values, rope, scale };
+        let o = attention::attend(caches, &block)?;
+        let o = o.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, nh * hd])?;
+        self.o_proj.forward(&o.multiply(mlx_rs::ops::sigmoid(&gate)?)?)
     }
 
     pub fn nbytes(&self) -> usize {
