@@ -11,6 +11,8 @@
 #          the MoE expert kernels with the up kernel scalar and on tensor cores, 1-16 tokens;
 #          once under each kernel folder in $KDIRS (space-separated; default the tree's), so
 #          kernel variants are timed side by side in one call;
+#   timem  `cohort device --time-moe`: timei's MoE expert table alone, a process a folder in
+#          $KDIRS, in order and then mirrored (seconds each: kernel variants side by side);
 #   probe  `cohort probe --time-routes 20`: which route the exactness gate keeps, the
 #          construction check on it, and a B8 verify and step on it against the batched route,
 #          in turns in one process;
@@ -83,6 +85,14 @@ for step in "${steps[@]}"; do
       for kdir in ${KDIRS:-$COHORT_KERNEL_DIR}; do
         echo "-- kernels: $kdir"
         COHORT_KERNEL_DIR=$kdir timeout 200 $B device --time-invariance
+      done ;;
+    timem)
+      read -ra kdirs <<< "${KDIRS:-$COHORT_KERNEL_DIR}"
+      order=("${kdirs[@]}")
+      for ((i = ${#kdirs[@]} - 1; i >= 0; i--)); do order+=("${kdirs[i]}"); done
+      for kdir in "${order[@]}"; do
+        echo "-- kernels: $kdir"
+        COHORT_KERNEL_DIR=$kdir timeout 100 $B device --time-moe
       done ;;
     probe) timeout 200 $B probe -m /tmp/smol --time-routes 20 ;;
     synth) timeout 300 $B probe --synthetic qwen36-35b-a3b --layers 8 --time-routes 10 ;;

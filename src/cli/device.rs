@@ -40,6 +40,10 @@ pub struct DeviceArgs {
     /// kernels with the up kernel scalar and on the tensor cores, at 1 to 16 tokens.
     #[arg(long)]
     time_invariance: bool,
+    /// Time only the MoE expert kernels' table of `--time-invariance` (CUDA): seconds, not
+    /// minutes, so kernel variants can be timed one folder after another in one call.
+    #[arg(long)]
+    time_moe: bool,
     /// List the routes the engine runs here (every route choice, built once from the backend's
     /// defaults and the environment's switches) and every other switch it reads: each value, where
     /// it came from (set or default) and what it does.
@@ -59,6 +63,9 @@ pub fn run(args: DeviceArgs) -> Result<()> {
     }
     if args.time_invariance {
         return super::device_invariance::time();
+    }
+    if args.time_moe {
+        return super::device_moe_timing::time();
     }
     if args.routes {
         let backend = runtime::Backend::detect();

@@ -78,8 +78,13 @@ fn real_weights(dtype: Dtype) -> Result<ExpertWeights> {
     })
 }
 
-/// Print the table (CUDA only: the caller has checked).
+/// Print the table (CUDA only).
 pub(super) fn time() -> Result<()> {
+    anyhow::ensure!(
+        crate::platform::backend::Backend::is_cuda(),
+        "the MoE expert kernels run only where MLX drives CUDA (this backend: {:?})",
+        crate::platform::backend::Backend::detect()
+    );
     let dtype = Dtype::Bfloat16;
     let w = real_weights(dtype)?;
     println!(
