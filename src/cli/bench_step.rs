@@ -114,13 +114,14 @@ pub struct BenchStepArgs {
     #[arg(long, value_delimiter = ',')]
     pub(super) experts_mma: Vec<OnOff>,
     /// An attention layer's query and key RMSNorm and RoPE as one kernel reading the stacked
-    /// product in place (`kernels/qk_norm_rope.cu`; off by default) instead of a copy, a norm and
-    /// a rotation each, on or off in the interleaved arms, each with every other arm setting.
+    /// product in place (`kernels/qk_norm_rope.cu`; on by default on CUDA) instead of a copy, a
+    /// norm and a rotation each, on or off in the interleaved arms, each with every other arm
+    /// setting.
     #[arg(long, value_delimiter = ',')]
     pub(super) qk_kernel: Vec<OnOff>,
-    /// A step's forward handing its graph to the device every 4 layers (`Routes::hand_over_layers`;
-    /// off by default) instead of once at its end, on or off in the interleaved arms, each with
-    /// every other arm setting.
+    /// A step's forward handing its graph to the device every 4 layers
+    /// (`Routes::hand_over_layers`; on by default on CUDA) instead of once at its end, on or off
+    /// in the interleaved arms, each with every other arm setting.
     #[arg(long, value_delimiter = ',')]
     pub(super) hand_over: Vec<OnOff>,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model

@@ -102,15 +102,18 @@ pub struct Routes {
     pub attention_kernel: bool,
     /// An attention layer's query and key RMSNorm and RoPE as one kernel reading the stacked
     /// q/k/v product in place (`kernels/qk_norm_rope.cu`) instead of a copy, a norm and a
-    /// rotation each. Off until measured on a GPU; bench-step's `--qk-kernel` times both in one
-    /// process.
+    /// rotation each. On where MLX drives CUDA: on an H100 it takes 0.07-0.14 ms off a B8
+    /// verify, and 0.4-0.5 ms off a B8 AR cycle with the hand-over on (docs/benchmarks.md);
+    /// bench-step's `--qk-kernel` times both in one process.
     pub qk_norm_rope_kernel: bool,
     /// A step's forward hands its graph to the device every [`HAND_OVER_LAYERS`] layers (an
     /// asynchronous evaluation of the residual stream) instead of once at its end, so the device
     /// runs the first layers while the host still builds the rest. Where the host must read a
     /// step's result before it can build the next (a cohort's verify, then its decisions), the
     /// device otherwise waits for the whole graph to be built. The same kernels run either way.
-    /// Off until measured on a GPU; bench-step's `--hand-over` times both in one process.
+    /// On where MLX drives CUDA: on an H100 it takes 0.5-1.3 ms off a B8 MTP cycle and 1.1-1.7
+    /// ms off a B8 AR cycle, B1 steps unchanged within the noise (docs/benchmarks.md);
+    /// bench-step's `--hand-over` times both in one process.
     pub hand_over_layers: bool,
     /// The invariant route's quantized products of bf16 blocks on the tensor cores
     /// (`kernels/affine_mma.cu`) instead of the scalar kernel.
@@ -171,8 +174,8 @@ impl Routes {
             router_kernel: cuda,
             add_norm_kernel: false,
             attention_kernel: false,
-            qk_norm_rope_kernel: false,
-            hand_over_layers: false,
+            qk_norm_rope_kernel: cuda,
+            hand_over_layers: cuda,
             mma_products: cuda,
             product_views: false,
             host_rope: cpu,

@@ -4,8 +4,8 @@
 //! it after, six kernel nodes a layer (0.84 ms of device time a verify with the KV scatters, and
 //! ~60 of a verify's ~670 nodes at the real geometry; journal, 2026-12-06 evening).
 //!
-//! Off by default until timed on a GPU (`Routes::qk_norm_rope_kernel`; bench-step's
-//! `--qk-kernel on,off` times both in one process). [`check`] holds it to a float64 reference,
+//! On by default where MLX drives CUDA (`Routes::qk_norm_rope_kernel`; bench-step's
+//! `--qk-kernel on,off` times both in one process: docs/benchmarks.md). [`check`] holds it to a float64 reference,
 //! [`rows_differing`] to giving a row's heads the same bits alone and in a block
 //! (`cohort device --check-kernels`, `--check-invariance`, tests/qk_norm_rope.rs).
 
@@ -57,7 +57,7 @@ impl Heads {
     }
 }
 
-/// Whether the kernel takes this layer's block: the route asks for it (off by default), MLX
+/// Whether the kernel takes this layer's block: the route asks for it (on for CUDA), MLX
 /// drives CUDA, the product is [B, T, width or more (padded)] in a float dtype, and the heads and the rotated
 /// half are whole warps of channels, rotated the non-traditional way.
 pub fn serves(p: &Array, heads: Heads, rope: RopeSpec) -> bool {
