@@ -71,6 +71,14 @@ ncu_step() {
   timeout "$limit" "$ncu" --profile-from-start off "$@" $B bench-step --synthetic qwen36-35b-a3b \
     --layers "${LAYERS:-40}" --iters 2 --prefill 64 --steps $kinds --profile-step "$step" ${BSARGS:-}
 }
+# mirrored WORDS: the space-separated words in order and then reversed, as the array `order`
+# (arms timed A B B A, so drift over a call weighs on each alike).
+mirrored() {
+  local -a words
+  read -ra words <<< "$1"
+  order=("${words[@]}")
+  for ((i = ${#words[@]} - 1; i >= 0; i--)); do order+=("${words[i]}"); done
+}
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(check probe bench)
 {
@@ -87,9 +95,7 @@ for step in "${steps[@]}"; do
         COHORT_KERNEL_DIR=$kdir timeout 200 $B device --time-invariance
       done ;;
     timem)
-      read -ra kdirs <<< "${KDIRS:-$COHORT_KERNEL_DIR}"
-      order=("${kdirs[@]}")
-      for ((i = ${#kdirs[@]} - 1; i >= 0; i--)); do order+=("${kdirs[i]}"); done
+      mirrored "${KDIRS:-$COHORT_KERNEL_DIR}"
       for kdir in "${order[@]}"; do
         echo "-- kernels: $kdir"
         COHORT_KERNEL_DIR=$kdir timeout 100 $B device --time-moe
@@ -100,9 +106,7 @@ for step in "${steps[@]}"; do
     cycleb) COHORT_MTP_ALLOW_INEXACT=1 timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;
     bench) timeout 400 $B bench -m /tmp/smol --generation-mode mtp --rounds 2 --receipt $OUT/bench.json ;;
     envs)
-      read -ra arms <<< "${ENVS:-default}"
-      order=("${arms[@]}")
-      for ((i = ${#arms[@]} - 1; i >= 0; i--)); do order+=("${arms[i]}"); done
+      mirrored "${ENVS:-default}"
       for arm in "${order[@]}"; do
         echo "-- $arm"
         (
@@ -111,9 +115,7 @@ for step in "${steps[@]}"; do
         )
       done ;;
     bins)
-      read -ra arms <<< "${BINS:-new=$B}"
-      order=("${arms[@]}")
-      for ((i = ${#arms[@]} - 1; i >= 0; i--)); do order+=("${arms[i]}"); done
+      mirrored "${BINS:-new=$B}"
       for arm in "${order[@]}"; do
         label=${arm%%=*} bin=${arm#*=}
         if [ "${bin%.xz}" != "$bin" ]; then
