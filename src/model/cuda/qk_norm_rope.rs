@@ -5,9 +5,9 @@
 //! ~60 of a verify's ~670 nodes at the real geometry; journal, 2026-12-06 evening).
 //!
 //! On by default where MLX drives CUDA (`Routes::qk_norm_rope_kernel`; bench-step's
-//! `--qk-kernel on,off` times both in one process: docs/benchmarks.md). [`check`] holds it to a float64 reference,
-//! [`rows_differing`] to giving a row's heads the same bits alone and in a block
-//! (`cohort device --check-kernels`, `--check-invariance`, tests/qk_norm_rope.rs).
+//! `--qk-kernel on,off` times both in one process: docs/benchmarks.md). [`check`] holds it to a
+//! float64 reference, [`rows_differing`] to giving a row's heads the same bits alone and in a
+//! block (`cohort device --check-kernels`, `--check-invariance`, tests/qk_norm_rope.rs).
 
 use std::sync::OnceLock;
 
@@ -239,7 +239,7 @@ pub fn rows_differing(offsets: &[i32], t: i32, dtype: Dtype, seed: u64) -> Resul
 mod tests {
     use super::*;
 
-    /// Only a CUDA run with the route asked for takes the kernel; the shapes it cannot hold never.
+    /// Only a CUDA run takes the kernel, asked for or by default; the shapes it cannot hold never.
     #[test]
     fn the_kernel_takes_only_what_it_fits() {
         let (h, rope) = REAL;
@@ -252,7 +252,7 @@ mod tests {
         let routes = crate::model::routes::Routes { qk_norm_rope_kernel: true, ..crate::model::routes::current() };
         let cuda = crate::platform::backend::Backend::is_cuda();
         assert_eq!(crate::model::routes::scoped(routes, || serves(&p, h, rope)), cuda);
-        assert!(!serves(&p, h, rope), "off by default");
+        assert_eq!(serves(&p, h, rope), cuda, "on by default where MLX drives CUDA, and only there");
     }
 
     /// The float64 reference against the model's own ops route (MLX's RMSNorm, the layers' RoPE),
