@@ -98,6 +98,8 @@ fn a_lane_that_reports_itself_idle_has_already_let_go_of_its_rows() {
         family: "test".into(),
         packed_prefill: false,
         drafts: DraftPolicy::Measured,
+        split_exact: false,
+        prompt_cache: Default::default(),
     };
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
     let mut lane = Lane::new(&model, &tok, cfg).unwrap();

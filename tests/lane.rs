@@ -41,6 +41,8 @@ fn config(mode: GenerationMode, width: WidthPolicy) -> LaneConfig {
         family: "test".into(),
         packed_prefill: false,
         drafts: DraftPolicy::Measured,
+        split_exact: false,
+        prompt_cache: Default::default(),
     }
 }
 

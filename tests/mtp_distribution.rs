@@ -9,9 +9,9 @@ mod common;
 use std::collections::HashMap;
 
 use cohort::engine::sampler::{Decision, Dist, SamplerConfig, decide, distributions};
-use cohort::engine::solo::prefill_mtp_history;
 use cohort::model::families::qwen3_5::Qwen35Model;
 use cohort::model::forward::{LanguageModel, Logits};
+use cohort::model::prefill::read_prompt;
 use cohort::platform::rng::Rng;
 use common::*;
 use mlx_rs::{Array, Dtype};
@@ -43,8 +43,7 @@ fn setup() -> Setup {
     let prompt = ids(&reference(name)["prompts"]["short"]["prompt_ids"]);
     let cfg = SamplerConfig { temperature: 1.0, top_p: 1.0, top_k: TOP_K, ..Default::default() };
     let mut row = model.new_row();
-    let (hidden_last, logits, hidden_all) = model.prefill(&mut row, &prompt, 32, true).unwrap();
-    prefill_mtp_history(&model, &mut row, &prompt, hidden_all.as_ref().unwrap()).unwrap();
+    let (hidden_last, logits) = read_prompt(&model, &mut row, &prompt, 32, true, &mut |_| {}).unwrap();
     let flat = |a: &Array| a.reshape(&[1, -1]).unwrap();
     let first = distributions(&flat(&logits), &[cfg], &[&Default::default()]).unwrap().remove(0);
     let first_ref = reference_topk(&to_f32(&logits), 1.0, TOP_K);

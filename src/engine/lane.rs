@@ -20,17 +20,22 @@ use super::cohort;
 use super::cycle::{self, Inert, Untimed};
 use super::draft_policy::{CycleKind, DraftChooser, DraftPolicy};
 use super::prepare::prepare;
+use super::prompt_cache::{CacheStats, PromptCache, Reuse, Snapshot};
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Numerics, WidthPolicy};
-use super::solo::{GenerationMode, first_token, lone_cycle, prefill_mtp_history, route_id};
+use super::solo::{GenerationMode, first_token, lone_cycle, route_id};
 use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry};
 use crate::model::forward::{LanguageModel, last_position};
 use crate::model::layers::cache::RowCache;
 use crate::model::layers::kv_slots::{self, SlotHandle};
-use crate::model::prefill::read_chunks;
+use crate::model::prefill::{read_chunks, write_history};
 use crate::model::routes::BlockRoute;
 use crate::model::text::tokenizer::TextTokenizer;
+
+/// Prompt tokens a step reads while others wait for it (rows decoding, or other prompts), where
+/// a read may split anywhere: on the CPU about a tenth of a second of the default model's reading.
+pub const SHARED_READ: usize = 64;
 
 /// A request waiting for a row.
 pub struct Pending {
@@ -70,6 +75,20 @@ pub struct LaneConfig {
     pub packed_prefill: bool,
     /// Whether cohorts of greedy MTP rows may take plain steps where those measure faster.
     pub drafts: DraftPolicy,
+    /// A prompt read split anywhere gives the bits of one read whole (the split-read check,
+    /// [`super::prompt_cache::check`]): chunks may then end wherever the reading budget does.
+    pub split_exact: bool,
+    /// How the prompt cache serves, and its budget.
+    pub prompt_cache: PromptCacheSetup,
+}
+
+/// The prompt cache as the engine decided it at start-up.
+#[derive(Debug, Clone, Default)]
+pub struct PromptCacheSetup {
+    pub reuse: Reuse,
+    pub bytes: u64,
+    /// Why reuse is not exact here (the split-read check's finding), when it is not.
+    pub inexact_because: Option<String>,
 }
 
 impl LaneConfig {
@@ -95,8 +114,11 @@ struct Reader {
     run: RowRun,
     row: RowCache,
     next: usize,
-    /// Final-norm hidden states of the chunks read so far (the MTP history needs them all).
-    hiddens: Vec<Array>,
+    /// The final-norm hidden state of the last position read, [1, 1, H]: the MTP history entry
+    /// the next chunk completes ([`write_history`]).
+    carry: Option<Array>,
+    /// The last position's logits where the prompt cache held the whole prompt (nothing to read).
+    cached_logits: Option<Array>,
     tel: RowTelemetry,
 }
 
@@ -134,12 +156,17 @@ pub struct Lane<'m> {
     /// Results of rows that ended, sent once the telemetry says they have left (so a reader
     /// woken by a result never sees its row still live).
     outbox: Vec<(Pending, RequestResult)>,
+    /// Rows' states after their prompts, for later prompts that begin with them.
+    cache: PromptCache,
 }
 
 impl<'m> Lane<'m> {
     pub fn new(model: &'m dyn LanguageModel, tok: &'m TextTokenizer, cfg: LaneConfig) -> Result<Self> {
         let dummy = cycle::dummy(model).context("the lane's padding row")?;
+        let pc = &cfg.prompt_cache;
+        let cache = PromptCache::new(pc.reuse, pc.bytes, pc.inexact_because.clone());
         Ok(Self {
+            cache,
             model,
             tok,
             cfg,
@@ -189,7 +216,22 @@ impl<'m> Lane<'m> {
             mode: Some(run.mode),
             ..Default::default()
         };
-        self.readers.push_back(Reader { p, run, row: self.model.new_row(), next: 0, hiddens: Vec::new(), tel });
+        let mut reader = Reader { p, run, row: self.model.new_row(), next: 0, carry: None, cached_logits: None, tel };
+        if let Some((len, snap)) = self.cache.lookup(&reader.run.prompt_ids) {
+            reader.run.stats.cached_tokens = len;
+            reader.run.stats.reuse = Some(self.cache.stats().reuse);
+            (reader.row, reader.next, reader.tel.prefill_done) = (snap.row, len, len);
+            reader.carry = Some(snap.hidden);
+            if len == total {
+                reader.cached_logits = Some(snap.logits);
+            }
+        }
+        self.readers.push_back(reader);
+    }
+
+    /// The prompt cache's counters.
+    pub fn cache_stats(&self) -> &CacheStats {
+        self.cache.stats()
     }
 
     /// One cycle boundary: cancellations, at most a budget of prompt reading, one decode cycle,
@@ -267,14 +309,18 @@ impl<'m> Lane<'m> {
         }
     }
 
-    /// Read waiting prompts, oldest first, chunk by chunk until the budget is spent (at least one
+    /// Read waiting prompts, the one with the least left to read first (a short question never
+    /// waits behind a long paste), chunk by chunk until the step's budget is spent (at least one
     /// chunk, so a lone prompt always moves); where the lane packs, the chunks of the readers at
-    /// the front are read together as one block. A prompt read to its end draws its first token
-    /// and takes a seat.
+    /// the front are read together as one block. A prompt read to its end (or held whole by the
+    /// prompt cache) draws its first token and takes a seat.
     fn read_prompts(&mut self) {
+        self.seat_cached_prompts();
+        let budget = self.step_budget();
         let mut spent = 0;
         let mut pack = self.cfg.packed_prefill;
-        while spent == 0 || spent < self.cfg.budget {
+        while spent == 0 || spent < budget {
+            self.readers.make_contiguous().sort_by_key(|r| r.run.prompt_ids.len() - r.next);
             let Some(r) = self.readers.front_mut() else { break };
             if r.run.cancel.is_cancelled() {
                 // Acts within one chunk of a request being cancelled.
@@ -283,9 +329,10 @@ impl<'m> Lane<'m> {
                 self.end(r.p, &mut r.run);
                 continue;
             }
-            let n = if pack { self.pack_len(self.cfg.budget.saturating_sub(spent)) } else { 1 };
+            let room = budget.saturating_sub(spent).max(1);
+            let n = if pack { self.pack_len(room) } else { 1 };
             let mut readers: Vec<Reader> = self.readers.drain(..n).collect();
-            let ends: Vec<usize> = readers.iter().map(|r| self.chunk_end(r)).collect();
+            let ends: Vec<usize> = readers.iter().map(|r| self.chunk_end(r, room)).collect();
             let t0 = Instant::now();
             let model = self.model;
             let outs = crate::model::routes::batched(|| {
@@ -304,8 +351,9 @@ impl<'m> Lane<'m> {
                     // again from the start, alone, so one bad row cannot fail the others.
                     tracing::warn!("a packed prompt read of {n} rows failed ({e:#}); reading them one at a time");
                     for mut r in readers.into_iter().rev() {
-                        (r.row, r.next, r.tel.prefill_done) = (model.new_row(), 0, 0);
-                        r.hiddens.clear();
+                        (r.row, r.next, r.tel.prefill_done, r.carry) = (model.new_row(), 0, 0, None);
+                        r.run.stats.cached_tokens = 0;
+                        r.run.stats.reuse = None;
                         self.readers.push_front(r);
                     }
                     pack = false;
@@ -320,33 +368,58 @@ impl<'m> Lane<'m> {
             };
             let elapsed = t0.elapsed().as_secs_f64();
             self.packed_reads += u64::from(n > 1);
-            let mut reading = Vec::new();
             for ((mut r, out), end) in readers.into_iter().zip(outs).zip(ends) {
+                if self.cfg.mode == GenerationMode::Mtp {
+                    let part = &r.run.prompt_ids[r.next..end];
+                    match write_history(model, &mut r.row, r.carry.as_ref(), &out.hidden, part) {
+                        Ok(carry) => r.carry = Some(carry),
+                        Err(e) => {
+                            r.run.fail(format!("prefill failed: {e:#}"));
+                            self.end(r.p, &mut r.run);
+                            continue;
+                        }
+                    }
+                }
                 spent += end - r.next;
                 r.next = end;
                 r.tel.prefill_done = end;
                 r.run.stats.prefill_s += elapsed;
-                if self.cfg.mode == GenerationMode::Mtp {
-                    r.hiddens.push(out.hidden.clone());
-                }
                 let total = r.run.prompt_ids.len();
                 if end < total {
                     let _ = r.p.events.send(RowEvent::Prefill { id: r.run.id.clone(), done: end, total });
-                    reading.push(r);
+                    self.readers.push_back(r);
                 } else {
-                    self.seat(r, out);
+                    let last = last_position(out);
+                    self.seat(r, last);
                 }
-            }
-            // Prompts with more to read keep their places at the front.
-            for r in reading.into_iter().rev() {
-                self.readers.push_front(r);
             }
         }
     }
 
-    /// Where a reader's next chunk ends.
-    fn chunk_end(&self, r: &Reader) -> usize {
-        (r.next + self.cfg.chunk.max(1)).min(r.run.prompt_ids.len())
+    /// Readers whose whole prompt the cache held take their seats without reading.
+    fn seat_cached_prompts(&mut self) {
+        for _ in 0..self.readers.len() {
+            let mut r = self.readers.pop_front().unwrap();
+            match (r.cached_logits.take(), r.carry.clone()) {
+                (Some(logits), Some(hidden)) if !r.run.cancel.is_cancelled() => self.seat(r, Ok((hidden, logits))),
+                _ => self.readers.push_back(r),
+            }
+        }
+    }
+
+    /// Prompt tokens this step may read. Where a read may split anywhere and others are waiting
+    /// (rows decoding, or other prompts to read), a step reads at most [`SHARED_READ`] tokens, so
+    /// nobody waits long for a long read; otherwise the configured budget in whole chunks.
+    fn step_budget(&self) -> usize {
+        let others = !self.runs.is_empty() || self.readers.len() > 1;
+        if self.cfg.split_exact && others { self.cfg.budget.min(SHARED_READ) } else { self.cfg.budget }
+    }
+
+    /// Where a reader's next chunk ends: a whole chunk, or, where a read may split anywhere, no
+    /// further than `room` tokens of the step's budget.
+    fn chunk_end(&self, r: &Reader, room: usize) -> usize {
+        let len = if self.cfg.split_exact { self.cfg.chunk.min(room) } else { self.cfg.chunk };
+        (r.next + len.max(1)).min(r.run.prompt_ids.len())
     }
 
     /// How many readers from the front read their next chunks as one block: those whose chunks
@@ -355,7 +428,7 @@ impl<'m> Lane<'m> {
     fn pack_len(&self, room: usize) -> usize {
         let (mut n, mut width) = (0, 0);
         for r in &self.readers {
-            let block = self.model.prefill_block(r.row.len, self.chunk_end(r) - r.next);
+            let block = self.model.prefill_block(r.row.len, self.chunk_end(r, room) - r.next);
             let Some(block) = block.filter(|_| !r.run.cancel.is_cancelled()) else { break };
             if n > 0 && width.max(block).saturating_mul(n + 1) > room {
                 break;
@@ -365,18 +438,17 @@ impl<'m> Lane<'m> {
         n.max(1)
     }
 
-    /// The prompt is read: write its MTP history, draw the first token, and seat the row (or
-    /// deliver it at once when that token already ended it).
-    fn seat(&mut self, mut r: Reader, out: crate::model::forward::ForwardOutput) {
+    /// The prompt is read (`last`: its last position's hidden state and logits): keep the row's
+    /// state in the prompt cache, draw the first token, and seat the row (or deliver it at once
+    /// when that token already ended it).
+    fn seat(&mut self, mut r: Reader, last: Result<(Array, Array)>) {
         let t0 = Instant::now();
-        let model = self.model;
         let started = crate::model::routes::batched(|| -> Result<()> {
-            if self.cfg.mode == GenerationMode::Mtp {
-                let all = mlx_rs::ops::concatenate(&r.hiddens, 1)?;
-                prefill_mtp_history(model, &mut r.row, &r.run.prompt_ids, &all)?;
+            let (hidden_last, logits) = last?;
+            if self.cache.serves() {
+                let snap = Snapshot { row: r.row.clone(), hidden: hidden_last.clone(), logits: logits.clone() };
+                self.cache.insert(&r.run.prompt_ids, snap);
             }
-            r.hiddens.clear();
-            let (hidden_last, logits) = last_position(out)?;
             let events = &r.p.events;
             first_token(&mut r.run, self.tok, hidden_last, &logits, &mut |ev| {
                 let _ = events.send(ev);
@@ -549,5 +621,6 @@ impl<'m> Lane<'m> {
         t.active = self.live();
         t.width_now = if self.runs.is_empty() { 0 } else { self.rows.len() };
         t.lane_cycles = self.cycles;
+        t.prompt_cache = self.cache.stats().clone();
     }
 }

@@ -17,6 +17,7 @@ pub mod loader;
 pub mod owner;
 pub mod prepare;
 pub mod probe;
+pub mod prompt_cache;
 pub mod request;
 pub mod route_cost;
 pub mod row;

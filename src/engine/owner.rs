@@ -12,10 +12,11 @@ use anyhow::Result;
 
 use super::cohort::{CohortConfig, FIXED_WIDTH, run_cohort};
 use super::construction::{check_batched, packed_prompt_check};
-use super::lane::{Lane, LaneConfig, Pending};
+use super::lane::{Lane, LaneConfig, Pending, PromptCacheSetup};
 use super::loader::Loaded;
 use super::prepare::prepare;
 use super::probe;
+use super::prompt_cache::check::split_read_check;
 use super::request::{Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Admission, Numerics, SchedulerConfig};
@@ -169,8 +170,19 @@ pub fn run_owner(
             }
         };
         tracing::info!(packed_prompts, "prompt reads: several rows to a block where the model pads its chunks");
+        let chunk = setup.scheduler.prefill_chunk.max(1);
+        let split = match split_read_check(loaded.model.as_ref(), chunk) {
+            Ok(split) => split,
+            Err(e) => {
+                let _ = ready.send(Err(e.context("the split-read check failed to run")));
+                return;
+            }
+        };
+        let cache = setup.scheduler.prompt_cache;
+        let reuse = cache.reuse(split.exact);
+        tracing::info!(?split, reuse = reuse.name(), "prompt reads split anywhere; the prompt cache");
         let cfg = LaneConfig {
-            chunk: setup.scheduler.prefill_chunk.max(1),
+            chunk,
             budget: setup.scheduler.prefill_budget,
             mode,
             numerics: setup.numerics,
@@ -179,6 +191,8 @@ pub fn run_owner(
             family: loaded.family.clone(),
             packed_prefill: packed_prompts,
             drafts: setup.scheduler.drafts,
+            split_exact: split.exact,
+            prompt_cache: PromptCacheSetup { reuse, bytes: cache.bytes, inexact_because: split.difference },
         };
         let lane = match Lane::new(loaded.model.as_ref(), &loaded.tokenizer, cfg) {
             Ok(lane) => lane,

@@ -173,6 +173,13 @@ pub struct Stats {
     /// The mode the row decoded in (what it asked for, or AR where the engine has no MTP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<GenerationMode>,
+    /// Prompt tokens resumed from the prompt cache rather than read (0: read from scratch).
+    #[serde(default)]
+    pub cached_tokens: usize,
+    /// How the cached prefix serves, where one did: `exact` (the bits of a fresh read) or
+    /// `inexact` (allowed by the user where a resumed read may differ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse: Option<super::prompt_cache::Reuse>,
 }
 
 /// One line of `generate` output.

@@ -235,7 +235,8 @@ impl RowRun {
             stats.decode_tok_s = self.tokens.len().saturating_sub(1) as f64 / stats.decode_s;
         }
         if stats.prefill_s > 0.0 {
-            stats.prefill_tok_s = stats.prompt_tokens as f64 / stats.prefill_s;
+            // The rate of what was read: a cached prefix took no reading.
+            stats.prefill_tok_s = stats.prompt_tokens.saturating_sub(stats.cached_tokens) as f64 / stats.prefill_s;
         }
         let drafts = stats.accepted_drafts + stats.rejected_drafts;
         if drafts > 0 {

@@ -51,6 +51,9 @@ pub struct SchedulerConfig {
     /// Whether a lane's greedy MTP cohorts may take plain steps where those measure faster.
     #[serde(default)]
     pub drafts: super::draft_policy::DraftPolicy,
+    /// What the prompt cache may serve, and its byte budget.
+    #[serde(default)]
+    pub prompt_cache: super::prompt_cache::CacheConfig,
 }
 
 /// The physical width a continuous lane runs at for `n` live rows.
@@ -114,6 +117,7 @@ impl Preset {
             admission,
             width,
             drafts: super::draft_policy::DraftPolicy::Measured,
+            prompt_cache: super::prompt_cache::CacheConfig::default(),
         }
     }
 }
@@ -198,6 +202,7 @@ mod tests {
                 admission: Admission::Continuous,
                 width: WidthPolicy::Packed,
                 drafts: crate::engine::draft_policy::DraftPolicy::Measured,
+                prompt_cache: crate::engine::prompt_cache::CacheConfig::default(),
             }
         );
         assert_eq!(Preset::Sealed.config().admission, Admission::Sealed);

@@ -20,6 +20,7 @@ use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::cache::{LayerState, RowCache};
 use crate::model::layers::gated_delta::PositionStates;
 use crate::model::ops::slice_axis;
+use crate::model::prefill::read_prompt;
 use crate::model::text::tokenizer::TextTokenizer;
 
 pub use super::request::GenerationMode;
@@ -50,25 +51,13 @@ pub fn prefill_row(
     let t0 = Instant::now();
     let total = run.prompt_ids.len();
     events(RowEvent::Prefill { id: run.id.clone(), done: 0, total });
-    let (hidden_last, logits) = crate::model::routes::batched(|| -> Result<_> {
-        let id = run.id.clone();
-        let mut progress = |done: usize| {
-            if done < total {
-                events(RowEvent::Prefill { id: id.clone(), done, total });
-            }
-        };
-        let (hidden_last, logits, hidden_all) =
-            model.prefill_with_progress(row, &run.prompt_ids, chunk, mtp, &mut progress)?;
-        if mtp {
-            prefill_mtp_history(
-                model,
-                row,
-                &run.prompt_ids,
-                hidden_all.as_ref().context("prefill kept no hidden states")?,
-            )?;
+    let id = run.id.clone();
+    let mut progress = |done: usize| {
+        if done < total {
+            events(RowEvent::Prefill { id: id.clone(), done, total });
         }
-        Ok((hidden_last, logits))
-    })?;
+    };
+    let (hidden_last, logits) = read_prompt(model, row, &run.prompt_ids, chunk, mtp, &mut progress)?;
     run.stats.prefill_s = t0.elapsed().as_secs_f64();
     first_token(run, tok, hidden_last, &logits, events)
 }
@@ -87,23 +76,6 @@ pub fn first_token(
     run.primary = Some(x0);
     run.stats.ttft_s = run.arrived.elapsed().as_secs_f64();
     run.emit(x0, tok, events)?;
-    Ok(())
-}
-
-/// The MTP history of an N-token prompt: the N-1 pairs (hidden of position i, token i+1).
-pub fn prefill_mtp_history(
-    model: &dyn LanguageModel,
-    row: &mut RowCache,
-    ids: &[u32],
-    hidden_all: &Array,
-) -> Result<()> {
-    let n = ids.len() as i32;
-    if n < 2 {
-        return Ok(()); // a one-token prompt leaves the history empty
-    }
-    let h = slice_axis(hidden_all, 1, 0, n - 1)?;
-    model.mtp_history(&h, &token_array(&ids[1..]), &mut [row])?;
-    mlx_rs::transforms::eval(row.mtp.arrays())?;
     Ok(())
 }
 

@@ -110,6 +110,9 @@ pub struct Telemetry {
     pub leaves: usize,
     /// The physical width of the lane's latest cycle (0 when idle).
     pub width_now: usize,
+    /// The prompt cache: how it serves, what it holds, hits, tokens reused, evictions.
+    #[serde(default)]
+    pub prompt_cache: super::prompt_cache::CacheStats,
 }
 
 pub type SharedTelemetry = Arc<Mutex<Telemetry>>;

@@ -14,6 +14,84 @@ use super::forward::{ForwardOutput, LanguageModel, Logits};
 use super::layers::cache::RowCache;
 use super::ops::slice_axis;
 
+/// A row's prompt read chunk by chunk, the one way every prompt is read (a solo run, a lane's
+/// readers, a read resumed from a cached prefix): each chunk through [`read_chunks`], then, for
+/// an MTP row, the history entries the chunk completes ([`write_history`]). Returns the last
+/// position's hidden [1, 1, H] and logits [1, 1, V]; `progress` hears the tokens read so far.
+pub fn read_prompt<M: LanguageModel + ?Sized>(
+    model: &M,
+    row: &mut RowCache,
+    ids: &[u32],
+    chunk: usize,
+    mtp: bool,
+    progress: &mut dyn FnMut(usize),
+) -> Result<(Array, Array)> {
+    resume_prompt(model, row, ids, chunk, mtp, None, progress)
+}
+
+/// [`read_prompt`] of `ids` into a row that has already read a prefix (a cached one): `carry` is
+/// the prefix's last hidden state (None for a row that has read nothing).
+pub fn resume_prompt<M: LanguageModel + ?Sized>(
+    model: &M,
+    row: &mut RowCache,
+    ids: &[u32],
+    chunk: usize,
+    mtp: bool,
+    mut carry: Option<Array>,
+    progress: &mut dyn FnMut(usize),
+) -> Result<(Array, Array)> {
+    if ids.is_empty() {
+        bail!("cannot read an empty prompt");
+    }
+    let mut last = None;
+    let mut done = 0;
+    for part in ids.chunks(chunk.max(1)) {
+        done += part.len();
+        let is_last = done == ids.len();
+        let mut outs = read_chunks(model, &mut [&mut *row], &[part], &[is_last])?;
+        let out = outs.pop().expect("one row read, one output");
+        if mtp {
+            carry = Some(write_history(model, row, carry.as_ref(), &out.hidden, part)?);
+        }
+        progress(done);
+        if is_last {
+            last = Some(super::forward::last_position(out)?);
+        }
+    }
+    Ok(last.expect("a non-empty prompt has a last chunk"))
+}
+
+/// The MTP history entries a prompt chunk completes. Entry i pairs position i's final-norm
+/// hidden state with token i + 1, so a chunk of tokens `part` read after position `carry`
+/// (the hidden state of the position before it, None for a prompt's first chunk) completes the
+/// entries of `carry` and of every position of the chunk but its last. Written chunk by chunk
+/// (never more than a chunk's entries in one call), a prompt's history does not depend on where
+/// its read was split. Returns the chunk's last hidden state [1, 1, H]: the next chunk's `carry`.
+pub fn write_history<M: LanguageModel + ?Sized>(
+    model: &M,
+    row: &mut RowCache,
+    carry: Option<&Array>,
+    hidden: &Array,
+    part: &[u32],
+) -> Result<Array> {
+    let n = part.len() as i32;
+    if n == 0 || hidden.shape()[1] != n {
+        bail!("a history write needs a chunk's hidden states ({:?}) for its {n} tokens", hidden.shape());
+    }
+    let before_last = slice_axis(hidden, 1, 0, n - 1)?;
+    let (states, tokens) = match carry {
+        Some(c) => (mlx_rs::ops::concatenate(&[c.clone(), before_last], 1)?, part),
+        None => (before_last, &part[1..]),
+    };
+    if !tokens.is_empty() {
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
+        super::routes::reading_prompt(|| model.mtp_history(&states, &tokens, &mut [&mut *row]))?;
+        mlx_rs::transforms::eval(row.mtp.arrays())?;
+    }
+    slice_axis(hidden, 1, n - 1, n)
+}
+
 /// One chunk of each row's prompt (`parts[i]` for `rows[i]`) through the model, evaluated (so no
 /// graph outlives the read): each row's hidden states [1, len, H], and the logits of its chunk's
 /// last position [1, 1, V] where `last[i]`. Several rows need a model that pads their chunks
@@ -30,6 +108,15 @@ pub fn read_chunks<M: LanguageModel + ?Sized>(
     if let Some(empty) = parts.iter().position(|p| p.is_empty()) {
         bail!("row {empty} of a prompt read has an empty chunk");
     }
+    super::routes::reading_prompt(|| read_chunks_now(model, rows, parts, last))
+}
+
+fn read_chunks_now<M: LanguageModel + ?Sized>(
+    model: &M,
+    rows: &mut [&mut RowCache],
+    parts: &[&[u32]],
+    last: &[bool],
+) -> Result<Vec<ForwardOutput>> {
     let blocks: Vec<Option<usize>> =
         rows.iter().zip(parts).map(|(row, part)| model.prefill_block(row.len, part.len())).collect();
     let outs = match blocks.iter().copied().collect::<Option<Vec<usize>>>() {

@@ -60,6 +60,11 @@ pub struct Routes {
     /// CPU ([`with_padded_float_rows`]); everywhere it would cost a lone row's float products a
     /// block of eight (the float32 route's B1 decode: 0.66x).
     pub pad_float_rows: bool,
+    /// A prompt read on the CPU: every product takes MLX's float product on a block of at least
+    /// [`PROMPT_ROWS`] rows, a multiple of 8 (never cohort's CPU kernel, which serves blocks of
+    /// up to 8 rows with other arithmetic), so a row gets the same bits in a chunk of any length
+    /// and a read split anywhere reaches the state of a whole one. Set only by [`reading_prompt`].
+    pub prompt_rows: bool,
     /// A cohort's Gated DeltaNet states are read as one batch (off: per row).
     pub gdn_batch: bool,
     /// On CUDA short blocks attend over the whole buffer capacity with a mask, so the attention
@@ -152,6 +157,7 @@ impl Routes {
             batched_attention: true,
             flat_products: true,
             pad_float_rows: false,
+            prompt_rows: false,
             gdn_batch: true,
             padded_blocks: cuda,
             moe_built_rows: false,
@@ -305,6 +311,20 @@ pub fn with_padded_float_rows<T>(f: impl FnOnce() -> T) -> T {
     }
     scoped(Routes { pad_float_rows: true, ..current() }, f)
 }
+
+/// Run `f` as a prompt read: the batched block route, and no host decode path (a family's
+/// whole-layer host path keeps a row's bits only among blocks of its own size, so a prompt read in
+/// pieces of other sizes would not reach the state it reaches read whole). Every prompt read (a
+/// solo run's, a lane's, one resumed from the prompt cache) runs under it, so where a split read
+/// equals a whole one ([`crate::model::prefill::split_read_check`]) a cached prefix gives the bits
+/// of a fresh read.
+pub fn reading_prompt<T>(f: impl FnOnce() -> T) -> T {
+    let prompt_rows = crate::platform::backend::Backend::is_cpu();
+    scoped(Routes { host_layers: false, prompt_rows, ..current().with_block(BlockRoute::Batched) }, f)
+}
+
+/// The fewest rows a prompt read's product takes on the CPU ([`Routes::prompt_rows`]).
+pub const PROMPT_ROWS: i32 = 16;
 
 /// Run `f` with the routes in force but `block` as the block route.
 pub fn with_block<T>(block: BlockRoute, f: impl FnOnce() -> T) -> T {

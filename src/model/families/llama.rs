@@ -385,12 +385,13 @@ impl LanguageModel for LlamaModel {
         self.head(hidden)
     }
 
-    /// Chunks the host path reads (blocks of up to [`HOST_MAX_ROWS`]) are read as they are: its
-    /// kernels keep a row's bits whatever the block. Longer ones take MLX's products, padded.
+    /// Every prompt chunk takes MLX's products, padded (prompt reads never take the host path,
+    /// [`crate::model::routes::reading_prompt`]), so a chunk of any length gives each of its rows
+    /// the bits it gets in any other chunk: where a read splits does not matter.
     fn prefill_block(&self, offset: i32, tokens: usize) -> Option<usize> {
         let rows = tokens.next_multiple_of(PREFILL_ROWS);
         let fits = (offset.max(0) as usize).saturating_add(rows) <= self.cfg.max_position_embeddings.max(0) as usize;
-        (self.pads_prefill && tokens > HOST_MAX_ROWS && fits).then_some(rows)
+        (self.pads_prefill && fits).then_some(rows)
     }
 
     fn has_mtp(&self) -> bool {

@@ -121,6 +121,7 @@ impl Linear {
         if let Linear::CpuPacked { packed, .. } = self
             && rows <= CPU_KERNEL_MAX_ROWS
             && x.dtype() == Dtype::Float32
+            && !crate::model::routes::current().prompt_rows
         {
             // Row-independent by construction, so both routes take it as it is.
             return cpu_kernel_product(packed, x, rows);

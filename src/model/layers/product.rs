@@ -184,8 +184,13 @@ pub fn dense(x: &Array, weight: &Array) -> Result<Array> {
     {
         return crate::model::cuda::row_invariant::dense_product(x, weight);
     }
-    if crate::model::routes::current().pad_float_rows && rows % FLOAT_ROW_BLOCK != 0 && shape.len() >= 2 {
-        return padded_rows(x, rows, |block| Ok(mlx_rs::ops::matmul(block, weight.t())?));
+    let routes = crate::model::routes::current();
+    let least = if routes.prompt_rows { crate::model::routes::PROMPT_ROWS } else { 0 };
+    if (routes.pad_float_rows || routes.prompt_rows)
+        && (rows % FLOAT_ROW_BLOCK != 0 || rows < least)
+        && shape.len() >= 2
+    {
+        return padded_rows(x, rows, least, |block| Ok(mlx_rs::ops::matmul(block, weight.t())?));
     }
     as_rows(x, |rows| Ok(mlx_rs::ops::matmul(rows, weight.t())?))
 }
@@ -195,12 +200,14 @@ pub fn dense(x: &Array, weight: &Array) -> Result<Array> {
 const FLOAT_ROW_BLOCK: i32 = 8;
 
 /// `f` of x's `rows` rows flattened and padded with zero rows to a multiple of
-/// [`FLOAT_ROW_BLOCK`], the padding's results dropped and x's leading shape given back.
-fn padded_rows(x: &Array, rows: i32, f: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> {
+/// [`FLOAT_ROW_BLOCK`] and at least `least` rows, the padding's results dropped and x's leading
+/// shape given back.
+fn padded_rows(x: &Array, rows: i32, least: i32, f: impl FnOnce(&Array) -> Result<Array>) -> Result<Array> {
     let shape = x.shape();
     let input = shape[shape.len() - 1];
     let flat = x.reshape(&[rows, input])?;
-    let pad = (FLOAT_ROW_BLOCK - rows % FLOAT_ROW_BLOCK) % FLOAT_ROW_BLOCK;
+    let pad = (rows + FLOAT_ROW_BLOCK - 1) / FLOAT_ROW_BLOCK * FLOAT_ROW_BLOCK;
+    let pad = pad.max(least) - rows;
     let zeros = mlx_rs::ops::zeros_dtype(&[pad, input], x.dtype())?;
     let y = f(&mlx_rs::ops::concatenate(&[&flat, &zeros], 0)?)?;
     with_leading_shape(x, &crate::model::ops::slice_axis(&y, 0, 0, rows)?)

@@ -1,0 +1,217 @@
+//! The prompt cache: a row's state after reading a prompt, kept so that a later prompt starting
+//! with the same tokens (the next turn of a conversation, a regenerated answer, the same request
+//! sent again) resumes from it and reads only what is new.
+//!
+//! An entry is the state a row reached reading `tokens` from scratch: every attention layer's
+//! keys and values, every Gated DeltaNet tail and recurrent state, the MTP history, and the last
+//! position's hidden state and logits (so a prompt equal to an entry reads nothing). A Gated
+//! DeltaNet state cannot be trimmed back to an earlier position, so an entry serves only prompts
+//! that contain all of its tokens; the longest such entry wins. Entries are kept within a byte
+//! budget, the least recently used leaving first.
+//!
+//! Whether a resumed read gives the bits of a fresh one is measured when the engine starts
+//! ([`check::split_read_check`]); where it does not, the cache serves only when the user allows
+//! inexact reuse, and says so ([`Reuse`]).
+
+pub mod check;
+
+use mlx_rs::Array;
+use serde::{Deserialize, Serialize};
+
+use crate::model::layers::cache::RowCache;
+
+/// Whether cached prefixes are served, and how exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Reuse {
+    /// A resumed read equals a fresh one bit for bit (the split-read check passed).
+    Exact,
+    /// Served although a resumed read may differ from a fresh one (the user allowed it).
+    Inexact,
+    /// Not served: turned off, no budget, or not exact here and inexact reuse not allowed.
+    #[default]
+    Off,
+}
+
+impl Reuse {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reuse::Exact => "exact",
+            Reuse::Inexact => "inexact",
+            Reuse::Off => "off",
+        }
+    }
+}
+
+/// What the user asks of the cache (`--prompt-cache`, the profile's `prompt_cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ReusePolicy {
+    /// Serve cached prefixes only where the split-read check found reuse exact.
+    #[default]
+    Exact,
+    /// Serve them everywhere; where reuse is not exact, results say `reuse: inexact`.
+    Inexact,
+    /// Never keep or serve a prefix.
+    Off,
+}
+
+/// The cache's settings, decided when the engine starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheConfig {
+    pub policy: ReusePolicy,
+    /// Bytes of row state the cache may hold (0: none).
+    pub bytes: u64,
+}
+
+/// The default budget: 1 GiB of row state (about 22,000 positions of the default model).
+pub const DEFAULT_BYTES: u64 = 1 << 30;
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { policy: ReusePolicy::Exact, bytes: DEFAULT_BYTES }
+    }
+}
+
+impl CacheConfig {
+    /// How the cache serves given what the split-read check found.
+    pub fn reuse(&self, split_exact: bool) -> Reuse {
+        match self.policy {
+            _ if self.bytes == 0 => Reuse::Off,
+            ReusePolicy::Off => Reuse::Off,
+            ReusePolicy::Exact | ReusePolicy::Inexact if split_exact => Reuse::Exact,
+            ReusePolicy::Inexact => Reuse::Inexact,
+            ReusePolicy::Exact => Reuse::Off,
+        }
+    }
+}
+
+/// A row's state after reading a prompt: what a prompt that starts with it resumes from.
+#[derive(Clone)]
+pub struct Snapshot {
+    pub row: RowCache,
+    /// The last position's final-norm hidden state [1, 1, H] (the next MTP history entry's).
+    pub hidden: Array,
+    /// The last position's logits [1, 1, V] (a prompt equal to the entry draws from them).
+    pub logits: Array,
+}
+
+impl Snapshot {
+    /// Bytes the snapshot holds: every buffer of the row (whole, as allocated) and the last
+    /// position's arrays.
+    pub fn nbytes(&self) -> u64 {
+        let row: usize = self.row.arrays().iter().map(|a| a.nbytes()).sum();
+        (row + self.hidden.nbytes() + self.logits.nbytes()) as u64
+    }
+}
+
+/// The cache's counters, for `/health`, `/metrics` and the inspector.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheStats {
+    pub reuse: Reuse,
+    /// Why reuse is not exact here, when the split-read check found a difference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inexact_because: Option<String>,
+    pub budget_bytes: u64,
+    pub bytes_held: u64,
+    pub entries: usize,
+    /// Prompts that resumed from an entry, and those that found none.
+    pub hits: u64,
+    pub misses: u64,
+    /// Prompt tokens not read again because an entry held them.
+    pub tokens_reused: u64,
+    pub evictions: u64,
+}
+
+struct Entry {
+    tokens: Vec<u32>,
+    snap: Snapshot,
+    bytes: u64,
+    /// When it was last stored or served (the cache's own clock).
+    used: u64,
+}
+
+/// The entries and their counters.
+pub struct PromptCache {
+    entries: Vec<Entry>,
+    clock: u64,
+    stats: CacheStats,
+}
+
+impl PromptCache {
+    pub fn new(reuse: Reuse, budget_bytes: u64, inexact_because: Option<String>) -> Self {
+        let stats = CacheStats { reuse, budget_bytes, inexact_because, ..CacheStats::default() };
+        PromptCache { entries: Vec::new(), clock: 0, stats }
+    }
+
+    pub fn serves(&self) -> bool {
+        self.stats.reuse != Reuse::Off
+    }
+
+    pub fn stats(&self) -> &CacheStats {
+        &self.stats
+    }
+
+    /// The longest entry whose tokens begin `prompt` (all of them, or fewer): how many tokens it
+    /// holds and its state. Counts a hit or a miss.
+    pub fn lookup(&mut self, prompt: &[u32]) -> Option<(usize, Snapshot)> {
+        if !self.serves() {
+            return None;
+        }
+        let best = self
+            .entries
+            .iter_mut()
+            .filter(|e| e.tokens.len() <= prompt.len() && prompt.starts_with(&e.tokens))
+            .max_by_key(|e| e.tokens.len());
+        let Some(entry) = best else {
+            self.stats.misses += 1;
+            return None;
+        };
+        self.clock += 1;
+        entry.used = self.clock;
+        self.stats.hits += 1;
+        self.stats.tokens_reused += entry.tokens.len() as u64;
+        Some((entry.tokens.len(), entry.snap.clone()))
+    }
+
+    /// Keep `snap` as the state after `tokens` (replacing an entry of the same tokens), then let
+    /// the least recently used entries go until the cache is within its budget. A snapshot larger
+    /// than the whole budget is not kept.
+    pub fn insert(&mut self, tokens: &[u32], snap: Snapshot) {
+        if !self.serves() || tokens.is_empty() {
+            return;
+        }
+        let bytes = snap.nbytes();
+        if bytes > self.stats.budget_bytes {
+            return;
+        }
+        self.entries.retain(|e| e.tokens != tokens);
+        self.clock += 1;
+        self.entries.push(Entry { tokens: tokens.to_vec(), snap, bytes, used: self.clock });
+        while self.held() > self.stats.budget_bytes {
+            let oldest = (0..self.entries.len()).min_by_key(|&i| self.entries[i].used).expect("over budget, not empty");
+            self.entries.swap_remove(oldest);
+            self.stats.evictions += 1;
+        }
+        self.refresh();
+    }
+
+    /// Let every entry go (the memory is wanted elsewhere).
+    pub fn clear(&mut self) {
+        self.stats.evictions += self.entries.len() as u64;
+        self.entries.clear();
+        self.refresh();
+    }
+
+    fn held(&self) -> u64 {
+        self.entries.iter().map(|e| e.bytes).sum()
+    }
+
+    fn refresh(&mut self) {
+        self.stats.entries = self.entries.len();
+        self.stats.bytes_held = self.held();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,81 @@
+use mlx_rs::Array;
+
+use super::*;
+
+/// A snapshot of `bytes` bytes (float32 logits), its hidden state marking which one it is.
+fn snap(mark: f32, bytes: usize) -> Snapshot {
+    let n = (bytes / 4 - 1) as i32;
+    Snapshot {
+        row: RowCache::new(&[]),
+        hidden: Array::from_slice(&[mark], &[1, 1, 1]),
+        logits: mlx_rs::ops::zeros::<f32>(&[1, 1, n]).unwrap(),
+    }
+}
+
+fn mark(s: &Snapshot) -> f32 {
+    s.hidden.as_slice::<f32>()[0]
+}
+
+fn cache(budget: u64) -> PromptCache {
+    PromptCache::new(Reuse::Exact, budget, None)
+}
+
+#[test]
+fn the_longest_entry_that_begins_the_prompt_serves_it() {
+    let mut c = cache(1 << 20);
+    c.insert(&[1, 2], snap(1.0, 64));
+    c.insert(&[1, 2, 3, 4], snap(2.0, 64));
+    c.insert(&[1, 2, 3, 4, 5, 6, 7], snap(3.0, 64)); // longer than the prompt below
+    c.insert(&[1, 9, 3], snap(4.0, 64)); // not a prefix of it
+    let (len, s) = c.lookup(&[1, 2, 3, 4, 5]).expect("a hit");
+    assert_eq!((len, mark(&s)), (4, 2.0));
+    let (len, s) = c.lookup(&[1, 2, 3, 4, 5, 6, 7]).expect("a prompt equal to an entry");
+    assert_eq!((len, mark(&s)), (7, 3.0));
+    assert!(c.lookup(&[2, 1]).is_none());
+    let st = c.stats();
+    assert_eq!((st.hits, st.misses, st.tokens_reused, st.entries), (2, 1, 11, 4));
+}
+
+#[test]
+fn the_least_recently_used_entries_leave_first_and_the_budget_holds() {
+    let mut c = cache(1000);
+    c.insert(&[1], snap(1.0, 400));
+    c.insert(&[2], snap(2.0, 400));
+    assert!(c.lookup(&[1, 5]).is_some()); // [1] is now the more recently used
+    c.insert(&[3], snap(3.0, 400));
+    assert!(c.lookup(&[2]).is_none(), "[2] was the least recently used");
+    assert!(c.lookup(&[1]).is_some() && c.lookup(&[3]).is_some());
+    let st = c.stats();
+    assert_eq!((st.evictions, st.entries), (1, 2));
+    assert!(st.bytes_held <= 1000 && st.bytes_held >= 800, "{st:?}");
+}
+
+#[test]
+fn a_snapshot_larger_than_the_budget_is_not_kept_and_the_same_tokens_replace() {
+    let mut c = cache(1000);
+    c.insert(&[1], snap(1.0, 4000));
+    assert_eq!(c.stats().entries, 0);
+    c.insert(&[1], snap(1.0, 100));
+    c.insert(&[1], snap(2.0, 100));
+    assert_eq!(c.stats().entries, 1);
+    assert_eq!(mark(&c.lookup(&[1]).unwrap().1), 2.0);
+}
+
+#[test]
+fn a_cache_that_does_not_serve_keeps_and_counts_nothing() {
+    let mut c = PromptCache::new(Reuse::Off, 1 << 20, None);
+    c.insert(&[1], snap(1.0, 64));
+    assert!(c.lookup(&[1, 2]).is_none());
+    assert_eq!(c.stats(), &CacheStats { budget_bytes: 1 << 20, ..CacheStats::default() });
+}
+
+#[test]
+fn the_policy_and_the_check_decide_how_the_cache_serves() {
+    let cfg = |policy, bytes| CacheConfig { policy, bytes };
+    assert_eq!(cfg(ReusePolicy::Exact, 1).reuse(true), Reuse::Exact);
+    assert_eq!(cfg(ReusePolicy::Exact, 1).reuse(false), Reuse::Off);
+    assert_eq!(cfg(ReusePolicy::Inexact, 1).reuse(false), Reuse::Inexact);
+    assert_eq!(cfg(ReusePolicy::Inexact, 1).reuse(true), Reuse::Exact);
+    assert_eq!(cfg(ReusePolicy::Off, 1).reuse(true), Reuse::Off);
+    assert_eq!(cfg(ReusePolicy::Exact, 0).reuse(true), Reuse::Off);
+}

@@ -1,0 +1,319 @@
+//! The prompt cache: a prompt resumed from a cached prefix gives the bits of the same prompt read
+//! from scratch, wherever the split-read check finds the route exact. Checked on the Llama family
+//! (the default model, and the tiny fixture) and the Qwen3.5 family (MoE and dense fixtures):
+//! the check itself, randomized resumed reads against fresh ones bit for bit in every piece of
+//! state and the logits, and randomized conversations through a continuous lane (turns, edits,
+//! regenerations, concurrent conversations, evictions; greedy and seeded sampling; MTP and AR
+//! rows) against solo runs that read every prompt from scratch.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Instant;
+
+use cohort::engine::draft_policy::DraftPolicy;
+use cohort::engine::lane::{Lane, LaneConfig, Pending, PromptCacheSetup};
+use cohort::engine::prepare::prepare;
+use cohort::engine::prompt_cache::Reuse;
+use cohort::engine::prompt_cache::check::{first_difference, split_read_check, state_of};
+use cohort::engine::request::{Prompt, Request, RequestResult};
+use cohort::engine::row::{CancelFlag, RowEvent};
+use cohort::engine::sampler::SamplerConfig;
+use cohort::engine::scheduler::{Numerics, WidthPolicy};
+use cohort::engine::solo::{GenerationMode, run_solo};
+use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
+use cohort::model::forward::LanguageModel;
+use cohort::model::layers::linear::WeightPolicy;
+use cohort::model::prefill::{read_prompt, resume_prompt};
+use cohort::model::routes::BlockRoute;
+use cohort::model::text::tokenizer::TextTokenizer;
+use cohort::platform::rng::Rng;
+use common::*;
+use mlx_rs::Dtype;
+
+/// The tiny Llama fixture reads exactly at any split only in chunks of up to 16 (OpenBLAS takes
+/// other kernels for its tiny matrices in longer blocks; the check finds that, below).
+const TINY_CHUNK: usize = 16;
+
+fn tiny_llama(dir: &std::path::Path) -> (Box<dyn LanguageModel>, TextTokenizer) {
+    let tiny = fixture_copy("llama/tiny_llama_mlx", dir);
+    std::fs::copy(fixture("llama/tiny_mtp.safetensors"), tiny.join("mtp.safetensors")).unwrap();
+    let model = cohort::model::load::load_with_policy(&tiny, Dtype::Float32, WeightPolicy::Kernel).unwrap();
+    (model, TextTokenizer::load(&tiny).unwrap())
+}
+
+fn qwen(name: &str) -> (Box<dyn LanguageModel>, TextTokenizer) {
+    let model = cohort::model::load::load(&fixture(name), Dtype::Float32).unwrap();
+    (model, TextTokenizer::load(&fixture(name)).unwrap())
+}
+
+/// The default model as the engine loads it; in CI (where setup fetched it) its absence fails.
+fn default_model(test: &str) -> Option<(tempfile::TempDir, Box<dyn LanguageModel>, TextTokenizer)> {
+    let loaded = smollm2_loaded(test);
+    assert!(loaded.is_some() || std::env::var_os("CI").is_none(), "{test}: the default model is missing in CI");
+    loaded
+}
+
+#[test]
+fn the_default_model_reads_a_prompt_split_anywhere_to_the_bits_of_a_whole_read() {
+    let Some((_dir, model, _)) = default_model("split check, default model") else { return };
+    for chunk in [512, 64, 16] {
+        let check = split_read_check(&*model, chunk).unwrap();
+        assert!(check.exact, "chunk {chunk}: {check:?}");
+    }
+}
+
+#[test]
+fn the_qwen_fixtures_and_the_tiny_llama_read_a_prompt_split_anywhere_exactly() {
+    for name in ["qwen35_moe_4bit", "qwen35_dense_8bit", "qwen3_next_4bit"] {
+        let (model, _) = qwen(name);
+        for chunk in [512, 16] {
+            let check = split_read_check(&*model, chunk).unwrap();
+            assert!(check.exact, "{name}, chunk {chunk}: {check:?}");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = tiny_llama(dir.path());
+    let check = split_read_check(&*model, TINY_CHUNK).unwrap();
+    assert!(check.exact, "tiny llama: {check:?}");
+}
+
+/// The check is not a formality: on routes whose products take other kernels for longer blocks
+/// it finds the difference and names it, and the cache then does not serve in exact mode.
+#[test]
+fn the_check_finds_reads_that_depend_on_where_they_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = tiny_llama(dir.path());
+    let check = split_read_check(&*model, 512).unwrap();
+    assert!(!check.exact, "{check:?}");
+    assert!(check.difference.as_deref().unwrap().contains("a read split at"), "{check:?}");
+    let (model, _) = qwen("qwen35_dense_bf16"); // bfloat16 weights as float32: unpadded float products
+    assert!(!split_read_check(&*model, 512).unwrap().exact);
+}
+
+/// 100+ random prompts, each read fresh and again as a cached prefix (cut at a random point)
+/// resumed in random chunks: every attention layer's keys and values, every recurrent state, the
+/// MTP history, the last hidden state and the logits equal bit for bit.
+fn resumed_reads_equal_fresh_reads(model: &dyn LanguageModel, chunk: usize, cases: usize, seed: u64) {
+    let vocab = model.vocab_size() as u64;
+    let mut rng = Rng::new(seed);
+    for case in 0..cases {
+        let len = 2 + (rng.next_u64() % 90) as usize;
+        let prompt: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab) as u32).collect();
+        let cut = 1 + (rng.next_u64() % (len as u64 - 1)) as usize;
+        let resumed_chunk = 1 + (rng.next_u64() % chunk as u64) as usize;
+        let mtp = model.has_mtp();
+        let mut fresh = model.new_row();
+        let (h, l) = read_prompt(model, &mut fresh, &prompt, chunk, mtp, &mut |_| {}).unwrap();
+        let want = state_of(&fresh, &h, &l).unwrap();
+        let mut row = model.new_row();
+        let (carry, _) = read_prompt(model, &mut row, &prompt[..cut], chunk, mtp, &mut |_| {}).unwrap();
+        let cached = row.clone(); // what the cache keeps; the row reads on from it
+        let (h, l) =
+            resume_prompt(model, &mut row, &prompt[cut..], resumed_chunk, mtp, Some(carry), &mut |_| {}).unwrap();
+        let got = state_of(&row, &h, &l).unwrap();
+        assert_eq!(
+            first_difference(&want, &got),
+            None,
+            "case {case}: {len} tokens cut at {cut}, resumed in chunks of {resumed_chunk}"
+        );
+        assert_eq!(cached.len, cut as i32, "reading on from a snapshot must not change it");
+    }
+}
+
+#[test]
+fn resumed_reads_equal_fresh_reads_bit_for_bit_on_both_families() {
+    let (model, _) = qwen("qwen35_moe_4bit");
+    resumed_reads_equal_fresh_reads(&*model, 16, 60, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = tiny_llama(dir.path());
+    resumed_reads_equal_fresh_reads(&*model, TINY_CHUNK, 60, 2);
+}
+
+#[test]
+fn resumed_reads_equal_fresh_reads_bit_for_bit_on_the_default_model() {
+    let Some((_dir, model, _)) = default_model("resumed reads, default model") else { return };
+    resumed_reads_equal_fresh_reads(&*model, 512, 40, 3);
+}
+
+fn lane_config(chunk: usize, bytes: u64) -> LaneConfig {
+    LaneConfig {
+        chunk,
+        budget: chunk,
+        mode: GenerationMode::Mtp,
+        numerics: Numerics::Throughput,
+        batched: BlockRoute::Batched,
+        width: WidthPolicy::Packed,
+        family: "test".into(),
+        packed_prefill: false,
+        drafts: DraftPolicy::Measured,
+        split_exact: true,
+        prompt_cache: PromptCacheSetup { reuse: Reuse::Exact, bytes, inexact_because: None },
+    }
+}
+
+fn request(id: String, prompt: &[u32], rng: &mut Rng) -> Request {
+    let sampler = if rng.next_u64().is_multiple_of(2) { SamplerConfig::greedy() } else { SamplerConfig::default() };
+    Request {
+        id,
+        prompt: Prompt::Ids(prompt.to_vec()),
+        max_tokens: 1 + (rng.next_u64() % 7) as usize,
+        sampler,
+        seed: rng.next_u64() % 10_000,
+        stop: vec![],
+        ignore_eos: true,
+        mode: rng.next_u64().is_multiple_of(4).then_some(GenerationMode::Ar),
+    }
+}
+
+/// Run requests through the lane together (as an owner thread would), returning their results.
+fn through_lane(lane: &mut Lane, tel: &SharedTelemetry, reqs: &[Request]) -> Vec<RequestResult> {
+    let mut rxs = Vec::new();
+    let mut queue = VecDeque::new();
+    for r in reqs {
+        let (tx, rx) = mpsc::channel();
+        queue.push_back(Pending { req: r.clone(), cancel: CancelFlag::default(), events: tx, arrived: Instant::now() });
+        rxs.push(rx);
+    }
+    // One arrives at once, the rest a step later: reading and decoding overlap.
+    lane.admit(queue.pop_front().unwrap());
+    let mut results: Vec<Option<RequestResult>> = reqs.iter().map(|_| None).collect();
+    for step in 0.. {
+        if step == 1 {
+            while let Some(p) = queue.pop_front() {
+                lane.admit(p);
+            }
+        }
+        lane.step(tel).unwrap();
+        for (i, rx) in rxs.iter().enumerate() {
+            for ev in rx.try_iter() {
+                if let RowEvent::Done(r) = ev {
+                    results[i] = Some(*r);
+                }
+            }
+        }
+        if queue.is_empty() && lane.is_idle() && results.iter().all(Option::is_some) {
+            break;
+        }
+        assert!(step < 5_000, "the lane never went idle");
+    }
+    results.into_iter().map(Option::unwrap).collect()
+}
+
+fn solo_tokens(model: &dyn LanguageModel, tok: &TextTokenizer, r: &Request, chunk: usize) -> Vec<u32> {
+    let mut run = prepare(model, tok, r, CancelFlag::default()).unwrap();
+    run_solo(model, tok, &mut run, GenerationMode::Mtp, chunk, &mut |_| {}).unwrap();
+    run.tokens
+}
+
+/// Random conversations through one lane that keeps its prompt cache across them: each turn
+/// sends the history (earlier prompts and answers) plus new tokens; some turns regenerate (the
+/// same prompt again), some edit (branch from an earlier turn), and up to three conversations'
+/// turns run at once. Every answer equals the solo run that reads its prompt from scratch.
+fn conversations_equal_fresh_runs(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    chunk: usize,
+    conversations: usize,
+    bytes: u64,
+    seed: u64,
+    least_reused: f64,
+) -> Telemetry {
+    let vocab = model.vocab_size() as u64;
+    let mut rng = Rng::new(seed);
+    let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
+    let mut lane = Lane::new(model, tok, lane_config(chunk, bytes)).unwrap();
+    let words = |rng: &mut Rng, n: u64| -> Vec<u32> {
+        (0..1 + rng.next_u64() % n).map(|_| (rng.next_u64() % vocab) as u32).collect()
+    };
+    // Each live conversation: the prompts it sent, with the answers that followed them.
+    let mut convs: Vec<Vec<Vec<u32>>> = Vec::new();
+    let (mut served, mut reused) = (0, 0);
+    for c in 0..conversations {
+        if convs.len() < 3 || rng.next_u64().is_multiple_of(3) {
+            convs.push(vec![words(&mut rng, 40)]);
+        }
+        let together = 1 + (rng.next_u64() % 3) as usize;
+        let mut turns = Vec::new();
+        for _ in 0..together.min(convs.len()) {
+            let k = (rng.next_u64() % convs.len() as u64) as usize;
+            let history = &convs[k];
+            let last = history.last().unwrap().clone();
+            let prompt = match rng.next_u64() % 6 {
+                0 => last.clone(), // regenerate: the same prompt again
+                1 if history.len() > 1 => {
+                    // edit: branch from an earlier turn with other words
+                    let at = (rng.next_u64() % (history.len() as u64 - 1)) as usize;
+                    [history[at].clone(), words(&mut rng, 12)].concat()
+                }
+                _ => [last.clone(), words(&mut rng, 12)].concat(),
+            };
+            if turns.iter().any(|(j, _)| *j == k) {
+                continue;
+            }
+            turns.push((k, prompt));
+        }
+        let reqs: Vec<Request> =
+            turns.iter().enumerate().map(|(i, (k, p))| request(format!("c{c}t{i}k{k}"), p, &mut rng)).collect();
+        let results = through_lane(&mut lane, &tel, &reqs);
+        for ((k, prompt), (req, res)) in turns.into_iter().zip(reqs.iter().zip(&results)) {
+            assert_eq!(res.error, None, "{}", req.id);
+            let want = solo_tokens(model, tok, req, chunk);
+            assert_eq!(
+                res.token_ids, want,
+                "{}: {} prompt tokens, {} from the cache",
+                req.id, res.stats.prompt_tokens, res.stats.cached_tokens
+            );
+            if res.stats.cached_tokens > 0 {
+                assert_eq!(res.stats.reuse, Some(Reuse::Exact));
+                reused += 1;
+            }
+            served += 1;
+            convs[k].push([prompt, res.token_ids.clone()].concat());
+        }
+    }
+    let t = tel.lock().unwrap().clone();
+    assert!(
+        reused as f64 >= least_reused * served as f64 && reused > 0,
+        "the cache served too few turns to test anything: {reused} of {served}"
+    );
+    assert_eq!(t.prompt_cache.hits as usize, reused);
+    assert!(t.prompt_cache.bytes_held <= bytes);
+    t
+}
+
+#[test]
+fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_qwen_family() {
+    let (model, tok) = qwen("qwen35_moe_4bit");
+    conversations_equal_fresh_runs(&*model, &tok, 16, 120, 1 << 30, 11, 0.5);
+}
+
+#[test]
+fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_tiny_llama() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, tok) = tiny_llama(dir.path());
+    conversations_equal_fresh_runs(&*model, &tok, TINY_CHUNK, 120, 1 << 30, 12, 0.5);
+}
+
+#[test]
+fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_default_model() {
+    let Some((_dir, model, tok)) = default_model("conversations, default model") else { return };
+    conversations_equal_fresh_runs(&*model, &tok, 512, 30, 1 << 30, 13, 0.5);
+}
+
+/// A budget of a few snapshots: entries are evicted, and turns whose prefix left read it again,
+/// still equal to fresh runs.
+#[test]
+fn a_small_budget_evicts_and_answers_stay_those_of_fresh_runs() {
+    let (model, tok) = qwen("qwen35_moe_4bit");
+    let one = {
+        let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
+        let mut lane = Lane::new(&*model, &tok, lane_config(16, 1 << 30)).unwrap();
+        let mut rng = Rng::new(5);
+        through_lane(&mut lane, &tel, &[request("size".into(), &[5; 40], &mut rng)]);
+        tel.lock().unwrap().prompt_cache.bytes_held
+    };
+    let t = conversations_equal_fresh_runs(&*model, &tok, 16, 60, 3 * one, 14, 0.0);
+    assert!(t.prompt_cache.evictions > 0, "{:?}", t.prompt_cache);
+}
