@@ -229,7 +229,7 @@ fn conversations_equal_fresh_runs(
     };
     // Each live conversation: the prompts it sent, with the answers that followed them.
     let mut convs: Vec<Vec<Vec<u32>>> = Vec::new();
-    let (mut served, mut reused) = (0, 0);
+    let (mut served, mut reused, mut after_answers) = (0, 0, 0);
     for c in 0..conversations {
         if convs.len() < 3 || rng.next_u64().is_multiple_of(3) {
             convs.push(vec![words(&mut rng, 40)]);
@@ -249,15 +249,22 @@ fn conversations_equal_fresh_runs(
                 }
                 _ => [last.clone(), words(&mut rng, 12)].concat(),
             };
-            if turns.iter().any(|(j, _)| *j == k) {
+            if turns.iter().any(|(j, _, _)| *j == k) {
                 continue;
             }
-            turns.push((k, prompt));
+            turns.push((k, prompt, last.len()));
         }
         let reqs: Vec<Request> =
-            turns.iter().enumerate().map(|(i, (k, p))| request(format!("c{c}t{i}k{k}"), p, &mut rng)).collect();
+            turns.iter().enumerate().map(|(i, (k, p, _))| request(format!("c{c}t{i}k{k}"), p, &mut rng)).collect();
         let results = through_lane(&mut lane, &tel, &reqs);
-        for ((k, prompt), (req, res)) in turns.into_iter().zip(reqs.iter().zip(&results)) {
+        // Mostly the user takes a while to answer and the lane reads the answers back while
+        // idle; sometimes the next turn comes at once and resumes before the answer.
+        if !rng.next_u64().is_multiple_of(3) {
+            while lane.has_background_work() {
+                lane.step(&tel).unwrap();
+            }
+        }
+        for ((k, prompt, answered), (req, res)) in turns.into_iter().zip(reqs.iter().zip(&results)) {
             assert_eq!(res.error, None, "{}", req.id);
             let want = solo_tokens(model, tok, req, chunk);
             assert_eq!(
@@ -268,6 +275,8 @@ fn conversations_equal_fresh_runs(
             if res.stats.cached_tokens > 0 {
                 assert_eq!(res.stats.reuse, Some(Reuse::Exact));
                 reused += 1;
+                // Resumed after the last answer, which the lane read back while idle.
+                after_answers += usize::from(res.stats.cached_tokens == answered && answered < prompt.len());
             }
             served += 1;
             convs[k].push([prompt, res.token_ids.clone()].concat());
@@ -279,6 +288,8 @@ fn conversations_equal_fresh_runs(
         "the cache served too few turns to test anything: {reused} of {served}"
     );
     assert_eq!(t.prompt_cache.hits as usize, reused);
+    assert!(t.prompt_cache.settled > 0, "no answer was read back: {:?}", t.prompt_cache);
+    assert!(least_reused == 0.0 || after_answers > 0, "no turn resumed after an answer read back");
     assert!(t.prompt_cache.bytes_held <= bytes);
     t
 }
@@ -299,7 +310,7 @@ fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_tiny_llama() {
 #[test]
 fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_default_model() {
     let Some((_dir, model, tok)) = default_model("conversations, default model") else { return };
-    conversations_equal_fresh_runs(&*model, &tok, 512, 30, 1 << 30, 13, 0.5);
+    conversations_equal_fresh_runs(&*model, &tok, 512, 20, 1 << 30, 13, 0.5);
 }
 
 /// A budget of a few snapshots: entries are evicted, and turns whose prefix left read it again,

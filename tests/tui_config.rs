@@ -81,10 +81,40 @@ fn flags_override_the_profile() {
         theme: Some("light".into()),
         panes: Some(2),
         dtype: Some("float16".into()),
+        prompt_cache: cohort::cli::cache_args::PromptCacheArgs {
+            prompt_cache: None,
+            prompt_cache_bytes: Some(64 << 20),
+        },
     };
     let s = Settings::resolve(&loaded, &flags).unwrap();
     assert_eq!((s.model.as_deref(), s.theme.as_str(), s.panes), (Some("m"), "light", 2));
     assert_eq!(s.numerics, Numerics::Balanced, "what the flags leave alone comes from the profile");
+    assert_eq!(s.prompt_cache.bytes, 64 << 20);
+    assert_eq!(s.scheduler().prompt_cache, s.prompt_cache, "the engine starts with the settings' cache");
+}
+
+#[test]
+fn a_profile_sets_the_prompt_cache_and_a_flag_overrides_it() {
+    use cohort::engine::prompt_cache::ReusePolicy;
+    let (dir, paths) = temp_paths();
+    let file = dir.path().join("cache.toml");
+    write(&file, "prompt_cache = \"inexact\"\nprompt_cache_bytes = 1048576\n");
+    let loaded = profile::load_profile(file.to_str().unwrap(), &paths).unwrap();
+    let s = Settings::resolve(&loaded, &Overrides::default()).unwrap();
+    assert_eq!((s.prompt_cache.policy, s.prompt_cache.bytes), (ReusePolicy::Inexact, 1 << 20));
+    let off = Overrides {
+        prompt_cache: cohort::cli::cache_args::PromptCacheArgs {
+            prompt_cache: Some(ReusePolicy::Off),
+            prompt_cache_bytes: None,
+        },
+        ..Default::default()
+    };
+    let s2 = Settings::resolve(&loaded, &off).unwrap();
+    assert_eq!((s2.prompt_cache.policy, s2.prompt_cache.bytes), (ReusePolicy::Off, 1 << 20));
+    assert!(s.engine_differs(&s2), "another cache policy restarts the engine");
+    write(&file, "prompt_cache = \"sometimes\"\n");
+    let err = error_of(profile::load_profile(file.to_str().unwrap(), &paths));
+    assert!(err.contains("cache.toml") && err.contains("prompt_cache"), "{err}");
 }
 
 #[test]

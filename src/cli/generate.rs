@@ -61,6 +61,8 @@ pub struct GenerateArgs {
     /// the default), or draft every cycle (always).
     #[arg(long, value_enum)]
     drafts: Option<DraftPolicy>,
+    #[command(flatten)]
+    prompt_cache: super::cache_args::PromptCacheArgs,
 }
 
 /// What the reader thread hands the writer: a request line (or the result refusing it), or the
@@ -291,6 +293,7 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     if let Some(d) = args.drafts {
         scheduler.drafts = d;
     }
+    scheduler.prompt_cache = args.prompt_cache.apply(scheduler.prompt_cache);
     if let Some(b) = args.prefill_budget {
         scheduler.prefill_budget = b.max(1);
     }

@@ -10,6 +10,7 @@ pub mod bench_step;
 mod bench_step_report;
 #[cfg(feature = "lab")]
 mod bench_switches;
+pub mod cache_args;
 pub mod device;
 mod device_invariance;
 mod device_moe_timing;

@@ -34,7 +34,7 @@ impl ModelArgs {
             weights: settings.weights.clone(),
         };
         let setup = crate::engine::owner::EngineSetup {
-            scheduler: settings.preset.config(),
+            scheduler: settings.scheduler(),
             numerics: settings.numerics,
             mode: settings.mode,
             serial: false,

@@ -54,17 +54,24 @@ pub struct ServeArgs {
     /// the default), or draft every cycle (always).
     #[arg(long, value_enum, default_value = "measured")]
     drafts: crate::engine::draft_policy::DraftPolicy,
+    #[command(flatten)]
+    prompt_cache: super::cache_args::PromptCacheArgs,
 }
 
 pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
     let loaded = load_startup_profile(args.profile.as_deref(), paths)?;
-    let overrides = Overrides { model: args.model.clone(), dtype: args.dtype.clone(), ..Default::default() };
+    let overrides = Overrides {
+        model: args.model.clone(),
+        dtype: args.dtype.clone(),
+        prompt_cache: args.prompt_cache.clone(),
+        ..Default::default()
+    };
     let settings = Settings::resolve(&loaded, &overrides)?;
     // NaN, negatives and values no Duration holds (1e300: it panicked once the server listened).
     let grace = Duration::try_from_secs_f64(args.grace_s)
         .ok()
         .with_context(|| format!("--grace-s {}: must be a number of seconds from 0 to {}", args.grace_s, u64::MAX))?;
-    let scheduler = SchedulerConfig { drafts: args.drafts, ..settings.preset.config() };
+    let scheduler = SchedulerConfig { drafts: args.drafts, ..settings.scheduler() };
     let capacity = scheduler
         .lane_width()
         .checked_add(args.max_waiting)

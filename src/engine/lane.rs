@@ -37,6 +37,9 @@ use crate::model::text::tokenizer::TextTokenizer;
 /// a read may split anywhere: on the CPU about a tenth of a second of the default model's reading.
 pub const SHARED_READ: usize = 64;
 
+/// Answers waiting to be read back into the prompt cache, at most.
+const MAX_SETTLES: usize = 16;
+
 /// A request waiting for a row.
 pub struct Pending {
     pub req: Request,
@@ -158,6 +161,20 @@ pub struct Lane<'m> {
     outbox: Vec<(Pending, RequestResult)>,
     /// Rows' states after their prompts, for later prompts that begin with them.
     cache: PromptCache,
+    /// Answers to read back into the cache while the lane is idle, oldest first.
+    settles: VecDeque<Settle>,
+}
+
+/// A finished row's prompt and answer, read back from the prompt's cached state so that the
+/// conversation's next turn (which sends them again) resumes after the answer. A decoded answer's
+/// state is not what a fresh read of it gives (decode steps take other routes than prompt reads),
+/// so it is read again, as a prompt, in the lane's idle time.
+struct Settle {
+    tokens: Vec<u32>,
+    /// Where the prompt ends and the answer starts.
+    from: usize,
+    /// The row reading it (None until started) and where it stands.
+    row: Option<(RowCache, Option<Array>, usize)>,
 }
 
 impl<'m> Lane<'m> {
@@ -167,6 +184,7 @@ impl<'m> Lane<'m> {
         let cache = PromptCache::new(pc.reuse, pc.bytes, pc.inexact_because.clone());
         Ok(Self {
             cache,
+            settles: VecDeque::new(),
             model,
             tok,
             cfg,
@@ -257,7 +275,56 @@ impl<'m> Lane<'m> {
             t.finalize_scope = FinalizeScope::CohortOwnerAfterDecode;
         }
         self.deliver(tel);
+        if self.is_idle() && !self.settles.is_empty() {
+            self.settle_some();
+            self.publish(tel);
+        }
         Ok(())
+    }
+
+    /// Whether an idle lane still has answers to read back (the owner keeps stepping it while
+    /// nothing else arrives).
+    pub fn has_background_work(&self) -> bool {
+        !self.settles.is_empty()
+    }
+
+    /// Read one piece of the oldest answer waiting to be read back; a whole answer read is kept
+    /// in the cache. Pieces are small where reads may split anywhere, so a request arriving
+    /// meanwhile waits for one piece at most.
+    fn settle_some(&mut self) {
+        let Some(mut s) = self.settles.pop_front() else { return };
+        let model = self.model;
+        let (mut row, mut carry, next) = match s.row.take() {
+            Some(started) => started,
+            None => match self.cache.entry(&s.tokens[..s.from]) {
+                Some(snap) => (snap.row, Some(snap.hidden), s.from),
+                None => return, // the prompt's state left the cache: nothing to resume from
+            },
+        };
+        let piece = if self.cfg.split_exact { self.cfg.chunk.min(SHARED_READ) } else { self.cfg.chunk };
+        let end = (next + piece.max(1)).min(s.tokens.len());
+        let part = &s.tokens[next..end];
+        let is_last = end == s.tokens.len();
+        let mtp = self.cfg.mode == GenerationMode::Mtp;
+        let read = crate::model::routes::batched(|| -> Result<Option<(Array, Array)>> {
+            let out = read_chunks(model, &mut [&mut row], &[part], &[is_last])?.pop().context("one row read")?;
+            if mtp {
+                carry = Some(write_history(model, &mut row, carry.as_ref(), &out.hidden, part)?);
+            }
+            is_last.then(|| last_position(out)).transpose()
+        });
+        match read {
+            Ok(Some((hidden, logits))) => {
+                self.cache.insert(&s.tokens, Snapshot { row, hidden, logits });
+                self.cache.count_settled();
+            }
+            Ok(None) => {
+                s.row = Some((row, carry, end));
+                self.settles.push_front(s);
+            }
+            // Only a shortcut is lost: the next turn reads the answer itself.
+            Err(e) => tracing::warn!("reading an answer back into the prompt cache failed: {e:#}"),
+        }
     }
 
     /// Fail every live row with `message` (a cycle or a prompt failed: their state is not
@@ -600,6 +667,7 @@ impl<'m> Lane<'m> {
             if run.stats.route.is_empty() {
                 run.stats.route = self.cfg.route(run.mode, 1, CycleKind::Draft);
             }
+            self.settle_later(&run);
             self.end(seat.p, &mut run);
             left += 1;
         }
@@ -609,6 +677,20 @@ impl<'m> Lane<'m> {
         self.fit_padding();
         if !self.runs.is_empty() {
             self.leaves += left;
+        }
+    }
+
+    /// Queue a finished row's answer to be read back into the cache while the lane is idle.
+    fn settle_later(&mut self, run: &RowRun) {
+        let finished = matches!(run.finish, Some((FinishReason::Stop | FinishReason::Length, _)));
+        if !self.cache.serves() || !finished || run.tokens.is_empty() {
+            return;
+        }
+        let tokens = [run.prompt_ids.as_slice(), run.tokens.as_slice()].concat();
+        self.settles.push_back(Settle { tokens, from: run.prompt_ids.len(), row: None });
+        // An engine that never idles keeps only the newest few.
+        while self.settles.len() > MAX_SETTLES {
+            self.settles.pop_front();
         }
     }
 

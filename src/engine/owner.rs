@@ -286,9 +286,22 @@ fn run_continuous(mut lane: Lane, setup: &EngineSetup, rx: &mpsc::Receiver<Owner
             if shutting_down {
                 return;
             }
-            match rx.recv() {
-                Ok(cmd) => apply(cmd, &mut queue, &mut serial, &mut shutting_down),
-                Err(_) => return,
+            // An idle lane with answers to read back into the prompt cache reads one piece a
+            // step while nothing arrives; otherwise it waits for the next command.
+            let next = if lane.has_background_work() {
+                match rx.try_recv() {
+                    Ok(cmd) => Some(cmd),
+                    Err(mpsc::TryRecvError::Empty) => None,
+                    Err(mpsc::TryRecvError::Disconnected) => return,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(cmd) => Some(cmd),
+                    Err(_) => return,
+                }
+            };
+            if let Some(cmd) = next {
+                apply(cmd, &mut queue, &mut serial, &mut shutting_down);
             }
         }
         while let Ok(cmd) = rx.try_recv() {

@@ -291,7 +291,17 @@ pub fn finish_reason(reason: FinishReason) -> &'static str {
 
 pub fn usage(r: &RequestResult) -> Value {
     let (p, c) = (r.stats.prompt_tokens, r.stats.completion_tokens);
-    serde_json::json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p.saturating_add(c)})
+    // OpenAI's field for prompt tokens served from a cache; `reuse` says whether exactly.
+    let mut details = serde_json::json!({"cached_tokens": r.stats.cached_tokens});
+    if let Some(reuse) = r.stats.reuse {
+        details["reuse"] = serde_json::json!(reuse.name());
+    }
+    serde_json::json!({
+        "prompt_tokens": p,
+        "completion_tokens": c,
+        "total_tokens": p.saturating_add(c),
+        "prompt_tokens_details": details,
+    })
 }
 
 /// cohort's own figures for a request, in the extension field `cohort`.

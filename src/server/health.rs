@@ -40,6 +40,7 @@ pub fn report(state: &AppState) -> (StatusCode, Value) {
         "queue": {"waiting": t.pending, "active": t.active, "in_flight": in_flight, "capacity": state.limits.capacity},
         "width_now": t.width_now,
         "max_context": info.max_context,
+        "prompt_cache": t.prompt_cache,
         "telemetry": t,
     });
     (code, body)

@@ -108,7 +108,8 @@ impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let view = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let t = &view.telemetry;
-        let counters: [(&str, &str, u64); 9] = [
+        let pc = &t.prompt_cache;
+        let counters: [(&str, &str, u64); 13] = [
             ("engine_cycles", "Decode cycles the lane has run", t.lane_cycles),
             (
                 "plain_cycles",
@@ -122,12 +123,16 @@ impl Collector for EngineCollector {
             ("lane_leaves", "Rows that left a lane while others decoded on", t.leaves as u64),
             ("engine_poisoned", "Cycles that failed and failed their lane's rows", t.poisoned as u64),
             ("verify_cycles", "Verify (or plain decode) cycles", t.verify_cycles as u64),
+            ("prompt_cache_hits", "Prompts that resumed from a cached prefix", pc.hits),
+            ("prompt_cache_misses", "Prompts that found no cached prefix", pc.misses),
+            ("prompt_cache_tokens_reused", "Prompt tokens resumed from the cache instead of read", pc.tokens_reused),
+            ("prompt_cache_evictions", "Cached prefixes let go to stay within the budget", pc.evictions),
         ];
         for (name, help, value) in counters {
             let c = ConstCounter::new(value);
             c.encode(encoder.encode_descriptor(name, help, None, c.metric_type())?)?;
         }
-        let gauges: [(&str, &str, i64); 8] = [
+        let gauges: [(&str, &str, i64); 12] = [
             ("ready", "1 once the model has loaded", i64::from(view.ready)),
             ("requests_in_flight", "Requests the server holds (decoding or waiting)", view.in_flight as i64),
             ("queue_depth", "Requests waiting for a row", t.pending as i64),
@@ -136,6 +141,14 @@ impl Collector for EngineCollector {
             ("memory_active_bytes", "MLX active memory", t.memory.active as i64),
             ("memory_peak_bytes", "MLX peak memory", t.memory.peak as i64),
             ("memory_cache_bytes", "MLX buffer cache", t.memory.cache as i64),
+            ("prompt_cache_bytes", "Bytes of row state the prompt cache holds", pc.bytes_held as i64),
+            ("prompt_cache_budget_bytes", "Bytes the prompt cache may hold", pc.budget_bytes as i64),
+            ("prompt_cache_entries", "Cached prefixes held", pc.entries as i64),
+            (
+                "prompt_cache_exact",
+                "1 where a cached prefix gives the bits of a fresh read, 0 where inexact or off",
+                i64::from(pc.reuse == crate::engine::prompt_cache::Reuse::Exact),
+            ),
         ];
         for (name, help, value) in gauges {
             let g = ConstGauge::new(value);

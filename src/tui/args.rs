@@ -38,6 +38,8 @@ pub struct TuiArgs {
     /// The server's API key, for --attach.
     #[arg(long, env = "COHORT_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    #[command(flatten)]
+    pub prompt_cache: crate::cli::cache_args::PromptCacheArgs,
 }
 
 /// `--resume` without a session name.
@@ -45,6 +47,12 @@ pub const LATEST: &str = "latest";
 
 impl TuiArgs {
     pub fn overrides(&self) -> Overrides {
-        Overrides { model: self.model.clone(), dtype: self.dtype.clone(), theme: self.theme.clone(), panes: self.panes }
+        Overrides {
+            model: self.model.clone(),
+            dtype: self.dtype.clone(),
+            theme: self.theme.clone(),
+            panes: self.panes,
+            prompt_cache: self.prompt_cache.clone(),
+        }
     }
 }

@@ -153,6 +153,16 @@ pub fn telemetry(app: &App) -> Telemetry {
         rows,
         memory: MemoryStats { active: 1_288_490_189, peak: 2_147_483_648, cache: 314_572_800 },
         last_queue_wait_s: 0.0123,
+        prompt_cache: crate::engine::prompt_cache::CacheStats {
+            reuse: crate::engine::prompt_cache::Reuse::Exact,
+            budget_bytes: 1 << 30,
+            bytes_held: 96 << 20,
+            entries: 6,
+            hits: 14,
+            misses: 4,
+            tokens_reused: 8_412,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

@@ -121,6 +121,10 @@ pub struct CacheStats {
     /// Prompt tokens not read again because an entry held them.
     pub tokens_reused: u64,
     pub evictions: u64,
+    /// Answers read back into the cache while the engine was idle (so a conversation's next
+    /// turn resumes after the answer, not before it).
+    #[serde(default)]
+    pub settled: u64,
 }
 
 struct Entry {
@@ -172,6 +176,16 @@ impl PromptCache {
         self.stats.hits += 1;
         self.stats.tokens_reused += entry.tokens.len() as u64;
         Some((entry.tokens.len(), entry.snap.clone()))
+    }
+
+    /// The entry of exactly `tokens`, if held (counts nothing: the engine's own reads use it).
+    pub fn entry(&self, tokens: &[u32]) -> Option<Snapshot> {
+        self.entries.iter().find(|e| e.tokens == tokens).map(|e| e.snap.clone())
+    }
+
+    /// An answer was read back and kept ([`Self::insert`] keeps it).
+    pub fn count_settled(&mut self) {
+        self.stats.settled += 1;
     }
 
     /// Keep `snap` as the state after `tokens` (replacing an entry of the same tokens), then let

@@ -68,6 +68,12 @@ pub struct Profile {
     pub theme: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub panes: Option<usize>,
+    /// The prompt cache: `exact` (default), `inexact` or `off` (docs/configuration.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<crate::engine::prompt_cache::ReusePolicy>,
+    /// Bytes of row state the prompt cache may hold (warm conversations; default 1 GiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_cache_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampler: Option<SamplerConfig>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -203,6 +209,7 @@ pub struct Overrides {
     pub dtype: Option<String>,
     pub theme: Option<String>,
     pub panes: Option<usize>,
+    pub prompt_cache: crate::cli::cache_args::PromptCacheArgs,
 }
 
 /// Everything resolved: what the app runs with.
@@ -217,6 +224,7 @@ pub struct Settings {
     pub preset: Preset,
     pub numerics: Numerics,
     pub mode: Option<GenerationMode>,
+    pub prompt_cache: crate::engine::prompt_cache::CacheConfig,
     pub sampler: SamplerConfig,
     pub max_tokens: usize,
     pub seed: u64,
@@ -240,6 +248,7 @@ impl Default for Settings {
             preset: Preset::Throughput,
             numerics: Numerics::Throughput,
             mode: None,
+            prompt_cache: crate::engine::prompt_cache::CacheConfig::default(),
             sampler: SamplerConfig::default(),
             max_tokens: DEFAULT_MAX_TOKENS,
             seed: 0,
@@ -271,6 +280,10 @@ impl Settings {
             preset: p.preset.unwrap_or(d.preset),
             numerics: p.numerics.unwrap_or(d.numerics),
             mode: p.mode,
+            prompt_cache: flags.prompt_cache.apply(crate::engine::prompt_cache::CacheConfig {
+                policy: p.prompt_cache.unwrap_or(d.prompt_cache.policy),
+                bytes: p.prompt_cache_bytes.unwrap_or(d.prompt_cache.bytes),
+            }),
             sampler: p.sampler.unwrap_or(d.sampler),
             max_tokens: p.max_tokens.unwrap_or(d.max_tokens),
             seed: p.seed.unwrap_or(d.seed),
@@ -352,6 +365,8 @@ impl Settings {
             system: self.system.clone(),
             theme: Some(self.theme.clone()),
             panes: Some(self.panes),
+            prompt_cache: Some(self.prompt_cache.policy),
+            prompt_cache_bytes: Some(self.prompt_cache.bytes),
             sampler: Some(self.sampler),
             keys: self.keys.clone(),
             pane: self.pane_settings.iter().map(|(n, own)| (n.to_string(), PaneProfile::from_settings(own))).collect(),
@@ -366,6 +381,12 @@ impl Settings {
             || self.preset != other.preset
             || self.numerics != other.numerics
             || self.mode != other.mode
+            || self.prompt_cache != other.prompt_cache
+    }
+
+    /// The engine's scheduling: the preset's, with the prompt cache these settings ask for.
+    pub fn scheduler(&self) -> crate::engine::scheduler::SchedulerConfig {
+        crate::engine::scheduler::SchedulerConfig { prompt_cache: self.prompt_cache, ..self.preset.config() }
     }
 }
 

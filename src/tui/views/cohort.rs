@@ -64,6 +64,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             pair("drafts", format!("{}/{}{rate}", t.accepted_drafts, t.rejected_drafts), s.base),
         ]));
         lines.push(line(vec![pair("route", route, s.accent)]));
+        lines.push(line(vec![pair("prompt cache", cache_summary(&t.prompt_cache), s.base)]));
         lines.push(line(vec![pair("last error", error, error_style)]));
         lines.push(line(vec![pair("finalize", scope_name(t.finalize_scope).into(), finalize_style)]));
         lines.push(line(vec![pair("probe", probe, s.base)]));
@@ -106,6 +107,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             pair("drafts", format!("{} accepted / {} rejected{rate}", t.accepted_drafts, t.rejected_drafts), s.base),
         ]));
         lines.push(line(vec![pair("route", route, s.accent)]));
+        if inner.height as usize > full_height {
+            lines.push(line(vec![pair("prompt cache", cache_summary(&t.prompt_cache), s.base)]));
+        }
         lines.push(line(vec![
             pair("finalize", scope_name(t.finalize_scope).into(), finalize_style),
             pair("poisoned", t.poisoned.to_string(), if t.poisoned > 0 { s.error } else { s.base }),
@@ -122,6 +126,28 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         lines.push(line(vec![pair("last error", error, error_style)]));
     }
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+}
+
+/// The prompt cache in one line: how it serves, what it holds against its budget, what it saved.
+fn cache_summary(c: &crate::engine::prompt_cache::CacheStats) -> String {
+    use crate::engine::prompt_cache::Reuse;
+    let mb = |b: u64| b as f64 / (1u64 << 20) as f64;
+    match c.reuse {
+        Reuse::Off => match &c.inexact_because {
+            Some(why) => format!("off: reuse is not exact here ({why})"),
+            None => "off".into(),
+        },
+        reuse => format!(
+            "{} · {} held, {:.0} of {:.0} MB · {} hits, {} tokens reused · {} evicted",
+            reuse.name(),
+            c.entries,
+            mb(c.bytes_held),
+            mb(c.budget_bytes),
+            c.hits,
+            c.tokens_reused,
+            c.evictions
+        ),
+    }
 }
 
 fn scope_name(scope: FinalizeScope) -> &'static str {
