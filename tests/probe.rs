@@ -63,6 +63,8 @@ fn the_probe_runs_on_a_synthetic_model_and_reports_its_construction_check() {
     assert_eq!(v["construction"]["passed"], true, "{v}");
     assert_eq!(v["construction"]["max_abs_diff"], 0.0, "{v}");
     assert_eq!(v["construction"]["widths"], serde_json::json!([2, 3, 4, 5, 6, 7, 8]), "{v}");
+    // And whether a prompt read split anywhere gives a whole read's bits (the prompt cache).
+    assert_eq!(v["split_read"]["exact"], true, "{v}");
 
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
         .args(["probe", "--synthetic", "qwen9"])

@@ -7,6 +7,10 @@
 #                                                  the server comparison (issue #39): 8 streaming
 #                                                  clients against `cohort serve`, mlx_lm.server and
 #                                                  llama-server, and cohort's server overhead
+#   scripts/peers/run.sh chat [chat_bench.py options]
+#                                                  warm conversations (issue #54): follow-up turns'
+#                                                  time to first token as the history grows, cohort
+#                                                  (cache on and off) against llama-server, mlx_lm.server
 #   scripts/peers/run.sh --setup-only              only the set-up (idempotent)
 #
 # Everything it installs lives in .runtime/peers/ (ignored): a venv with mlx-lm on mlx 0.32.2 from
@@ -107,6 +111,11 @@ main() {
     eval "$("$ROOT/setup.sh" env)"
     # The receipt records the command as it was typed, not the expanded one below.
     export COHORT_PEERS_COMMAND="scripts/peers/run.sh $*"
+    if [ "${1:-}" = chat ]; then
+        shift
+        exec "$PEERS/venv/bin/python" "$ROOT/scripts/peers/chat_bench.py" --root "$ROOT" --peers "$PEERS" \
+            --gguf "$GGUF" --model "$PEERS/SmolLM2-135M-Instruct" "$@"
+    fi
     if [ "${1:-}" = serve ]; then
         shift
         exec "$PEERS/venv/bin/python" "$ROOT/scripts/peers/serve_bench.py" --root "$ROOT" --peers "$PEERS" \

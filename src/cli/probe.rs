@@ -43,6 +43,9 @@ struct ProbeOutput {
     construction: Option<crate::engine::telemetry::ConstructionCheck>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     route_costs: Vec<crate::engine::route_cost::RouteCost>,
+    /// Whether a prompt read split anywhere gives the bits of a whole read (what makes the
+    /// prompt cache exact).
+    split_read: crate::engine::prompt_cache::check::SplitCheck,
 }
 
 pub fn run(args: ProbeArgs) -> Result<()> {
@@ -94,8 +97,11 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         }
         None => Vec::new(),
     };
+    let chunk = crate::engine::scheduler::Preset::Throughput.config().prefill_chunk;
+    let split_read = crate::engine::prompt_cache::check::split_read_check(model.as_ref(), chunk)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&ProbeOutput { decision, construction, route_costs })?);
+        let out = ProbeOutput { decision, construction, route_costs, split_read };
+        println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     println!("{}", decision.summary);
@@ -114,6 +120,12 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             c.bound,
             if c.passed { "served batched" } else { "refused: cohorts run b1-exact serial" }
         );
+    }
+    match &split_read.difference {
+        None => println!("prompt reads split anywhere give the bits of whole reads: the prompt cache is exact"),
+        Some(d) => {
+            println!("prompt reads depend on where they split ({d}): the prompt cache serves only if allowed inexact")
+        }
     }
     if let Some(fast) = route_costs.first() {
         for c in &route_costs {
