@@ -313,6 +313,33 @@ fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_default_model() {
     conversations_equal_fresh_runs(&*model, &tok, 512, 20, 1 << 30, 13, 0.5);
 }
 
+/// The next turn arrives while the lane is still reading the last answer back: it takes over
+/// that read where it stands (not from the prompt's entry), and answers as a fresh run does.
+#[test]
+fn a_turn_that_arrives_while_its_answer_is_read_back_takes_over_that_read() {
+    let (model, tok) = qwen("qwen35_moe_4bit");
+    let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
+    let mut lane = Lane::new(&*model, &tok, lane_config(16, 1 << 30)).unwrap();
+    let mut rng = Rng::new(21);
+    let prompt: Vec<u32> = (0..30).map(|i| 100 + i).collect();
+    let first = Request { max_tokens: 40, sampler: SamplerConfig::greedy(), ..request("a".into(), &prompt, &mut rng) };
+    let answer = through_lane(&mut lane, &tel, &[first]).remove(0).token_ids;
+    assert_eq!(answer.len(), 40);
+    // Idle: the answer is read back a piece (16 tokens here) a step; the step in which the row
+    // left already read one.
+    lane.step(&tel).unwrap();
+    assert!(lane.has_background_work(), "the answer is longer than two pieces");
+    let next = [prompt.clone(), answer, vec![7, 8, 9]].concat();
+    let follow = Request { sampler: SamplerConfig::greedy(), ..request("b".into(), &next, &mut rng) };
+    let got = through_lane(&mut lane, &tel, std::slice::from_ref(&follow)).remove(0);
+    let cached = got.stats.cached_tokens;
+    assert_eq!(cached, prompt.len() + 32, "resumed where the read-back stood, two pieces in");
+    assert_eq!(got.token_ids, solo_tokens(&*model, &tok, &follow, 16));
+    assert!(!lane.has_background_work(), "the read-back was taken over, not left to run again");
+    let pc = tel.lock().unwrap().prompt_cache.clone();
+    assert_eq!((pc.hits, pc.tokens_reused), (1, cached as u64), "{pc:?}");
+}
+
 /// A budget of a few snapshots: entries are evicted, and turns whose prefix left read it again,
 /// still equal to fresh runs.
 #[test]

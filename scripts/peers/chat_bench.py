@@ -11,7 +11,8 @@ ignore_eos (so every arm's answers have the same length; their text differs afte
 place their arithmetic does), the history resent each turn as every OpenAI client does, each
 arm's own answers in it:
 
-  turns   a chat of --turns user questions, --answer tokens each: TTFT per turn
+  turns   a chat of --turns user questions, --answer tokens each: TTFT per turn (the next turn
+          sent --think seconds after an answer ends: 0, a script; a few, a person reading it)
   paste   a pasted text of about --paste tokens with a request to summarise it (--answer
           tokens), then three short follow-ups (32 tokens each): TTFT per request
   during  the pasted text sent alone, and --during-delay seconds later a short question (about 37
@@ -102,6 +103,7 @@ def conversation(port, model, user_turns, gens):
         messages.append({"role": "assistant", "content": rec["text"]})
         out.append({"ttft_s": rec["ttft_s"], "prompt_tokens": (rec.get("usage") or {}).get("prompt_tokens"),
                     "cached_tokens": cached(rec)})
+        time.sleep(ARGS.think)  # the user reading the answer before typing the next turn
     return out
 
 
@@ -179,6 +181,8 @@ def parse(argv):
     ap.add_argument("--answer", type=int, default=256, help="tokens of each long answer")
     ap.add_argument("--paste", type=int, default=1900, help="tokens of the pasted text, about")
     ap.add_argument("--during-delay", type=float, default=1.5)
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="seconds between an answer's end and the next turn (a user reading it; default 0)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))

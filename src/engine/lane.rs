@@ -241,7 +241,9 @@ impl<'m> Lane<'m> {
             ..Default::default()
         };
         let mut reader = Reader { p, run, row: self.model.new_row(), next: 0, carry: None, cached_logits: None, tel };
-        if let Some((len, snap)) = self.cache.lookup(&reader.run.prompt_ids) {
+        let hit = self.cache.lookup(&reader.run.prompt_ids);
+        let found = hit.as_ref().map_or(0, |(len, _)| *len);
+        if let Some((len, snap)) = hit {
             reader.run.stats.cached_tokens = len;
             reader.run.stats.reuse = Some(self.cache.stats().reuse);
             (reader.row, reader.next, reader.tel.prefill_done) = (snap.row, len, len);
@@ -250,7 +252,28 @@ impl<'m> Lane<'m> {
                 reader.cached_logits = Some(snap.logits);
             }
         }
+        self.adopt_settle(&mut reader, found);
         self.readers.push_back(reader);
+    }
+
+    /// Where an answer being read back has got further into `r`'s prompt than the cache held
+    /// (the next turn came before the lane had finished reading the answer back), the reader takes
+    /// over that read: the same reading from the same state, so the same bits.
+    fn adopt_settle(&mut self, r: &mut Reader, found: usize) {
+        let prompt = &r.run.prompt_ids;
+        let Some(i) = self.settles.iter().position(|s| {
+            s.row.as_ref().is_some_and(|(_, _, next)| {
+                *next > found && *next < prompt.len() && prompt.starts_with(&s.tokens[..*next])
+            })
+        }) else {
+            return;
+        };
+        let s = self.settles.remove(i).expect("found above");
+        let (row, carry, next) = s.row.expect("a started read");
+        self.cache.count_adopted(next - found, found > 0);
+        r.run.stats.cached_tokens = next;
+        r.run.stats.reuse = Some(self.cache.stats().reuse);
+        (r.row, r.next, r.tel.prefill_done, r.carry, r.cached_logits) = (row, next, next, carry, None);
     }
 
     /// The prompt cache's counters.

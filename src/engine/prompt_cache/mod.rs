@@ -183,6 +183,16 @@ impl PromptCache {
         self.entries.iter().find(|e| e.tokens == tokens).map(|e| e.snap.clone())
     }
 
+    /// A prompt resumed `extra` tokens further than [`Self::lookup`] found, from an answer being
+    /// read back that had got that far: counted as reused (and as a hit, where the lookup missed).
+    pub fn count_adopted(&mut self, extra: usize, lookup_hit: bool) {
+        self.stats.tokens_reused += extra as u64;
+        if !lookup_hit {
+            self.stats.misses = self.stats.misses.saturating_sub(1);
+            self.stats.hits += 1;
+        }
+    }
+
     /// An answer was read back and kept ([`Self::insert`] keeps it).
     pub fn count_settled(&mut self) {
         self.stats.settled += 1;
