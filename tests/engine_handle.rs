@@ -353,7 +353,9 @@ fn an_engine_whose_lane_cannot_start_fails_its_start() {
         Ok(_) => panic!("the engine started though its lane cannot"),
         Err(e) => format!("{e:#}"),
     };
-    assert!(err.contains("could not start its lane") && err.contains("the device was lost"), "{err}");
+    // The first thing that reads a prompt at start-up fails: the split-read check, which decides
+    // how the lane reads prompts and whether its prompt cache is exact.
+    assert!(err.contains("the split-read check failed to run") && err.contains("the device was lost"), "{err}");
 }
 
 /// Issue 40 (the stale inspector): on a one-row-at-a-time engine (the latency preset), while the
