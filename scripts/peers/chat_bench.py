@@ -139,9 +139,12 @@ def run_arm(ctx, arm, scenario, log_dir, rnd):
             recs = conversation(port, model, [ctx.paste] + FOLLOW_UPS, [ctx.answer] + [32] * len(FOLLOW_UPS))
         else:
             recs = during(port, model, ctx.paste, ctx.answer)
+        # What cohort's prompt cache holds at the end, against its budget.
+        status, health = sb.get(port, "/health")
+        cache = json.loads(health).get("prompt_cache") if status == 200 and arm.startswith("cohort") else None
     finally:
         srv.stop()
-    return {"arm": arm, "scenario": scenario, "round": rnd, "requests": recs, "command": cmd}
+    return {"arm": arm, "scenario": scenario, "round": rnd, "requests": recs, "command": cmd, "prompt_cache": cache}
 
 
 def table(runs, arms):
@@ -165,6 +168,13 @@ def table(runs, arms):
                 c = f"; {cs[0]} cached" if cs and cs[0] is not None else ""
                 cells.append(f"{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f}){c}")
             lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+        lines.append("")
+        for r in mine:
+            c = r.get("prompt_cache")
+            if c:
+                lines.append(f"- {r['arm']}, round {r['round'] + 1}: the prompt cache held {c['bytes_held'] / 2**20:.1f} MiB "
+                             f"in {c['entries']} entries (budget {c['budget_bytes'] / 2**20:.0f} MiB), {c['hits']} hits, "
+                             f"{c['tokens_reused']} tokens reused, {c['evictions']} evicted, {c.get('settled', 0)} answers read back")
         lines.append("")
     return "\n".join(lines)
 

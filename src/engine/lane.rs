@@ -343,10 +343,13 @@ impl<'m> Lane<'m> {
             is_last.then(|| last_position(out)).transpose()
         });
         match read {
-            Ok(Some((hidden, logits))) => {
-                self.cache.insert(&s.tokens, Snapshot { row, hidden, logits });
-                self.cache.count_settled();
-            }
+            Ok(Some((hidden, logits))) => match Snapshot::new(row, &hidden, &logits) {
+                Ok(snap) => {
+                    self.cache.insert(&s.tokens, snap);
+                    self.cache.count_settled();
+                }
+                Err(e) => tracing::warn!("keeping a read-back answer in the prompt cache failed: {e:#}"),
+            },
             Ok(None) => {
                 s.row = Some((row, carry, end));
                 self.settles.push_front(s);
@@ -547,7 +550,7 @@ impl<'m> Lane<'m> {
         let started = crate::model::routes::batched(|| -> Result<()> {
             let (hidden_last, logits) = last?;
             if self.cache.serves() {
-                let snap = Snapshot { row: r.row.clone(), hidden: hidden_last.clone(), logits: logits.clone() };
+                let snap = Snapshot::new(r.row.clone(), &hidden_last, &logits)?;
                 self.cache.insert(&r.run.prompt_ids, snap);
             }
             let events = &r.p.events;
@@ -738,5 +741,6 @@ impl<'m> Lane<'m> {
         t.width_now = if self.runs.is_empty() { 0 } else { self.rows.len() };
         t.lane_cycles = self.cycles;
         t.prompt_cache = self.cache.stats().clone();
+        t.prompt_cache.reading_back = self.settles.len();
     }
 }

@@ -2,7 +2,10 @@
 //! the default model): requests in waves through the engine handle, with random cancellations
 //! at every point (queued, prefill, the prefill/merge boundary, decode). Every request must end
 //! with a finish reason and never with an error, nothing may hang, the queue must drain to 0/0
-//! after every wave, and MLX's active memory after each wave must come back to the first wave's.
+//! after every wave, and MLX's active memory after each wave, less what the prompt cache reports
+//! holding (within its budget, by design), must come back to the first wave's. That subtraction
+//! also holds the cache's byte count to what MLX allocated for it: entries that kept views of
+//! larger arrays once held 21% more than they counted, and failed it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -152,13 +155,15 @@ pub fn soak(model: &Path, spec: &SoakSpec) -> SoakReport {
         let idle_by = Instant::now() + HANG;
         while {
             let t = engine.snapshot();
-            (t.pending, t.active) != (0, 0)
+            (t.pending, t.active, t.prompt_cache.reading_back) != (0, 0, 0)
         } {
             assert!(Instant::now() < idle_by, "the engine did not drain");
             std::thread::sleep(Duration::from_millis(5));
         }
         mlx_rs::memory::clear_cache().unwrap();
-        let active = mlx_rs::memory::active_memory().unwrap() as i64;
+        // What the prompt cache holds by design (within its budget) is not left behind.
+        let held = engine.snapshot().prompt_cache.bytes_held as i64;
+        let active = mlx_rs::memory::active_memory().unwrap() as i64 - held;
         let base = *baseline.get_or_insert(active);
         max_drift = max_drift.max(active - base);
     }

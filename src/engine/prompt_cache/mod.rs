@@ -97,6 +97,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// A snapshot of `row` whose last position's `hidden` state and `logits` are copied into
+    /// buffers of their own: as they come from a read they are views of the whole chunk's arrays
+    /// (a padded block's hidden states, a product padded to 16 rows), which would keep megabytes
+    /// alive per entry that its byte count does not see. Negated twice: a new buffer, the same bits.
+    pub fn new(row: RowCache, hidden: &Array, logits: &Array) -> mlx_rs::error::Result<Self> {
+        let own = |a: &Array| -> mlx_rs::error::Result<Array> {
+            let a = mlx_rs::ops::negative(&mlx_rs::ops::negative(a)?)?;
+            a.eval()?;
+            Ok(a)
+        };
+        Ok(Snapshot { row, hidden: own(hidden)?, logits: own(logits)? })
+    }
+
     /// Bytes the snapshot holds: every buffer of the row (whole, as allocated) and the last
     /// position's arrays.
     pub fn nbytes(&self) -> u64 {
@@ -125,6 +138,9 @@ pub struct CacheStats {
     /// turn resumes after the answer, not before it).
     #[serde(default)]
     pub settled: u64,
+    /// Answers waiting to be read back (or being read back) now.
+    #[serde(default)]
+    pub reading_back: usize,
 }
 
 struct Entry {
