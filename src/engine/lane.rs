@@ -20,7 +20,7 @@ use super::cohort;
 use super::cycle::{self, Inert, Untimed};
 use super::draft_policy::{CycleKind, DraftChooser, DraftPolicy};
 use super::prepare::prepare;
-use super::prompt_cache::{CacheStats, PromptCache, Reuse, Snapshot};
+use super::prompt_cache::{PromptCache, Reuse, Snapshot};
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Numerics, WidthPolicy};
@@ -274,11 +274,6 @@ impl<'m> Lane<'m> {
         r.run.stats.cached_tokens = next;
         r.run.stats.reuse = Some(self.cache.stats().reuse);
         (r.row, r.next, r.tel.prefill_done, r.carry, r.cached_logits) = (row, next, next, carry, None);
-    }
-
-    /// The prompt cache's counters.
-    pub fn cache_stats(&self) -> &CacheStats {
-        self.cache.stats()
     }
 
     /// One cycle boundary: cancellations, at most a budget of prompt reading, one decode cycle,
