@@ -236,13 +236,6 @@ impl PromptCache {
         self.refresh();
     }
 
-    /// Let every entry go (the memory is wanted elsewhere).
-    pub fn clear(&mut self) {
-        self.stats.evictions += self.entries.len() as u64;
-        self.entries.clear();
-        self.refresh();
-    }
-
     fn held(&self) -> u64 {
         self.entries.iter().map(|e| e.bytes).sum()
     }
