@@ -217,3 +217,45 @@ fn a_query_gets_the_same_bits_whatever_else_is_in_its_block() {
         }
     }
 }
+
+#[test]
+fn the_portable_route_gives_the_simd_route_s_bits() {
+    for (i, shape) in SHAPES.into_iter().enumerate() {
+        let Shape { heads, kv_heads, d } = shape;
+        // Storage past several eight-key softmax blocks with a tail, and queries scaled up so
+        // some weights fall below the exponential's floor.
+        let mut c = case(shape, &[Some(1003), None, Some(17)], 3, 300 + i as u64);
+        for (j, x) in c.q.iter_mut().enumerate() {
+            *x *= if j % 3 == 0 { 40.0 } else { 1.0 };
+        }
+        let block = HostBlock { q: &c.q, k: &c.k, v: &c.v, rows: c.rows.len(), t: c.t, heads, kv_heads, head_dim: d };
+        let scale = (d as f32).powf(-0.5);
+        for strided in [false, true] {
+            let simd = attention_cpu::attend_host_block(&block, &storage(&c, strided), scale).unwrap();
+            let portable = attention_cpu::attend_host_block_portable(&block, &storage(&c, strided), scale).unwrap();
+            let differ = simd.iter().zip(&portable).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(differ, 0, "{shape:?} strided={strided}: {differ} of {} outputs differ", simd.len());
+            let want = reference(&c);
+            let worst = simd.iter().zip(&want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max);
+            assert!(worst < 2e-5, "{shape:?} strided={strided}: off by {worst:e} from the reference");
+        }
+    }
+}
+
+#[test]
+fn the_softmax_exponential_is_within_two_ulp_of_the_float64_one() {
+    let mut worst = 0f64;
+    let steps = 2_000_000;
+    for i in 0..=steps {
+        let x = -87.3f32 * i as f32 / steps as f32;
+        let got = attention_cpu::exp_nonpositive(x) as f64;
+        let want = (x as f64).exp();
+        let ulp = (want as f32).next_up() as f64 - want as f32 as f64;
+        worst = worst.max((got - want).abs() / ulp);
+    }
+    assert!(worst <= 2.0, "worst error {worst} ulp");
+    assert_eq!(attention_cpu::exp_nonpositive(0.0), 1.0);
+    for x in [-87.4f32, -100.0, -1e30, f32::NEG_INFINITY, f32::NAN] {
+        assert_eq!(attention_cpu::exp_nonpositive(x), 0.0, "exp({x})");
+    }
+}

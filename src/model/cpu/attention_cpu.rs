@@ -100,7 +100,7 @@ pub fn attend(q: &Array, rows: &[RowKv], scale: f32) -> Result<Array> {
         .collect::<Result<Vec<_>>>()?;
     let mut out = vec![0f32; b * heads * t * d];
     // Output [B, heads, T, d], as the queries are laid out.
-    run(&qv, &sources, [heads * t * d, t * d, d], &mut out, scale);
+    run(&qv, &sources, [heads * t * d, t * d, d], &mut out, scale, true);
     Ok(Array::from_slice(&out, &shape))
 }
 
@@ -120,6 +120,16 @@ pub struct HostBlock<'a> {
 }
 
 pub fn attend_host_block(block: &HostBlock, stored: &[Option<RowKv>], scale: f32) -> Result<Vec<f32>> {
+    host_block(block, stored, scale, true)
+}
+
+/// [`attend_host_block`] on the portable route whatever the CPU has (tests of both routes).
+#[cfg(feature = "testing")]
+pub fn attend_host_block_portable(block: &HostBlock, stored: &[Option<RowKv>], scale: f32) -> Result<Vec<f32>> {
+    host_block(block, stored, scale, false)
+}
+
+fn host_block(block: &HostBlock, stored: &[Option<RowKv>], scale: f32, simd: bool) -> Result<Vec<f32>> {
     let HostBlock { q, k, v, rows, t, heads, kv_heads, head_dim: d } = *block;
     if stored.len() != rows
         || q.len() != rows * t * heads * d
@@ -156,7 +166,7 @@ pub fn attend_host_block(block: &HostBlock, stored: &[Option<RowKv>], scale: f32
         })
         .collect::<Result<Vec<_>>>()?;
     let mut out = vec![0f32; rows * t * heads * d];
-    run(&qv, &sources, [t * heads * d, d, heads * d], &mut out, scale);
+    run(&qv, &sources, [t * heads * d, d, heads * d], &mut out, scale, simd);
     Ok(out)
 }
 
@@ -234,28 +244,33 @@ impl Source<'_> {
     }
 }
 
-/// Query tiles of at most this many (head, position) pairs run one after another on one thread.
+/// Query tiles of about this many (head, position) pairs run one after another on one thread.
 const TILE: usize = 8;
+
+/// Query heads of one KV head attended together: each key and value row is read once for all
+/// of them (at long context a step's attention is bound by reading the KV, so a group of three
+/// heads reads a third of the bytes it would head by head).
+const HEAD_GROUP: usize = 4;
 
 /// Every (row, head, query position) of `q` (logical [B, heads, T, d]) over its sources; output
 /// element (b, h, t, :) at `b * out_strides[0] + h * out_strides[1] + t * out_strides[2]`.
 ///
-/// The query heads that share a KV head (GQA) are dealt out together, position-major, in tiles,
-/// so a KV head's rows are read from memory once and from cache by the tile's other queries. A
-/// query's own arithmetic (its dot products, softmax and weighted sum, in key order) does not
-/// depend on the tile it is in.
-fn run(qv: &View, sources: &[Source], out_strides: [usize; 3], out: &mut [f32], scale: f32) {
+/// The query heads that share a KV head (GQA) are dealt out together, in tiles of whole
+/// positions, and attended in groups of up to [`HEAD_GROUP`] that read each key and value row
+/// once. A query's own arithmetic (its dot products, softmax and weighted sum, in key order) does
+/// not depend on its tile or group.
+fn run(qv: &View, sources: &[Source], out_strides: [usize; 3], out: &mut [f32], scale: f32, simd: bool) {
     let (b, heads, t) = (qv.shape[0] as usize, qv.shape[1] as usize, qv.shape[2] as usize);
     let pool = Pool::global();
     let threads = pool.threads();
     let kv_heads = sources.first().map_or(1, Source::kv_heads);
-    let per_group = heads / kv_heads * t;
-    // Smaller tiles when there are too few to keep every thread busy (a B1 decode step).
-    let mut tile = TILE.min(per_group).max(1);
-    while tile > 1 && b * kv_heads * per_group.div_ceil(tile) < 2 * threads {
+    let share = heads / kv_heads;
+    // Smaller tiles when there are too few to keep every thread busy (a short verify block).
+    let mut tile = (TILE / share).clamp(1, t.max(1));
+    while tile > 1 && b * kv_heads * t.div_ceil(tile) < 2 * threads {
         tile = tile.div_ceil(2);
     }
-    let tiles = per_group.div_ceil(tile);
+    let tiles = t.div_ceil(tile);
     let items = b * kv_heads * tiles;
     let dst = super::cpu_pool::Disjoint(out.as_mut_ptr());
     let work = Work { qv, sources, out_strides, dst: &dst, scale, heads, t, kv_heads, tile, tiles };
@@ -263,8 +278,8 @@ fn run(qv: &View, sources: &[Source], out_strides: [usize; 3], out: &mut [f32], 
     // prefill chunk's later tiles seeing more keys.
     pool.run_chunks(items, &|mine| {
         #[cfg(target_arch = "x86_64")]
-        if *AVX2 {
-            // SAFETY: the CPU has AVX2.
+        if simd && *AVX2 {
+            // SAFETY: the CPU has AVX2 and FMA.
             return unsafe { work.items_avx2(mine) };
         }
         work.items::<false>(mine)
@@ -281,11 +296,13 @@ struct Work<'a, 'b> {
     heads: usize,
     t: usize,
     kv_heads: usize,
+    /// Positions a tile holds.
     tile: usize,
     tiles: usize,
 }
 
-/// One thread's scratch: one query, its scores, and contiguous copies of strided spans.
+/// One thread's scratch: a head group's queries and scores (one row of `visible` each), and
+/// contiguous copies of strided spans.
 #[derive(Default)]
 struct Scratch {
     query: Vec<f32>,
@@ -295,12 +312,12 @@ struct Scratch {
 
 impl Work<'_, '_> {
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn items_avx2(&self, items: impl Iterator<Item = usize>) {
         self.items::<true>(items)
     }
 
-    /// `AVX`: the caller runs with AVX2 enabled.
+    /// `AVX`: the caller runs with AVX2 and FMA enabled.
     #[inline(always)]
     fn items<const AVX: bool>(&self, items: impl Iterator<Item = usize>) {
         let mut s = Scratch::default();
@@ -310,7 +327,8 @@ impl Work<'_, '_> {
     }
 
     /// Tile `item % tiles` of KV head `item / tiles % kv_heads` of row `item / (tiles * kv_heads)`:
-    /// its queries one after another, so the KV head's rows stay in cache between them.
+    /// its positions one after another, every query head of the KV head at each, so the KV
+    /// head's rows stay in cache between them.
     #[inline(always)]
     fn tile_at<const AVX: bool>(&self, item: usize, s: &mut Scratch) {
         let d = self.qv.shape[3] as usize;
@@ -324,30 +342,45 @@ impl Work<'_, '_> {
             (contiguous(keys, d, kc), contiguous(values, d, vc))
         };
         let first = ti * self.tile;
-        for k in first..(first + self.tile).min(share * self.t) {
-            let (pos, h) = (k / share, group * share + k % share);
+        for pos in first..(first + self.tile).min(self.t) {
             let visible = source.offset + pos + 1;
-            s.query.clear();
-            s.query.extend(self.qv.row([bi, h, pos], d));
-            s.scores.clear();
-            s.scores.resize(visible, 0.0);
-            let mut j = 0;
-            for span in &keys {
-                let n = span.len.min(visible - j);
-                scores::<AVX>(&s.query, span, &mut s.scores[j..j + n], self.scale);
-                j += n;
-            }
-            softmax(&mut s.scores);
-            let at = bi * self.out_strides[0] + h * self.out_strides[1] + pos * self.out_strides[2];
-            // SAFETY: each (row, head, position) belongs to one tile, whose d outputs only it
-            // writes; `out` outlives `run`.
-            let o = unsafe { std::slice::from_raw_parts_mut(self.dst.0.add(at), d) };
-            o.fill(0.0);
-            let mut j = 0;
-            for span in &values {
-                let n = span.len.min(visible - j);
-                weighted_sum::<AVX>(&s.scores[j..j + n], span, o);
-                j += n;
+            for h0 in (0..share).step_by(HEAD_GROUP) {
+                let heads: Vec<usize> = (group * share + h0..group * share + share.min(h0 + HEAD_GROUP)).collect();
+                let n = heads.len();
+                s.query.clear();
+                for &h in &heads {
+                    s.query.extend(self.qv.row([bi, h, pos], d));
+                }
+                s.scores.clear();
+                s.scores.resize(n * visible, 0.0);
+                let mut j = 0;
+                for span in &keys {
+                    let len = span.len.min(visible - j);
+                    scores_group::<AVX>(&s.query, n, span, &mut s.scores, visible, j, len, self.scale);
+                    j += len;
+                }
+                for row in s.scores.chunks_exact_mut(visible) {
+                    softmax::<AVX>(row);
+                }
+                let outs: Vec<*mut f32> = heads
+                    .iter()
+                    .map(|&h| {
+                        let at = bi * self.out_strides[0] + h * self.out_strides[1] + pos * self.out_strides[2];
+                        // SAFETY: each (row, head, position) belongs to one tile, whose d outputs
+                        // only it writes; `out` outlives `run`.
+                        unsafe { self.dst.0.add(at) }
+                    })
+                    .collect();
+                for &o in &outs {
+                    // SAFETY: as above.
+                    unsafe { std::slice::from_raw_parts_mut(o, d) }.fill(0.0);
+                }
+                let mut j = 0;
+                for span in &values {
+                    let len = span.len.min(visible - j);
+                    weighted_sum_group::<AVX>(&s.scores, visible, j, len, span, &outs, d);
+                    j += len;
+                }
             }
         }
     }
@@ -372,24 +405,140 @@ fn contiguous(spans: [Span; 2], d: usize, copies: &mut Vec<f32>) -> [Span; 2] {
     [Span { ptr: base, step: d, elem: 1, len: a.len }, Span { ptr: second, step: d, elem: 1, len: b.len }]
 }
 
-/// In place: `exp(x - max) / sum`, summed in key order.
+/// In place: `exp(x - max) / sum`, with [`exp_nonpositive`]'s exponential and the sum taken in
+/// eight lanes (element i into lane i mod 8, each lane in key order), then the lanes as
+/// ((0+4)+(1+5))+((2+6)+(3+7)): the same on every route.
 #[inline(always)]
-fn softmax(scores: &mut [f32]) {
-    let top = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    let mut total = 0f32;
-    for x in scores.iter_mut() {
-        *x = (*x - top).exp();
-        total += *x;
+fn softmax<const AVX: bool>(scores: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX {
+        // SAFETY: AVX is only true inside `items_avx2`, on a CPU with AVX2 and FMA.
+        return unsafe { softmax_avx(scores) };
     }
+    let top = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let mut lanes = [0f32; 8];
+    for (i, x) in scores.iter_mut().enumerate() {
+        *x = exp_nonpositive(*x - top);
+        lanes[i % 8] += *x;
+    }
+    let total = lane_sum(lanes);
     for x in scores.iter_mut() {
         *x /= total;
     }
 }
 
+#[inline(always)]
+fn lane_sum(l: [f32; 8]) -> f32 {
+    ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
+}
+
+/// Below this `exp` is taken as zero (`exp(-87.3)` is about the smallest normal float).
+const EXP_FLOOR: f32 = -87.3;
+const LOG2_E: f32 = std::f32::consts::LOG2_E;
+/// ln 2 in two parts, the first with few enough bits that `n * LN2_HIGH` is exact.
+const LN2_HIGH: f32 = 0.693_359_4;
+const LN2_LOW: f32 = -2.121_944_4e-4;
+/// Minimax coefficients of `(e^r - 1 - r) / r^2` on |r| <= ln2 / 2, highest first.
+const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+
+/// `e^x` for `x <= 0` (a softmax's shifted scores) in float32 operations that every route
+/// performs alike: `x = n ln2 + r` with n an integer, `e^r` by a polynomial (fused
+/// multiply-adds), times `2^n` from its bits. Within 2 ulp of the true value; 0 below
+/// [`EXP_FLOOR`] (and for NaN).
+#[inline(always)]
+pub fn exp_nonpositive(x: f32) -> f32 {
+    // NaN fails this test too.
+    if x.partial_cmp(&EXP_FLOOR).is_none_or(|o| o == std::cmp::Ordering::Less) {
+        return 0.0;
+    }
+    let n = (x * LOG2_E).round_ties_even();
+    let r = n.mul_add(-LN2_HIGH, x);
+    let r = n.mul_add(-LN2_LOW, r);
+    let mut p = EXP_POLY[0];
+    for c in &EXP_POLY[1..] {
+        p = p.mul_add(r, *c);
+    }
+    let y = p.mul_add(r * r, r) + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// [`softmax`] eight keys at a time in AVX registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn softmax_avx(scores: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = scores.len();
+    let whole = n - n % 8;
+    let p = scores.as_mut_ptr();
+    let mut top = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i < whole {
+        // SAFETY: i + 8 <= n.
+        top = _mm256_max_ps(top, unsafe { _mm256_loadu_ps(p.add(i)) });
+        i += 8;
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: 8 floats into an 8-float array.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), top) };
+    let top = lanes.iter().chain(&scores[whole..]).fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let vtop = _mm256_set1_ps(top);
+    let mut sum = _mm256_setzero_ps();
+    i = 0;
+    while i < whole {
+        // SAFETY: as above.
+        unsafe {
+            let e = exp_avx(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), vtop));
+            _mm256_storeu_ps(p.add(i), e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        i += 8;
+    }
+    // SAFETY: as above.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+    for (l, x) in scores[whole..].iter_mut().enumerate() {
+        *x = exp_nonpositive(*x - top);
+        lanes[l] += *x;
+    }
+    let total = _mm256_set1_ps(lane_sum(lanes));
+    i = 0;
+    while i < whole {
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(p.add(i), _mm256_div_ps(_mm256_loadu_ps(p.add(i)), total)) };
+        i += 8;
+    }
+    let total = lane_sum(lanes);
+    for x in scores[whole..].iter_mut() {
+        *x /= total;
+    }
+}
+
+/// [`exp_nonpositive`] of eight lanes, operation for operation.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn exp_avx(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let kept = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(EXP_FLOOR));
+    let n =
+        _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(LOG2_E)));
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HIGH), x);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LOW), r);
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for c in &EXP_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
+    }
+    let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+    // Masked-off lanes may hold any n; their result is dropped below.
+    let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+    _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(bits)), kept)
+}
+
 /// `out[j] = scale * (q . key j)` for the first `out.len()` keys of `span` (contiguous rows).
 ///
-/// Each dot product sums lane l of x = l, l+8, l+16, ... in order, then the lanes as
-/// ((0+4)+(1+5))+((2+6)+(3+7)): the same on every route, so the same result.
+/// Each dot product accumulates lane l of x = l, l+8, l+16, ... in order with fused
+/// multiply-adds, then sums the lanes as ((0+4)+(1+5))+((2+6)+(3+7)): the same on every route,
+/// so the same result.
 #[inline(always)]
 fn scores<const AVX: bool>(q: &[f32], span: &Span, out: &mut [f32], scale: f32) {
     let d = q.len();
@@ -397,8 +546,8 @@ fn scores<const AVX: bool>(q: &[f32], span: &Span, out: &mut [f32], scale: f32) 
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if AVX && d.is_multiple_of(8) {
-        // SAFETY: AVX is only true inside `items_avx2`, on a CPU with AVX2; the span holds
-        // out.len() rows of d contiguous elements.
+        // SAFETY: AVX is only true inside `items_avx2`, on a CPU with AVX2 and FMA; the span
+        // holds out.len() rows of d contiguous elements.
         done = unsafe { scores_avx(q, span, out, scale) };
     }
     for (j, o) in out.iter_mut().enumerate().skip(done) {
@@ -415,19 +564,209 @@ fn dot_plain(q: &[f32], k: &[f32]) -> f32 {
     let mut kc = k.chunks_exact(8);
     for (a, b) in qc.by_ref().zip(kc.by_ref()) {
         for l in 0..8 {
-            acc[l] += a[l] * b[l];
+            acc[l] = a[l].mul_add(b[l], acc[l]);
         }
     }
     for (l, (a, b)) in qc.remainder().iter().zip(kc.remainder()).enumerate() {
-        acc[l] += a * b;
+        acc[l] = a.mul_add(*b, acc[l]);
     }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+    lane_sum(acc)
+}
+
+/// [`scores`] for a group of `n` queries (`qs`, n rows of d): keys `j0..j0 + len` of each
+/// query's row of `stride` scores from the first `len` keys of `span`, each key row read once
+/// for the group. Every score is [`dot_plain`]'s arithmetic.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn scores_group<const AVX: bool>(
+    qs: &[f32],
+    n: usize,
+    span: &Span,
+    out: &mut [f32],
+    stride: usize,
+    j0: usize,
+    len: usize,
+    scale: f32,
+) {
+    let d = qs.len() / n.max(1);
+    #[allow(unused_mut)]
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if AVX && d.is_multiple_of(8) && n > 1 {
+        // SAFETY: AVX is only true inside `items_avx2`, on a CPU with AVX2 and FMA; the span
+        // holds `len` rows of d contiguous elements, `out` n rows of `stride` >= j0 + len.
+        done = unsafe {
+            match n {
+                2 => scores_pairs_avx::<2>(qs, span, out, stride, j0, len, scale),
+                3 => scores_pairs_avx::<3>(qs, span, out, stride, j0, len, scale),
+                _ => scores_pairs_avx::<4>(qs, span, out, stride, j0, len, scale),
+            }
+        };
+    }
+    if done == len {
+        return;
+    }
+    let rest = Span { ptr: span.ptr.wrapping_add(done * span.step), len: span.len - done, ..*span };
+    for (i, q) in qs.chunks_exact(d).enumerate() {
+        let at = i * stride + j0 + done;
+        scores::<AVX>(q, &rest, &mut out[at..at + len - done], scale);
+    }
+}
+
+/// [`scores_group`] in AVX registers for pairs of keys, `N` queries at a time: returns how many
+/// keys it scored.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn scores_pairs_avx<const N: usize>(
+    qs: &[f32],
+    span: &Span,
+    out: &mut [f32],
+    stride: usize,
+    j0: usize,
+    len: usize,
+    scale: f32,
+) -> usize {
+    use std::arch::x86_64::*;
+    let d = qs.len() / N;
+    let halves = |acc: __m256| _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+    let vscale = _mm_set1_ps(scale);
+    let q = qs.as_ptr();
+    let mut j = 0;
+    while j + 2 <= len {
+        // SAFETY: keys j and j + 1 are rows of the span.
+        let (k0, k1) = unsafe { (span.ptr.add(j * span.step), span.ptr.add((j + 1) * span.step)) };
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        let mut x = 0;
+        while x < d {
+            // SAFETY: x + 8 <= d elements in every query and key row.
+            unsafe {
+                let (a, b) = (_mm256_loadu_ps(k0.add(x)), _mm256_loadu_ps(k1.add(x)));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let qx = _mm256_loadu_ps(q.add(i * d + x));
+                    acc[0] = _mm256_fmadd_ps(qx, a, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(qx, b, acc[1]);
+                }
+            }
+            x += 8;
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            // As in `scores_avx`: lanes 0 and 1 end up as the two keys' sums.
+            let pairs = _mm_hadd_ps(halves(acc[0]), halves(acc[1]));
+            let sums = _mm_mul_ps(vscale, _mm_hadd_ps(pairs, pairs));
+            let mut two = [0f32; 4];
+            // SAFETY: four floats into a four-float array.
+            unsafe { _mm_storeu_ps(two.as_mut_ptr(), sums) };
+            out[i * stride + j0 + j] = two[0];
+            out[i * stride + j0 + j + 1] = two[1];
+        }
+        j += 2;
+    }
+    j
+}
+
+/// [`weighted_sum`] for a group of queries: query i's weights are `ws[i * stride + j0..][..len]`
+/// over the first `len` rows of `span`, added into its `d` outputs at `outs[i]`, each value row
+/// read once for the group. Every output is [`weighted_sum`]'s arithmetic.
+#[inline(always)]
+fn weighted_sum_group<const AVX: bool>(
+    ws: &[f32],
+    stride: usize,
+    j0: usize,
+    len: usize,
+    span: &Span,
+    outs: &[*mut f32],
+    d: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX && d.is_multiple_of(8) && outs.len() > 1 {
+        // SAFETY: as in `scores_group`; every output pointer holds d floats only this group writes.
+        unsafe {
+            match outs.len() {
+                2 => weighted_group_avx::<2>(ws, stride, j0, len, span, outs, d),
+                3 => weighted_group_avx::<3>(ws, stride, j0, len, span, outs, d),
+                _ => weighted_group_avx::<4>(ws, stride, j0, len, span, outs, d),
+            }
+        }
+        return;
+    }
+    for (i, &o) in outs.iter().enumerate() {
+        // SAFETY: as above.
+        let o = unsafe { std::slice::from_raw_parts_mut(o, d) };
+        weighted_sum::<AVX>(&ws[i * stride + j0..][..len], span, o);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn weighted_group_avx<const N: usize>(
+    ws: &[f32],
+    stride: usize,
+    j0: usize,
+    len: usize,
+    span: &Span,
+    outs: &[*mut f32],
+    d: usize,
+) {
+    let mut x0 = 0;
+    while x0 + 16 <= d {
+        // SAFETY: forwarded from the caller; x0 + 16 <= d.
+        unsafe { accumulate_group::<N, 2>(ws, stride, j0, len, span, outs, x0) };
+        x0 += 16;
+    }
+    if x0 < d {
+        // SAFETY: d is a multiple of 8, so x0 + 8 <= d.
+        unsafe { accumulate_group::<N, 1>(ws, stride, j0, len, span, outs, x0) };
+    }
+}
+
+/// Elements `x0..x0 + 8 * L` of `N` queries' outputs plus their weighted values, the `N * L`
+/// accumulators kept in registers over every key: each the same chain of fused multiply-adds in
+/// key order as [`accumulate`]'s.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn accumulate_group<const N: usize, const L: usize>(
+    ws: &[f32],
+    stride: usize,
+    j0: usize,
+    len: usize,
+    span: &Span,
+    outs: &[*mut f32],
+    x0: usize,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); L]; N];
+    for (i, row) in acc.iter_mut().enumerate() {
+        for (c, a) in row.iter_mut().enumerate() {
+            // SAFETY: outs[i] holds d >= x0 + 8 * L floats.
+            *a = unsafe { _mm256_loadu_ps(outs[i].add(x0 + 8 * c)) };
+        }
+    }
+    for j in 0..len {
+        // SAFETY: value row j holds elements x0..x0 + 8 * L.
+        let v = unsafe { span.ptr.add(j * span.step + x0) };
+        let vs: [__m256; L] = std::array::from_fn(|c| unsafe { _mm256_loadu_ps(v.add(8 * c)) });
+        for (i, row) in acc.iter_mut().enumerate() {
+            let w = _mm256_set1_ps(ws[i * stride + j0 + j]);
+            for (a, vc) in row.iter_mut().zip(&vs) {
+                *a = _mm256_fmadd_ps(w, *vc, *a);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (c, a) in row.iter().enumerate() {
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(outs[i].add(x0 + 8 * c), *a) };
+        }
+    }
 }
 
 /// [`scores`] in AVX registers for whole groups of four keys (d a multiple of 8); returns how
 /// many keys it scored.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn scores_avx(q: &[f32], span: &Span, out: &mut [f32], scale: f32) -> usize {
     use std::arch::x86_64::*;
@@ -445,10 +784,10 @@ unsafe fn scores_avx(q: &[f32], span: &Span, out: &mut [f32], scale: f32) -> usi
             // SAFETY: x + 8 <= d elements in the query and in each key row.
             unsafe {
                 let qx = _mm256_loadu_ps(q.as_ptr().add(x));
-                acc[0] = _mm256_add_ps(acc[0], _mm256_mul_ps(qx, _mm256_loadu_ps(k0.add(x))));
-                acc[1] = _mm256_add_ps(acc[1], _mm256_mul_ps(qx, _mm256_loadu_ps(k1.add(x))));
-                acc[2] = _mm256_add_ps(acc[2], _mm256_mul_ps(qx, _mm256_loadu_ps(k2.add(x))));
-                acc[3] = _mm256_add_ps(acc[3], _mm256_mul_ps(qx, _mm256_loadu_ps(k3.add(x))));
+                acc[0] = _mm256_fmadd_ps(qx, _mm256_loadu_ps(k0.add(x)), acc[0]);
+                acc[1] = _mm256_fmadd_ps(qx, _mm256_loadu_ps(k1.add(x)), acc[1]);
+                acc[2] = _mm256_fmadd_ps(qx, _mm256_loadu_ps(k2.add(x)), acc[2]);
+                acc[3] = _mm256_fmadd_ps(qx, _mm256_loadu_ps(k3.add(x)), acc[3]);
             }
             x += 8;
         }
@@ -465,7 +804,7 @@ unsafe fn scores_avx(q: &[f32], span: &Span, out: &mut [f32], scale: f32) -> usi
 }
 
 /// `o += sum_j w[j] * value j` over the first `w.len()` values of `span` (contiguous rows), each
-/// element summed in key order.
+/// element accumulated in key order with fused multiply-adds.
 #[inline(always)]
 fn weighted_sum<const AVX: bool>(w: &[f32], span: &Span, o: &mut [f32]) {
     let d = o.len();
@@ -478,14 +817,14 @@ fn weighted_sum<const AVX: bool>(w: &[f32], span: &Span, o: &mut [f32]) {
         // SAFETY: the span holds w.len() rows of d elements.
         let v = unsafe { std::slice::from_raw_parts(span.ptr.add(j * span.step), d) };
         for (x, y) in o.iter_mut().zip(v) {
-            *x += wj * y;
+            *x = wj.mul_add(*y, *x);
         }
     }
 }
 
 /// [`weighted_sum`] with up to 64 outputs at a time held in AVX registers over all the keys.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn weighted_sum_avx(w: &[f32], span: &Span, o: &mut [f32]) {
     let mut x0 = 0;
@@ -504,7 +843,7 @@ unsafe fn weighted_sum_avx(w: &[f32], span: &Span, o: &mut [f32]) {
 /// `o` (`8 * L` outputs, elements `x0..` of the value rows) plus the weighted values, its `L`
 /// eight-lane accumulators kept in registers over every key.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn accumulate<const L: usize>(w: &[f32], span: &Span, x0: usize, o: &mut [f32]) {
     use std::arch::x86_64::*;
@@ -518,7 +857,7 @@ unsafe fn accumulate<const L: usize>(w: &[f32], span: &Span, x0: usize, o: &mut 
         // SAFETY: value row j holds elements x0..x0 + 8 * L.
         let v = unsafe { span.ptr.add(j * span.step + x0) };
         for (c, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, unsafe { _mm256_loadu_ps(v.add(8 * c)) }));
+            *a = _mm256_fmadd_ps(wv, unsafe { _mm256_loadu_ps(v.add(8 * c)) }, *a);
         }
     }
     for (c, a) in acc.iter().enumerate() {
@@ -528,4 +867,6 @@ unsafe fn accumulate<const L: usize>(w: &[f32], span: &Span, x0: usize, o: &mut 
 }
 
 #[cfg(target_arch = "x86_64")]
-static AVX2: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::arch::is_x86_feature_detected!("avx2"));
+static AVX2: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+});
