@@ -633,3 +633,32 @@ fn alt_enter_esc_in_zoom_and_ctrl_c_twice() {
     let pane1 = std::fs::read_to_string(session.join("pane-1.jsonl")).unwrap();
     assert!(pane1.contains(r#""text":"first line\nsecond line""#), "one message of two lines:\n{pane1}");
 }
+
+#[test]
+fn a_draft_shows_its_share_of_the_window_and_an_overflow_offers_to_leave_out_old_turns() {
+    // max_tokens 4000 of the fixture's 4096 positions: a first question fits, the second does not
+    // once the first has an answer of 100 tokens.
+    let launched =
+        launch(Launch { tag: "window", size: (200, 30), max_tokens: 4000, env: "", args: "--panes 1", after: "" });
+    let Some((_home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(120);
+    tmux.type_text("a first question");
+    tmux.wait_for("the draft's count", slow, |s| s.contains("draft ") && s.contains(" + 4000 of 4096"));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("an answer of 100 tokens", slow, |s| footer_tokens(s, 0).is_some_and(|n| n >= 100));
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the answer to stop", slow, |s| s.contains("1 · cancelled"));
+    tmux.type_text("and a second one");
+    tmux.wait_for("the overflow shown", slow, |s| s.contains("offers to leave out old turns"));
+    tmux.keys(&["Enter"]);
+    let offer = tmux.wait_for("the offer", slow, |s| s.contains("leaves out the oldest 1 turn"));
+    assert!(offer.contains("and a second one"), "the draft left the box:\n{offer}");
+    tmux.keys(&["Enter"]);
+    let sent = tmux.wait_for("the message to go without the first turn", slow, |s| {
+        s.contains("left out to fit the context window") && (s.contains("1 · decoding") || s.contains("1 · done"))
+    });
+    assert!(!sent.contains("1 · error"), "{sent}");
+    tmux.keys(&["Escape"]);
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+}

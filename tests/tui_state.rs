@@ -641,6 +641,7 @@ fn a_start_up_warning_outlasts_the_loaded_notice() {
         probe: None,
         max_context: 4096,
         load_s: 6.0,
+        counter: None,
     })));
     let notice = app.notice.as_ref().expect("still shown");
     assert!(notice.error && notice.text.contains("profile gone"), "{notice:?}");

@@ -106,7 +106,8 @@ for step in "${steps[@]}"; do
     cycleb) COHORT_MTP_ALLOW_INEXACT=1 timeout 300 $B bench-step --synthetic qwen36-35b-a3b --layers 8 --iters 10 ;;
     ctx)
       # How a step's cost grows with the context (issue 55): bench-step after a prefill of each
-      # length in $PREFILLS (one chunk), at the real geometry with random weights.
+      # length in $PREFILLS (read 2,048 tokens at a time, as the engine does on a GPU), at the
+      # real geometry with random weights.
       for p in ${PREFILLS:-64 8192 32768}; do
         echo "-- prefill $p"
         timeout "${CTX_S:-300}" $B bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 5 \

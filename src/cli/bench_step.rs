@@ -44,6 +44,10 @@ pub struct BenchStepArgs {
     /// Prompt length for the prefill measurement (1 to 131,072).
     #[arg(long, default_value_t = 2048, value_parser = parse_count::<131_072>)]
     prefill: usize,
+    /// Tokens the prefill reads at a time (1 to 131,072; the engine reads 2,048 at a time on a
+    /// GPU): one chunk of 8,192 or more fails inside MLX's CUDA graph building.
+    #[arg(long, default_value_t = 2048, value_parser = parse_count::<131_072>)]
+    prefill_chunk: usize,
     /// Timed repetitions, medians reported (1 to 10,000).
     #[arg(long, default_value_t = 20, value_parser = parse_count::<10_000>)]
     pub(super) iters: usize,
@@ -528,7 +532,7 @@ fn interleaved_b1(
         let model = &models[arm.model].1;
         let prompt = synthetic_ids(args.prefill, 1, model.cfg.vocab_size);
         let mut row = model.new_row();
-        model.prefill(&mut row, &prompt, args.prefill, false)?;
+        model.prefill(&mut row, &prompt, args.prefill_chunk, false)?;
         let tok = Array::from_slice(&[5i32], &[1, 1]);
         if args.graph_stats {
             let mut probe_row = row.clone();
@@ -606,7 +610,7 @@ fn measure(
     progress("warm-up prefill of 64 tokens", t.elapsed().as_secs_f64());
     let mut row = model.new_row();
     let t = Instant::now();
-    model.prefill(&mut row, &ids(args.prefill, 1), args.prefill, false)?;
+    model.prefill(&mut row, &ids(args.prefill, 1), args.prefill_chunk, false)?;
     let prefill_s = t.elapsed().as_secs_f64();
     progress(&format!("prefill of {} tokens", args.prefill), prefill_s);
 

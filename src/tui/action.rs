@@ -60,6 +60,12 @@ pub enum Action {
         pane: u32,
         text: String,
     },
+    /// Pane `pane`'s draft `key` counted (None: it could not be).
+    DraftCounted {
+        pane: u32,
+        key: u64,
+        counted: Option<super::window::Counted>,
+    },
     /// A line for the status bar (results of effects: copied, saved, failed).
     Notice {
         text: String,
@@ -101,6 +107,13 @@ pub enum Effect {
     },
     Copy {
         text: String,
+    },
+    /// Count what pane `pane`'s draft `key` would send (`messages`) off the UI thread; comes back
+    /// as `DraftCounted`.
+    CountDraft {
+        pane: u32,
+        key: u64,
+        messages: Vec<crate::model::text::tokenizer::ChatMessage>,
     },
     /// Hand pane `pane`'s input to the external editor (the screen is given to it meanwhile);
     /// comes back as `Edited`.
@@ -172,6 +185,9 @@ pub struct EngineSummary {
     pub probe: Option<String>,
     pub max_context: i32,
     pub load_s: f64,
+    /// Counts a draft's prompt as the engine will (None attached to a server: its tokenizer is
+    /// not here).
+    pub counter: Option<super::window::PromptCounter>,
 }
 
 impl EngineSummary {
@@ -185,10 +201,12 @@ impl EngineSummary {
             probe: None,
             max_context: info.max_context,
             load_s,
+            counter: None,
         }
     }
 
-    pub fn from_info(info: &EngineInfo, load_s: f64) -> EngineSummary {
+    /// A local engine; `counter` from its model's tokenizer.
+    pub fn from_info(info: &EngineInfo, load_s: f64, counter: Option<super::window::PromptCounter>) -> EngineSummary {
         let model = info.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         EngineSummary {
             model,
@@ -198,6 +216,7 @@ impl EngineSummary {
             probe: info.probe.clone(),
             max_context: info.max_context,
             load_s,
+            counter,
         }
     }
 }

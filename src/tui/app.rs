@@ -278,7 +278,7 @@ impl App {
             Action::ScrollCode { pane, cells } => self.scroll_code(pane, cells),
             Action::Paste(text) => self.paste(&text),
             Action::Resize => {}
-            Action::Tick => self.on_tick(),
+            Action::Tick => self.on_tick(&mut fx),
             Action::Row { pane, event, at } => self.row_event(pane, event, at, &mut fx),
             Action::Telemetry(t) => self.on_telemetry(*t),
             Action::EngineReady(summary) => {
@@ -301,6 +301,11 @@ impl App {
                 self.profiles.push(ProfileEntry { name, path: Some(path), description: None });
             }
             Action::Notice { text, error } => self.notify(text, error),
+            Action::DraftCounted { pane, key, counted } => {
+                if let Some(p) = self.panes.iter_mut().find(|p| p.id == pane) {
+                    p.window.counted(key, counted);
+                }
+            }
             Action::Edited { pane, text } => match self.panes.iter_mut().find(|p| p.id == pane) {
                 Some(p) => {
                     p.input.set(&text);
@@ -349,8 +354,9 @@ impl App {
         }
     }
 
-    fn on_tick(&mut self) {
+    fn on_tick(&mut self, fx: &mut Vec<Effect>) {
         self.tick += 1;
+        self.count_drafts(fx);
         if self.notice.as_ref().is_some_and(|n| self.tick >= n.until_tick) {
             self.notice = None;
         }
@@ -377,6 +383,7 @@ impl App {
                     self.zoomed = false;
                 } else if self.focused().is_busy() {
                     self.cancel_focused(fx);
+                } else if self.withdraw_offer() {
                 } else if self.focused_mut().editing.take().is_some() {
                     let send = self.keymap.describe_keys(Command::Send);
                     self.notify(
@@ -637,6 +644,9 @@ impl App {
                 format!("pane {number} is answering: your message goes when the answer ends ({cancel} cancels and puts it back)"),
                 false,
             );
+        }
+        if self.stop_for_window(self.focus, fx) {
+            return;
         }
         let pane = self.focused_mut();
         let text = pane.input.take();

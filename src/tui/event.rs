@@ -53,6 +53,8 @@ pub struct Attach {
 enum EngineMsg {
     Ready(Box<Backend>, Box<EngineSummary>),
     Failed(String),
+    /// Work done off the loop (a draft counted) coming back.
+    Action(Box<Action>),
 }
 
 /// Run the UI until the user quits. The terminal is restored on every way out. Also returns the
@@ -158,6 +160,7 @@ fn engine_actions(msg: EngineMsg, bridge: &mut Bridge) -> Vec<Action> {
             bridge.fail(&message);
             vec![Action::EngineFailed(message)]
         }
+        EngineMsg::Action(action) => vec![*action],
     }
 }
 
@@ -193,6 +196,20 @@ fn perform(
                 Ok(()) if app.transcript_error.is_some() => vec![Action::Transcript(None)],
                 Ok(()) => Vec::new(),
             };
+        }
+        Effect::CountDraft { pane, key, messages } => {
+            if let super::app::EngineStatus::Ready(summary) = &app.engine
+                && let Some(counter) = summary.counter.clone()
+            {
+                let tx = engine_tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    let counted = counter
+                        .count(&messages)
+                        .inspect_err(|e| tracing::debug!("pane {pane}'s draft could not be counted: {e:#}"))
+                        .ok();
+                    let _ = tx.send(EngineMsg::Action(Box::new(Action::DraftCounted { pane, key, counted })));
+                });
+            }
         }
         Effect::Copy { text } => {
             return match clipboard::copy(&text, &ctx.paths.data_dir, tui.backend_mut()) {
@@ -352,7 +369,13 @@ fn start_engine(settings: &Settings, old: Option<EngineHandle>, tx: UnboundedSen
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| args.start_engine(setup)));
         let msg = match outcome {
             Ok(Ok(engine)) => {
-                let summary = EngineSummary::from_info(&engine.info, started.elapsed().as_secs_f64());
+                // The draft counter's own copy of the tokenizer (the engine's lives on its thread);
+                // without it panes show no count, and the engine still checks every prompt.
+                let counter = crate::model::text::tokenizer::TextTokenizer::load(&engine.info.dir)
+                    .inspect_err(|e| tracing::warn!("drafts will not be counted: {e:#}"))
+                    .ok()
+                    .map(super::window::PromptCounter::new);
+                let summary = EngineSummary::from_info(&engine.info, started.elapsed().as_secs_f64(), counter);
                 EngineMsg::Ready(Box::new(Backend::Local(engine)), Box::new(summary))
             }
             Ok(Err(e)) => EngineMsg::Failed(format!("{e:#}")),

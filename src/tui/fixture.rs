@@ -46,6 +46,7 @@ pub fn app(panes: usize, theme: &str) -> App {
         probe: Some("MTP exactness probe: Equal on the batched route".into()),
         max_context: 4096,
         load_s: 1.5,
+        counter: None,
     })));
     app.notice = None;
     app

@@ -31,6 +31,7 @@ pub mod style;
 pub mod terminal;
 pub mod transcript;
 pub mod views;
+pub mod window;
 pub mod wrap;
 
 use std::io::IsTerminal as _;

@@ -24,6 +24,9 @@ pub struct Turn {
     pub tokens_per_s: Option<f64>,
     /// Restored from a transcript whose answer never finished (the app stopped mid-answer).
     pub interrupted: bool,
+    /// Left out of the conversation sent next, to fit the context window (the user agreed to
+    /// it); it stays on screen and in the transcript.
+    pub dropped: bool,
     /// Wrapped lines of the answer, kept until the text, width or theme changes.
     pub(crate) rendered: RefCell<Option<RenderCache>>,
 }
@@ -32,6 +35,11 @@ impl Turn {
     /// The request failed: its message is not part of the conversation sent next.
     pub fn failed(&self) -> bool {
         self.finish == Some(FinishReason::Error)
+    }
+
+    /// Part of the conversation sent next: neither failed nor dropped.
+    pub fn sent_next(&self) -> bool {
+        !self.failed() && !self.dropped
     }
 }
 
@@ -114,6 +122,8 @@ pub struct Pane {
     pub(crate) shown_top: Cell<usize>,
     /// Matches of the search at the last render (what its keys move through).
     pub search_hits: Cell<usize>,
+    /// The draft against the context window.
+    pub window: super::window::DraftWindow,
 }
 
 impl Pane {
@@ -136,6 +146,7 @@ impl Pane {
             max_code_scroll: Cell::new(0),
             shown_top: Cell::new(0),
             search_hits: Cell::new(0),
+            window: Default::default(),
         }
     }
 
@@ -162,6 +173,12 @@ impl Pane {
         }
     }
 
+    /// The turns the next prompt sends: those that neither failed nor were left out, before the
+    /// turn being edited (sending replaces it and what follows).
+    pub fn sent_turns(&self) -> impl Iterator<Item = &Turn> {
+        self.turns.iter().take_while(|t| Some(&t.request_id) != self.editing.as_ref()).filter(|t| t.sent_next())
+    }
+
     /// The conversation so far plus a new user message, as the chat template wants it.
     pub fn messages_with(&self, system: Option<&str>, next: &str) -> Vec<ChatMessage> {
         let mut messages = Vec::new();
@@ -171,7 +188,7 @@ impl Pane {
         // A failed turn (a message over the context window, an engine error) is left out whole:
         // sending its message again would fail again. It stays on screen, marked, and up recalls
         // it. A cancelled turn keeps what the user saw.
-        for turn in self.turns.iter().filter(|t| !t.failed()) {
+        for turn in self.sent_turns() {
             messages.push(ChatMessage::new("user", &turn.user));
             if !turn.answer.is_empty() {
                 messages.push(ChatMessage::new("assistant", &turn.answer));

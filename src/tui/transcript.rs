@@ -52,6 +52,11 @@ pub enum Record {
     },
     /// The user started a new conversation in this pane.
     Clear,
+    /// The turn of request `request` was left out of the conversation sent from here on, to fit
+    /// the context window (the user agreed to it); its records stay.
+    Dropped {
+        request: String,
+    },
     /// This pane was branched from pane `pane`'s conversation at the request `request`'s
     /// question (`answer`: its answer too). The turns it took follow as `user` and `done`
     /// records.
@@ -486,6 +491,11 @@ pub fn read_pane(path: &Path) -> Result<(Vec<Turn>, Option<Option<ChatSettings>>
         match record {
             Record::Session { .. } | Record::Branch { .. } | Record::Profile { .. } => {}
             Record::Clear => turns.clear(),
+            Record::Dropped { request } => {
+                if let Some(t) = turns.iter_mut().find(|t| t.request_id == request) {
+                    t.dropped = true;
+                }
+            }
             Record::Settings { settings } => own = Some(settings),
             Record::User { request, text, replaces } => {
                 if let Some(old) = replaces

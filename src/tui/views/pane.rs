@@ -111,8 +111,46 @@ fn rule_line(pane: &Pane, app: &App, focused: bool, width: usize) -> Line<'stati
         used = 2 + text.chars().count();
         spans.push(Span::styled(text, app.styles.accent));
     }
-    spans.push(Span::styled("─".repeat(width.saturating_sub(used)), border));
+    let label = window_label(pane, app).filter(|(text, _)| used + text.chars().count() + 2 <= width);
+    let room = width.saturating_sub(used + label.as_ref().map_or(0, |(t, _)| t.chars().count()));
+    spans.push(Span::styled("─".repeat(room), border));
+    if let Some((text, style)) = label {
+        spans.push(Span::styled(text, style));
+    }
     Line::from(spans)
+}
+
+/// ` draft 23 tok · 1204 + 256 of 8192 (18%) `: what sending the draft would take of the
+/// context window (its whole prompt and max_tokens), once counted; over it, in the error style
+/// with what enter will offer.
+fn window_label(pane: &Pane, app: &App) -> Option<(String, Style)> {
+    use crate::tui::window::needed;
+    let EngineStatus::Ready(summary) = &app.engine else { return None };
+    let index = app.panes.iter().position(|p| p.id == pane.id)?;
+    if pane.input.is_blank() || pane.is_busy() {
+        return None;
+    }
+    let counted = pane.window.count_of(app.draft_key_of(index))?;
+    let window = usize::try_from(summary.max_context).ok().filter(|w| *w > 0)?;
+    let max_tokens = app.chat_settings(index).max_tokens;
+    let need = needed(counted.prompt, max_tokens);
+    Some(if need <= window {
+        let percent = (need * 100).div_ceil(window);
+        (
+            format!(" draft {} tok · {} + {max_tokens} of {window} ({percent}%) ", counted.draft, counted.prompt),
+            app.styles.muted,
+        )
+    } else {
+        use crate::tui::config::keymap::Command;
+        (
+            format!(
+                " draft {} tok · needs {need} of {window}: {} offers to leave out old turns ",
+                counted.draft,
+                app.keymap.describe_keys(Command::Send)
+            ),
+            app.styles.error,
+        )
+    })
 }
 
 /// ` 3 · decoding · 66.9 tok/s · row 2 · ctx 12% `, dropping the least useful parts when narrow
@@ -459,6 +497,9 @@ fn status_lines(turn: &Turn, live: Option<&Pane>, last: bool, app: &App, width: 
             "⊘ interrupted: the session ended before this answer finished".into(),
             styles.state(RowState::Cancelled),
         );
+    }
+    if turn.dropped {
+        return line("⤒ left out to fit the context window: not sent with later prompts".into(), styles.muted);
     }
     let tokens = turn.stats.as_ref().map(|s| s.completion_tokens).unwrap_or(0);
     match turn.finish {

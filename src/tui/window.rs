@@ -1,0 +1,300 @@
+//! The context window in view before sending: what the draft would send (counted off the UI
+//! thread with the engine's own tokenizer and chat template), its share of the window, and,
+//! for a message that would not fit, an offer to leave the oldest turns out of the conversation
+//! (shown in the pane and recorded in the transcript, never done silently).
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use super::action::Effect;
+use super::app::{App, EngineStatus};
+use super::pane::Turn;
+use super::transcript::Record;
+use crate::engine::prepare::{VERIFY_SLACK, prompt_ids};
+use crate::engine::request::Prompt;
+use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
+use crate::tui::config::keymap::Command;
+
+/// A draft is counted once it has been left alone this many ticks (about 0.1 s), not on every
+/// key.
+pub const SETTLE_TICKS: u64 = 3;
+
+/// Counts what a chat prompt encodes to, as the engine will: its tokenizer and chat template.
+#[derive(Clone)]
+pub struct PromptCounter(Arc<TextTokenizer>);
+
+impl PromptCounter {
+    pub fn new(tokenizer: TextTokenizer) -> Self {
+        Self(Arc::new(tokenizer))
+    }
+
+    /// The prompt `messages` send, and the draft alone (the last message's text), in tokens.
+    pub fn count(&self, messages: &[ChatMessage]) -> Result<Counted> {
+        let prompt = prompt_ids(&self.0, &Prompt::Chat(messages.to_vec()))?.len();
+        let draft = messages.last().map(|m| self.text(&m.content)).transpose()?.unwrap_or(0);
+        Ok(Counted { prompt, draft })
+    }
+
+    /// Tokens of plain text (no template).
+    pub fn text(&self, text: &str) -> Result<usize> {
+        Ok(if text.is_empty() { 0 } else { self.0.encode(text)?.len() })
+    }
+}
+
+impl PartialEq for PromptCounter {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::fmt::Debug for PromptCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PromptCounter")
+    }
+}
+
+/// A counted draft: the whole prompt it would send, and its own text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    pub prompt: usize,
+    pub draft: usize,
+}
+
+/// Offered for the draft `key`: leave the `turns` oldest turns out and send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DropOffer {
+    pub key: u64,
+    pub turns: usize,
+}
+
+/// A pane's view of its draft against the window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DraftWindow {
+    /// The draft last seen (its key) and the tick it changed.
+    seen: Option<(u64, u64)>,
+    /// The draft being counted now.
+    counting: Option<u64>,
+    /// The newest count and the draft it is for.
+    counted: Option<(u64, Counted)>,
+    pub offer: Option<DropOffer>,
+}
+
+impl DraftWindow {
+    /// Note the draft `key` at `tick`; true when it has settled and has no count yet (count it).
+    pub fn wants_count(&mut self, key: u64, tick: u64) -> bool {
+        match self.seen {
+            Some((k, _)) if k == key => {}
+            _ => self.seen = Some((key, tick)),
+        }
+        let settled = self.seen.is_some_and(|(_, at)| tick >= at + SETTLE_TICKS);
+        let known = self.counted.is_some_and(|(k, _)| k == key) || self.counting == Some(key);
+        if settled && !known {
+            self.counting = Some(key);
+            return true;
+        }
+        false
+    }
+
+    /// A count came back (an error leaves the draft uncounted: the engine still says why at send).
+    pub fn counted(&mut self, key: u64, counted: Option<Counted>) {
+        if self.counting == Some(key) {
+            self.counting = None;
+        }
+        if let Some(c) = counted {
+            self.counted = Some((key, c));
+        }
+    }
+
+    /// The count of draft `key`, when it is known.
+    pub fn count_of(&self, key: u64) -> Option<Counted> {
+        self.counted.filter(|(k, _)| *k == key).map(|(_, c)| c)
+    }
+
+    /// Forget every count (the box is empty, or what the draft is sent with changed).
+    pub fn clear(&mut self) {
+        *self = DraftWindow::default();
+    }
+}
+
+/// Identifies a draft together with everything it would be sent with (the system prompt, the
+/// turns kept, max_tokens), so a count is never shown for another prompt.
+pub fn draft_key(system: Option<&str>, turns: &[(&str, &str)], draft: &str, max_tokens: usize) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (system, turns, draft, max_tokens).hash(&mut h);
+    h.finish()
+}
+
+/// Tokens a prompt of `prompt` tokens needs with `max_tokens` to generate, as the engine checks
+/// it (`prepare`).
+pub fn needed(prompt: usize, max_tokens: usize) -> usize {
+    prompt.saturating_add(max_tokens).saturating_add(VERIFY_SLACK)
+}
+
+/// How many of the oldest turns (sizes in tokens, oldest first) to leave out so that a prompt
+/// of `prompt` tokens fits `window` with `max_tokens`: None when even leaving out all of them
+/// would not do (the message itself, or max_tokens, is too large).
+pub fn turns_to_drop(sizes: &[usize], prompt: usize, max_tokens: usize, window: usize) -> Option<usize> {
+    let mut left = needed(prompt, max_tokens);
+    for (dropped, size) in std::iter::once(0).chain(sizes.iter().copied()).enumerate() {
+        left = left.saturating_sub(size);
+        if left <= window {
+            return Some(dropped);
+        }
+    }
+    None
+}
+
+/// Template tokens a turn adds around its two messages (role markers, ends of turn): an estimate
+/// on the side of leaving out enough.
+const TURN_OVERHEAD: usize = 12;
+
+impl App {
+    /// Count each idle pane's draft once it settles, so the pane shows it against the window
+    /// before it is sent.
+    pub(super) fn count_drafts(&mut self, fx: &mut Vec<Effect>) {
+        let EngineStatus::Ready(summary) = &self.engine else { return };
+        if summary.counter.is_none() {
+            return;
+        }
+        for index in 0..self.panes.len() {
+            if self.panes[index].input.is_blank() || self.panes[index].is_busy() {
+                self.panes[index].window.clear();
+                continue;
+            }
+            let key = self.draft_key_of(index);
+            let tick = self.tick;
+            if self.panes[index].window.wants_count(key, tick) {
+                let chat = self.chat_settings(index);
+                let pane = &self.panes[index];
+                let messages = pane.messages_with(chat.system.as_deref(), pane.input.text());
+                fx.push(Effect::CountDraft { pane: pane.id, key, messages });
+            }
+        }
+    }
+
+    /// The key of pane `index`'s draft as it would be sent now.
+    pub fn draft_key_of(&self, index: usize) -> u64 {
+        let pane = &self.panes[index];
+        let chat = self.chat_settings(index);
+        let turns: Vec<(&str, &str)> = pane.sent_turns().map(|t| (t.user.as_str(), t.answer.as_str())).collect();
+        draft_key(chat.system.as_deref(), &turns, pane.input.text(), chat.max_tokens)
+    }
+
+    /// Before pane `index` sends: true to stop here. A draft counted over the window is not sent;
+    /// the first send offers to leave out the fewest oldest turns that make room, a second send
+    /// of the same draft does so (marked in the pane and the transcript) and goes on. A draft not
+    /// counted yet goes (the engine still checks it).
+    pub(super) fn stop_for_window(&mut self, index: usize, fx: &mut Vec<Effect>) -> bool {
+        let EngineStatus::Ready(summary) = &self.engine else { return false };
+        let Some(counter) = summary.counter.clone() else { return false };
+        let window = usize::try_from(summary.max_context).unwrap_or(0);
+        let key = self.draft_key_of(index);
+        let max_tokens = self.chat_settings(index).max_tokens;
+        let Some(counted) = self.panes[index].window.count_of(key) else { return false };
+        let need = needed(counted.prompt, max_tokens);
+        if need <= window {
+            return false;
+        }
+        if let Some(offer) = self.panes[index].window.offer.filter(|o| o.key == key) {
+            self.leave_out_oldest(index, offer.turns, fx);
+            return false;
+        }
+        let sizes: Vec<usize> = self.panes[index].sent_turns().map(|t| turn_size(&counter, t)).collect();
+        let number = index + 1;
+        match turns_to_drop(&sizes, counted.prompt, max_tokens, window) {
+            Some(turns) if turns > 0 => {
+                let send = self.keymap.describe_keys(Command::Send);
+                let cancel = self.keymap.describe_keys(Command::Cancel);
+                let plural = if turns == 1 { "" } else { "s" };
+                self.panes[index].window.offer = Some(DropOffer { key, turns });
+                self.notify_long(
+                    format!(
+                        "pane {number}: this message needs {need} tokens with max_tokens {max_tokens}, over the \
+                         {window}-token context window: {send} again leaves out the oldest {turns} turn{plural} \
+                         (kept on screen), {cancel} keeps editing"
+                    ),
+                    true,
+                );
+            }
+            _ => self.notify_long(
+                format!(
+                    "pane {number}: this message needs {need} tokens with max_tokens {max_tokens}, over the \
+                     {window}-token context window even without the earlier turns: shorten it or lower max_tokens"
+                ),
+                true,
+            ),
+        }
+        true
+    }
+
+    /// Leave the `turns` oldest turns of pane `index` out of what it sends from now on.
+    fn leave_out_oldest(&mut self, index: usize, turns: usize, fx: &mut Vec<Effect>) {
+        let pane = &mut self.panes[index];
+        let id = pane.id;
+        let editing = pane.editing.clone();
+        let kept =
+            pane.turns.iter_mut().take_while(|t| Some(&t.request_id) != editing.as_ref()).filter(|t| t.sent_next());
+        for turn in kept.take(turns) {
+            turn.dropped = true;
+            fx.push(Effect::Record { pane: id, record: Record::Dropped { request: turn.request_id.clone() } });
+        }
+        pane.window.offer = None;
+        let plural = if turns == 1 { "" } else { "s" };
+        self.notify(
+            format!("pane {}: the oldest {turns} turn{plural} left out to fit the context window", index + 1),
+            false,
+        );
+    }
+
+    /// Esc while an offer stands: nothing is left out. True when there was one.
+    pub(super) fn withdraw_offer(&mut self) -> bool {
+        let focus = self.focus;
+        if self.panes[focus].window.offer.take().is_none() {
+            return false;
+        }
+        self.notify(format!("pane {}: nothing left out; the message stays in the box", focus + 1), false);
+        true
+    }
+}
+
+/// A turn's size in the prompt, estimated: its two messages' tokens and the template's.
+fn turn_size(counter: &PromptCounter, turn: &Turn) -> usize {
+    let text = |s: &str| counter.text(s).unwrap_or(s.len());
+    text(&turn.user) + text(&turn.answer) + TURN_OVERHEAD
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fewest_oldest_turns_that_make_room_are_offered() {
+        // 900 + 100 + 2 = 1002 over a window of 1000: the first turn (50) makes room.
+        assert_eq!(turns_to_drop(&[50, 300, 200], 900, 100, 1000), Some(1));
+        assert_eq!(turns_to_drop(&[1, 1, 300], 900, 100, 1000), Some(2));
+        assert_eq!(turns_to_drop(&[1, 1, 300], 900, 100, 999), Some(3));
+        assert_eq!(turns_to_drop(&[50], 800, 100, 1000), Some(0));
+        assert_eq!(turns_to_drop(&[10, 10], 1200, 100, 1000), None);
+        assert_eq!(turns_to_drop(&[], 10, usize::MAX, 1000), None);
+    }
+
+    #[test]
+    fn a_draft_is_counted_once_it_settles_and_only_once() {
+        let mut w = DraftWindow::default();
+        assert!(!w.wants_count(7, 10));
+        assert!(!w.wants_count(7, 12));
+        assert!(w.wants_count(7, 13));
+        assert!(!w.wants_count(7, 14), "already being counted");
+        w.counted(7, Some(Counted { prompt: 40, draft: 3 }));
+        assert_eq!(w.count_of(7), Some(Counted { prompt: 40, draft: 3 }));
+        assert!(!w.wants_count(7, 20));
+        // Another keystroke: the old count is not shown for it, and it waits to settle.
+        assert!(!w.wants_count(8, 21));
+        assert_eq!(w.count_of(8), None);
+        assert!(w.wants_count(8, 24));
+        w.counted(8, None);
+        assert_eq!(w.count_of(8), None);
+    }
+}
