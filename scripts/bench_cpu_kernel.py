@@ -15,6 +15,9 @@ usage: scripts/bench_cpu_kernel.py [--model DIR] [--rounds R] [--gen N] [--alt-b
     SCHED  b1 (6 chat questions one after another) | b8 (8 chat questions as one cohort)
            | p300 (4 prompts of 292-351 tokens cut from README.md, one token each: the prefill
              figure; "decode" then reports the median prefill tok/s)
+           | c<N> (one prompt of N token ids, the same fixed pseudo-random ones every run, then
+             --gen tokens: prompt reading and decoding at a context of N, issue 55)
+           | c<N>x8 (8 such prompts, other ids each, as one sealed cohort)
     MODE   ar | mtp
 Prints per arm and round: decode tok/s (B1: median of the rows; B8: tokens after each row's first
 / the longest row's decode time), B1 prefill tok/s, acceptance, the route; then medians. Every
@@ -45,7 +48,26 @@ ROUTES = {
 }
 
 
+def context_ids(n, salt):
+    """n token ids spread over the default model's vocabulary, fixed for (n, salt)."""
+    return [(i * 7919 + salt * 104729 + 13) % 40000 + 100 for i in range(n)]
+
+
+def context_sched(sched):
+    """(prompt tokens, rows) of a c<N> or c<N>x8 schedule, else None."""
+    if not sched.startswith("c"):
+        return None
+    n, _, rows = sched[1:].partition("x")
+    return int(n), int(rows or 1)
+
+
 def requests(sched, gen):
+    if context_sched(sched):
+        n, rows = context_sched(sched)
+        warm = [{"id": f"w{i}", "prompt_ids": context_ids(16, i), "max_tokens": 4, "temperature": 0}
+                for i in range(rows)]
+        return warm + [{"id": f"q{i}", "prompt_ids": context_ids(n, i), "max_tokens": gen, "temperature": 0,
+                        "ignore_eos": True} for i in range(rows)]
     if sched == "p300":
         words = open(os.path.join(ROOT, "README.md")).read().split()
         return [{"id": "w", "prompt": "Hi", "chat": True, "max_tokens": 2, "temperature": 0}] + [
@@ -70,8 +92,13 @@ def run_arm(args, files, arm):
         sys.exit(f"unknown route {route!r} (one of {', '.join(ROUTES)})")
     weights, switches = ROUTES[route]
     env = dict(os.environ, **switches)
+    wide = sched == "b8" or (context_sched(sched) or (0, 1))[1] > 1
     cmd = [binary, "generate", "-i", files[sched], "--weights", weights, "--generation-mode", mode,
-           "--scheduler", "cohort" if sched == "b8" else "serial"]
+           "--scheduler", "cohort" if wide else "serial"]
+    if context_sched(sched) and wide:
+        # Long prompts: a continuous lane starts each row as its read ends; a sealed cohort
+        # reads all eight, then decodes them together at width 8.
+        cmd += ["--preset", "sealed"]
     if args.model:
         cmd += ["-m", args.model]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
@@ -81,7 +108,7 @@ def run_arm(args, files, arm):
         prefill = statistics.median(s["prefill_tok_s"] for s in stats)
         return {"decode": prefill, "prefill": prefill, "acceptance": 0.0, "route": f"{len(rows)} prompts",
                 "starts": [r["token_ids"][:1] for r in rows]}
-    if sched == "b8":
+    if wide:
         if {s["real_width"] for s in stats} != {8} or any("serial" in s["route"] for s in stats):
             sys.exit(f"{arm} did not run as one cohort of 8 ({ {s['route'] for s in stats} })")
         decode = sum(len(r["token_ids"]) - 1 for r in rows) / max(s["decode_s"] for s in stats)
@@ -104,7 +131,7 @@ def main():
     ap.add_argument("arms", nargs="+")
     args = ap.parse_args()
     files = {}
-    for sched in ("b1", "b8", "p300"):
+    for sched in sorted({"b1", "b8", "p300"} | {a.removeprefix("alt/").split(":")[1] for a in args.arms}):
         with tempfile.NamedTemporaryFile("w", suffix=f"-{sched}.jsonl", delete=False) as f:
             f.write("".join(json.dumps(r) + "\n" for r in requests(sched, args.gen)))
             files[sched] = f.name

@@ -240,13 +240,15 @@ def request(rid, ids, gen):
     return {"id": rid, "prompt_ids": ids, "max_tokens": gen, "temperature": 0, "ignore_eos": True}
 
 
-def cohort_generate(ctx, reqs, scheduler, mode):
+def cohort_generate(ctx, reqs, scheduler, mode, preset=None):
     """`cohort generate` on the requests; its result lines and the command."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         f.write("".join(json.dumps(r) + "\n" for r in reqs))
     cmd = [ctx.cohort, "generate", "-m", ctx.model, "-i", f.name, "--scheduler", scheduler]
     if mode:
         cmd += ["--generation-mode", mode]
+    if preset:
+        cmd += ["--preset", preset]
     try:
         lines, err = run_json_lines(cmd, ctx.timeout)
     finally:
@@ -284,7 +286,7 @@ def cohort_b8(ctx, mode):
     wall time is the sum of the rows' prefill times plus the longest decode time."""
     warm = [request(f"warm{i}", p[:WARM_PROMPT], WARM_GEN) for i, p in enumerate(ctx.prompts)]
     meas = [request(f"b8-{i}", p, ctx.gen) for i, p in enumerate(ctx.prompts)]
-    lines, cmd, probe = cohort_generate(ctx, warm + meas, "cohort", mode)
+    lines, cmd, probe = cohort_generate(ctx, warm + meas, "cohort", mode, ctx.b8_preset)
     rows = lines[len(warm):]
     widths = {r["stats"]["real_width"] for r in rows}
     check(widths == {8}, f"cohort B8: the measured requests ran at widths {sorted(widths)}, not as one cohort of 8")
@@ -541,6 +543,7 @@ class Ctx:
     def __init__(self, args, prompts, prompts_file, cohort):
         self.model, self.gguf, self.gen, self.threads = args.model, args.gguf, args.gen, args.threads
         self.prompt_len, self.timeout = args.prompt_len, args.timeout
+        self.b8_preset = args.b8_preset
         self.prompts, self.prompts_file, self.cohort = prompts, prompts_file, cohort
         self.llama_bench = os.path.join(args.peers, "llama.cpp/bin/llama-batched-bench")
 
@@ -570,6 +573,8 @@ def parse(argv):
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of: " + ", ".join(ARMS))
     ap.add_argument("--text", default=os.path.join(root, "README.md"), help="where the prompts' excerpts come from")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per arm process")
+    ap.add_argument("--b8-preset", help="cohort's preset for the B8 run (default: the default preset's; "
+                    "`sealed` for long prompts, which a continuous lane starts decoding one by one)")
     ap.add_argument("--out", help="output folder (default: .runtime/peers/results/<time>)")
     return "bench", ap.parse_args(argv)
 
@@ -592,7 +597,7 @@ def main(argv):
     receipt = {"command": typed, "started": stamp,
                "machine": machine(), "commit": commit(args.root), "arms": arms,
                "config": {"prompt_len": args.prompt_len, "gen": args.gen, "rounds": args.rounds,
-                          "threads_llama_cpp": args.threads, "model": args.model, "gguf": args.gguf,
+                          "threads_llama_cpp": args.threads, "b8_preset": args.b8_preset, "model": args.model, "gguf": args.gguf,
                           "gguf_sha256": sha256(args.gguf),
                           "mlx_weights_sha256": sha256(os.path.join(args.model, "model.safetensors")),
                           "mtp_head_sha256": sha256(os.path.join(args.model, "mtp.safetensors")), "text": os.path.relpath(args.text, args.root),

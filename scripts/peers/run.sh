@@ -11,6 +11,10 @@
 #                                                  warm conversations (issue #54): follow-up turns'
 #                                                  time to first token as the history grows, cohort
 #                                                  (cache on and off) against llama-server, mlx_lm.server
+#   scripts/peers/run.sh ctx [ctx_sweep.py options]
+#                                                  long context (issue #55): prompt reading and B1 / B8
+#                                                  decoding at several prompt lengths, cohort against
+#                                                  llama.cpp, one table
 #   scripts/peers/run.sh --setup-only              only the set-up (idempotent)
 #
 # Everything it installs lives in .runtime/peers/ (ignored): a venv with mlx-lm on mlx 0.32.2 from
@@ -114,6 +118,11 @@ main() {
     if [ "${1:-}" = chat ]; then
         shift
         exec "$PEERS/venv/bin/python" "$ROOT/scripts/peers/chat_bench.py" --root "$ROOT" --peers "$PEERS" \
+            --gguf "$GGUF" --model "$PEERS/SmolLM2-135M-Instruct" "$@"
+    fi
+    if [ "${1:-}" = ctx ]; then
+        shift
+        exec "$PEERS/venv/bin/python" "$ROOT/scripts/peers/ctx_sweep.py" --root "$ROOT" --peers "$PEERS" \
             --gguf "$GGUF" --model "$PEERS/SmolLM2-135M-Instruct" "$@"
     fi
     if [ "${1:-}" = serve ]; then
