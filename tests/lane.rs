@@ -462,3 +462,20 @@ fn greedy_cohorts_measure_plain_cycles_and_sampled_ones_always_draft() {
     let (_, t) = run_scenario(&*model, &tok, &always, &greedy, &all_at_once, 8);
     assert_eq!(t.plain_cycles, 0);
 }
+
+/// A lone prompt read goes in pieces of about LONE_PIECE_S at the rate the last piece read, so a
+/// request arriving meanwhile waits about that long, not a whole LONE_READ piece.
+#[test]
+fn a_lone_read_goes_in_pieces_sized_by_the_rate_it_reads_at() {
+    use cohort::engine::lane::{LONE_PIECE_S, LONE_READ, SHARED_READ, lone_piece};
+    assert_eq!(lone_piece(None), LONE_READ, "before any piece was read");
+    assert_eq!(lone_piece(Some(10_000.0)), LONE_READ, "fast reads keep whole pieces");
+    let rate = 400.0;
+    let piece = lone_piece(Some(rate));
+    assert!(piece > SHARED_READ && piece < LONE_READ && piece.is_multiple_of(16), "{piece}");
+    assert!(piece as f64 / rate <= LONE_PIECE_S, "{piece} tokens at {rate} tok/s");
+    assert_eq!(lone_piece(Some(50.0)), SHARED_READ, "slow reads stop at the shared piece");
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        assert_eq!(lone_piece(Some(bad)), LONE_READ, "rate {bad}");
+    }
+}

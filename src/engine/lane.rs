@@ -38,10 +38,25 @@ use crate::model::text::tokenizer::TextTokenizer;
 /// at 2,000 tokens of context.
 pub const SHARED_READ: usize = 64;
 
-/// Prompt tokens a step reads while nobody waits, where a read may split anywhere: a request
-/// that arrives meanwhile waits for one such piece at most. On the CPU a 2,000-token prompt read
-/// in pieces of 128 took 1.05x the time of chunks of 512 (pieces of 64: 1.2x).
+/// Prompt tokens a step reads at most while nobody waits, where a read may split anywhere: a
+/// request that arrives meanwhile waits for one such piece at most. On the CPU a 2,000-token
+/// prompt read in pieces of 128 took 1.05x the time of chunks of 512 (pieces of 64: 1.2x).
 pub const LONE_READ: usize = 128;
+
+/// How long a lone read's piece should take: pieces shrink (to [`SHARED_READ`] at the least) as
+/// the context grows and reading slows, so a request arriving meanwhile waits about this long at
+/// most rather than a whole [`LONE_READ`] piece (~0.4 s at 2,000 tokens of context on the CPU).
+pub const LONE_PIECE_S: f64 = 0.2;
+
+/// The tokens of a lone read's next piece, given the rate (tokens/s) the last lone piece read
+/// at: what takes [`LONE_PIECE_S`] at that rate, in multiples of 16, within [`SHARED_READ`]
+/// ..= [`LONE_READ`]; [`LONE_READ`] before any piece was read.
+pub fn lone_piece(rate: Option<f64>) -> usize {
+    match rate.filter(|r| r.is_finite() && *r > 0.0) {
+        Some(rate) => (((rate * LONE_PIECE_S) as usize) / 16 * 16).clamp(SHARED_READ, LONE_READ),
+        None => LONE_READ,
+    }
+}
 
 /// Answers waiting to be read back into the prompt cache, at most.
 const MAX_SETTLES: usize = 16;
@@ -155,6 +170,8 @@ pub struct Lane<'m> {
     cycles: u64,
     /// Prompt reads of several rows in one block.
     packed_reads: u64,
+    /// Tokens per second the last lone read step read at (sizes the next lone piece).
+    lone_rate: Option<f64>,
     /// What cycles of each kind have emitted, per width, and the choice that follows from it.
     chooser: DraftChooser,
     /// Cycles of MTP rows that took plain steps because those measured faster.
@@ -203,6 +220,7 @@ impl<'m> Lane<'m> {
             repack: false,
             cycles: 0,
             packed_reads: 0,
+            lone_rate: None,
             chooser: DraftChooser::default(),
             plain_cycles: 0,
             joins: 0,
@@ -411,6 +429,8 @@ impl<'m> Lane<'m> {
     fn read_prompts(&mut self) {
         self.seat_cached_prompts();
         let budget = self.step_budget();
+        let lone = self.cfg.split_exact && !self.others_wait();
+        let started = Instant::now();
         let mut spent = 0;
         let mut pack = self.cfg.packed_prefill;
         while spent == 0 || spent < budget {
@@ -488,6 +508,9 @@ impl<'m> Lane<'m> {
                 }
             }
         }
+        if lone && spent > 0 {
+            self.lone_rate = Some(spent as f64 / started.elapsed().as_secs_f64().max(1e-6));
+        }
     }
 
     /// Readers whose whole prompt the cache held take their seats without reading.
@@ -503,15 +526,19 @@ impl<'m> Lane<'m> {
 
     /// Prompt tokens this step may read. Where a read may split anywhere, a step reads at most
     /// [`SHARED_READ`] tokens while others wait (rows decoding, or other prompts to read) and
-    /// [`LONE_READ`] while nobody does, so a request never waits long behind a long read;
-    /// otherwise the configured budget in whole chunks.
+    /// a piece of about [`LONE_PIECE_S`] ([`lone_piece`]) while nobody does, so a request never
+    /// waits long behind a long read; otherwise the configured budget in whole chunks.
     fn step_budget(&self) -> usize {
-        let others = !self.runs.is_empty() || self.readers.len() > 1;
-        match (self.cfg.split_exact, others) {
+        match (self.cfg.split_exact, self.others_wait()) {
             (true, true) => self.cfg.budget.min(SHARED_READ),
-            (true, false) => self.cfg.budget.min(LONE_READ),
+            (true, false) => self.cfg.budget.min(lone_piece(self.lone_rate)),
             (false, _) => self.cfg.budget,
         }
+    }
+
+    /// Rows decoding, or more than one prompt to read.
+    fn others_wait(&self) -> bool {
+        !self.runs.is_empty() || self.readers.len() > 1
     }
 
     /// Where a reader's next chunk ends: a whole chunk, or, where a read may split anywhere, no
