@@ -471,7 +471,7 @@ def notes(receipt):
         "generation time).",
         f"- {v['cohort']}: `cohort generate` with `prompt_ids`, temperature 0, `ignore_eos`; its own figures (model "
         "load excluded). B1: `--scheduler serial` after a short warm-up request; B8: `--scheduler cohort` (preset "
-        "throughput), 8 warm-up requests then the 8 prompts as one cohort; B8 wall = the rows' prefill times "
+        f"{cfg.get('b8_preset') or 'throughput'}), 8 warm-up requests then the 8 prompts as one cohort; B8 wall = the rows' prefill times "
         "(prefilled one after another) + the longest decode time. AR: `--generation-mode ar`; MTP: the default mode "
         "with the shipped head as `mtp.safetensors`.",
         f"- mlx-lm and cohort get the same token ids: 8 chat prompts of exactly {cfg['prompt_len']} tokens (the chat template around excerpts of `{cfg['text']}`); B1 uses the first. Every "
