@@ -378,7 +378,8 @@ impl Work<'_, '_> {
                 let mut j = 0;
                 for span in &values {
                     let len = span.len.min(visible - j);
-                    weighted_sum_group::<AVX>(&s.scores, visible, j, len, span, &outs, d);
+                    let w = GroupWeights { ws: &s.scores, stride: visible, j0: j, len };
+                    weighted_sum_group::<AVX>(w, span, &outs, d);
                     j += len;
                 }
             }
@@ -665,27 +666,35 @@ unsafe fn scores_pairs_avx<const N: usize>(
     j
 }
 
-/// [`weighted_sum`] for a group of queries: query i's weights are `ws[i * stride + j0..][..len]`
-/// over the first `len` rows of `span`, added into its `d` outputs at `outs[i]`, each value row
-/// read once for the group. Every output is [`weighted_sum`]'s arithmetic.
-#[inline(always)]
-fn weighted_sum_group<const AVX: bool>(
-    ws: &[f32],
+/// A group's softmax weights for one span: query i's are `ws[i * stride + j0..][..len]`.
+#[derive(Clone, Copy)]
+struct GroupWeights<'a> {
+    ws: &'a [f32],
     stride: usize,
     j0: usize,
     len: usize,
-    span: &Span,
-    outs: &[*mut f32],
-    d: usize,
-) {
+}
+
+impl GroupWeights<'_> {
+    #[inline(always)]
+    fn of(&self, i: usize) -> &[f32] {
+        &self.ws[i * self.stride + self.j0..][..self.len]
+    }
+}
+
+/// [`weighted_sum`] for a group of queries: query i's weights `w.of(i)` over the first `w.len`
+/// rows of `span`, added into its `d` outputs at `outs[i]`, each value row read once for the
+/// group. Every output is [`weighted_sum`]'s arithmetic.
+#[inline(always)]
+fn weighted_sum_group<const AVX: bool>(w: GroupWeights, span: &Span, outs: &[*mut f32], d: usize) {
     #[cfg(target_arch = "x86_64")]
     if AVX && d.is_multiple_of(8) && outs.len() > 1 {
         // SAFETY: as in `scores_group`; every output pointer holds d floats only this group writes.
         unsafe {
             match outs.len() {
-                2 => weighted_group_avx::<2>(ws, stride, j0, len, span, outs, d),
-                3 => weighted_group_avx::<3>(ws, stride, j0, len, span, outs, d),
-                _ => weighted_group_avx::<4>(ws, stride, j0, len, span, outs, d),
+                2 => weighted_group_avx::<2>(w, span, outs, d),
+                3 => weighted_group_avx::<3>(w, span, outs, d),
+                _ => weighted_group_avx::<4>(w, span, outs, d),
             }
         }
         return;
@@ -693,49 +702,35 @@ fn weighted_sum_group<const AVX: bool>(
     for (i, &o) in outs.iter().enumerate() {
         // SAFETY: as above.
         let o = unsafe { std::slice::from_raw_parts_mut(o, d) };
-        weighted_sum::<AVX>(&ws[i * stride + j0..][..len], span, o);
+        weighted_sum::<AVX>(w.of(i), span, o);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn weighted_group_avx<const N: usize>(
-    ws: &[f32],
-    stride: usize,
-    j0: usize,
-    len: usize,
-    span: &Span,
-    outs: &[*mut f32],
-    d: usize,
-) {
+unsafe fn weighted_group_avx<const N: usize>(w: GroupWeights, span: &Span, outs: &[*mut f32], d: usize) {
     let mut x0 = 0;
     while x0 + 16 <= d {
         // SAFETY: forwarded from the caller; x0 + 16 <= d.
-        unsafe { accumulate_group::<N, 2>(ws, stride, j0, len, span, outs, x0) };
+        unsafe { accumulate_group::<N, 2>(w, span, outs, x0) };
         x0 += 16;
     }
     if x0 < d {
         // SAFETY: d is a multiple of 8, so x0 + 8 <= d.
-        unsafe { accumulate_group::<N, 1>(ws, stride, j0, len, span, outs, x0) };
+        unsafe { accumulate_group::<N, 1>(w, span, outs, x0) };
     }
 }
 
 /// Elements `x0..x0 + 8 * L` of `N` queries' outputs plus their weighted values, the `N * L`
 /// accumulators kept in registers over every key: each the same chain of fused multiply-adds in
 /// key order as [`accumulate`]'s.
+// `j` indexes the value rows and every query's weights in lockstep.
+#[allow(clippy::needless_range_loop)]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn accumulate_group<const N: usize, const L: usize>(
-    ws: &[f32],
-    stride: usize,
-    j0: usize,
-    len: usize,
-    span: &Span,
-    outs: &[*mut f32],
-    x0: usize,
-) {
+unsafe fn accumulate_group<const N: usize, const L: usize>(w: GroupWeights, span: &Span, outs: &[*mut f32], x0: usize) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm256_setzero_ps(); L]; N];
     for (i, row) in acc.iter_mut().enumerate() {
@@ -744,14 +739,15 @@ unsafe fn accumulate_group<const N: usize, const L: usize>(
             *a = unsafe { _mm256_loadu_ps(outs[i].add(x0 + 8 * c)) };
         }
     }
-    for j in 0..len {
+    let ws: [&[f32]; N] = std::array::from_fn(|i| w.of(i));
+    for j in 0..w.len {
         // SAFETY: value row j holds elements x0..x0 + 8 * L.
         let v = unsafe { span.ptr.add(j * span.step + x0) };
         let vs: [__m256; L] = std::array::from_fn(|c| unsafe { _mm256_loadu_ps(v.add(8 * c)) });
         for (i, row) in acc.iter_mut().enumerate() {
-            let w = _mm256_set1_ps(ws[i * stride + j0 + j]);
+            let wv = _mm256_set1_ps(ws[i][j]);
             for (a, vc) in row.iter_mut().zip(&vs) {
-                *a = _mm256_fmadd_ps(w, *vc, *a);
+                *a = _mm256_fmadd_ps(wv, *vc, *a);
             }
         }
     }
