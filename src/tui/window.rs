@@ -232,13 +232,12 @@ impl App {
     /// Leave the `turns` oldest turns of pane `index` out of what it sends from now on.
     fn leave_out_oldest(&mut self, index: usize, turns: usize, fx: &mut Vec<Effect>) {
         let pane = &mut self.panes[index];
-        let id = pane.id;
-        let editing = pane.editing.clone();
-        let kept =
-            pane.turns.iter_mut().take_while(|t| Some(&t.request_id) != editing.as_ref()).filter(|t| t.sent_next());
-        for turn in kept.take(turns) {
+        let left_out: Vec<String> = pane.sent_turns().take(turns).map(|t| t.request_id.clone()).collect();
+        for turn in pane.turns.iter_mut().filter(|t| left_out.contains(&t.request_id)) {
             turn.dropped = true;
-            fx.push(Effect::Record { pane: id, record: Record::Dropped { request: turn.request_id.clone() } });
+        }
+        for request in left_out {
+            fx.push(Effect::Record { pane: pane.id, record: Record::Dropped { request } });
         }
         pane.window.offer = None;
         let plural = if turns == 1 { "" } else { "s" };

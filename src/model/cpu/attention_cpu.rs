@@ -356,7 +356,8 @@ impl Work<'_, '_> {
                 let mut j = 0;
                 for span in &keys {
                     let len = span.len.min(visible - j);
-                    scores_group::<AVX>(&s.query, n, span, &mut s.scores, visible, j, len, self.scale);
+                    let rows = SpanRows { stride: visible, j0: j, len };
+                    scores_group::<AVX>(&s.query, n, span, &mut s.scores, rows, self.scale);
                     j += len;
                 }
                 for row in s.scores.chunks_exact_mut(visible) {
@@ -378,8 +379,8 @@ impl Work<'_, '_> {
                 let mut j = 0;
                 for span in &values {
                     let len = span.len.min(visible - j);
-                    let w = GroupWeights { ws: &s.scores, stride: visible, j0: j, len };
-                    weighted_sum_group::<AVX>(w, span, &outs, d);
+                    let rows = SpanRows { stride: visible, j0: j, len };
+                    weighted_sum_group::<AVX>(&s.scores, rows, span, &outs, d);
                     j += len;
                 }
             }
@@ -574,43 +575,50 @@ fn dot_plain(q: &[f32], k: &[f32]) -> f32 {
     lane_sum(acc)
 }
 
-/// [`scores`] for a group of `n` queries (`qs`, n rows of d): keys `j0..j0 + len` of each
-/// query's row of `stride` scores from the first `len` keys of `span`, each key row read once
-/// for the group. Every score is [`dot_plain`]'s arithmetic.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn scores_group<const AVX: bool>(
-    qs: &[f32],
-    n: usize,
-    span: &Span,
-    out: &mut [f32],
+/// Where one span's keys fall in a group's rows of scores (and, after the softmax, weights):
+/// query i's are `of(i)`, `len` of them from `j0` in its row of `stride`.
+#[derive(Clone, Copy)]
+struct SpanRows {
     stride: usize,
     j0: usize,
     len: usize,
-    scale: f32,
-) {
+}
+
+impl SpanRows {
+    #[inline(always)]
+    fn of(&self, i: usize) -> std::ops::Range<usize> {
+        let start = i * self.stride + self.j0;
+        start..start + self.len
+    }
+}
+
+/// [`scores`] for a group of `n` queries (`qs`, n rows of d): query i's scores `out[rows.of(i)]`
+/// from the first `rows.len` keys of `span`, each key row read once for the group. Every score
+/// is [`dot_plain`]'s arithmetic.
+#[inline(always)]
+fn scores_group<const AVX: bool>(qs: &[f32], n: usize, span: &Span, out: &mut [f32], rows: SpanRows, scale: f32) {
     let d = qs.len() / n.max(1);
     #[allow(unused_mut)]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if AVX && d.is_multiple_of(8) && n > 1 {
         // SAFETY: AVX is only true inside `items_avx2`, on a CPU with AVX2 and FMA; the span
-        // holds `len` rows of d contiguous elements, `out` n rows of `stride` >= j0 + len.
+        // holds `rows.len` rows of d contiguous elements, `out` every query's `rows.of(i)`.
         done = unsafe {
             match n {
-                2 => scores_pairs_avx::<2>(qs, span, out, stride, j0, len, scale),
-                3 => scores_pairs_avx::<3>(qs, span, out, stride, j0, len, scale),
-                _ => scores_pairs_avx::<4>(qs, span, out, stride, j0, len, scale),
+                2 => scores_pairs_avx::<2>(qs, span, out, rows, scale),
+                3 => scores_pairs_avx::<3>(qs, span, out, rows, scale),
+                _ => scores_pairs_avx::<4>(qs, span, out, rows, scale),
             }
         };
     }
-    if done == len {
+    if done == rows.len {
         return;
     }
     let rest = Span { ptr: span.ptr.wrapping_add(done * span.step), len: span.len - done, ..*span };
     for (i, q) in qs.chunks_exact(d).enumerate() {
-        let at = i * stride + j0 + done;
-        scores::<AVX>(q, &rest, &mut out[at..at + len - done], scale);
+        let at = rows.of(i);
+        scores::<AVX>(q, &rest, &mut out[at.start + done..at.end], scale);
     }
 }
 
@@ -623,9 +631,7 @@ unsafe fn scores_pairs_avx<const N: usize>(
     qs: &[f32],
     span: &Span,
     out: &mut [f32],
-    stride: usize,
-    j0: usize,
-    len: usize,
+    rows: SpanRows,
     scale: f32,
 ) -> usize {
     use std::arch::x86_64::*;
@@ -634,7 +640,7 @@ unsafe fn scores_pairs_avx<const N: usize>(
     let vscale = _mm_set1_ps(scale);
     let q = qs.as_ptr();
     let mut j = 0;
-    while j + 2 <= len {
+    while j + 2 <= rows.len {
         // SAFETY: keys j and j + 1 are rows of the span.
         let (k0, k1) = unsafe { (span.ptr.add(j * span.step), span.ptr.add((j + 1) * span.step)) };
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
@@ -658,43 +664,28 @@ unsafe fn scores_pairs_avx<const N: usize>(
             let mut two = [0f32; 4];
             // SAFETY: four floats into a four-float array.
             unsafe { _mm_storeu_ps(two.as_mut_ptr(), sums) };
-            out[i * stride + j0 + j] = two[0];
-            out[i * stride + j0 + j + 1] = two[1];
+            let at = rows.of(i).start + j;
+            out[at] = two[0];
+            out[at + 1] = two[1];
         }
         j += 2;
     }
     j
 }
 
-/// A group's softmax weights for one span: query i's are `ws[i * stride + j0..][..len]`.
-#[derive(Clone, Copy)]
-struct GroupWeights<'a> {
-    ws: &'a [f32],
-    stride: usize,
-    j0: usize,
-    len: usize,
-}
-
-impl GroupWeights<'_> {
-    #[inline(always)]
-    fn of(&self, i: usize) -> &[f32] {
-        &self.ws[i * self.stride + self.j0..][..self.len]
-    }
-}
-
-/// [`weighted_sum`] for a group of queries: query i's weights `w.of(i)` over the first `w.len`
-/// rows of `span`, added into its `d` outputs at `outs[i]`, each value row read once for the
-/// group. Every output is [`weighted_sum`]'s arithmetic.
+/// [`weighted_sum`] for a group of queries: query i's weights `ws[rows.of(i)]` over the first
+/// `rows.len` rows of `span`, added into its `d` outputs at `outs[i]`, each value row read once
+/// for the group. Every output is [`weighted_sum`]'s arithmetic.
 #[inline(always)]
-fn weighted_sum_group<const AVX: bool>(w: GroupWeights, span: &Span, outs: &[*mut f32], d: usize) {
+fn weighted_sum_group<const AVX: bool>(ws: &[f32], rows: SpanRows, span: &Span, outs: &[*mut f32], d: usize) {
     #[cfg(target_arch = "x86_64")]
     if AVX && d.is_multiple_of(8) && outs.len() > 1 {
         // SAFETY: as in `scores_group`; every output pointer holds d floats only this group writes.
         unsafe {
             match outs.len() {
-                2 => weighted_group_avx::<2>(w, span, outs, d),
-                3 => weighted_group_avx::<3>(w, span, outs, d),
-                _ => weighted_group_avx::<4>(w, span, outs, d),
+                2 => weighted_group_avx::<2>(ws, rows, span, outs, d),
+                3 => weighted_group_avx::<3>(ws, rows, span, outs, d),
+                _ => weighted_group_avx::<4>(ws, rows, span, outs, d),
             }
         }
         return;
@@ -702,23 +693,23 @@ fn weighted_sum_group<const AVX: bool>(w: GroupWeights, span: &Span, outs: &[*mu
     for (i, &o) in outs.iter().enumerate() {
         // SAFETY: as above.
         let o = unsafe { std::slice::from_raw_parts_mut(o, d) };
-        weighted_sum::<AVX>(w.of(i), span, o);
+        weighted_sum::<AVX>(&ws[rows.of(i)], span, o);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn weighted_group_avx<const N: usize>(w: GroupWeights, span: &Span, outs: &[*mut f32], d: usize) {
+unsafe fn weighted_group_avx<const N: usize>(ws: &[f32], rows: SpanRows, span: &Span, outs: &[*mut f32], d: usize) {
     let mut x0 = 0;
     while x0 + 16 <= d {
         // SAFETY: forwarded from the caller; x0 + 16 <= d.
-        unsafe { accumulate_group::<N, 2>(w, span, outs, x0) };
+        unsafe { accumulate_group::<N, 2>(ws, rows, span, outs, x0) };
         x0 += 16;
     }
     if x0 < d {
         // SAFETY: d is a multiple of 8, so x0 + 8 <= d.
-        unsafe { accumulate_group::<N, 1>(w, span, outs, x0) };
+        unsafe { accumulate_group::<N, 1>(ws, rows, span, outs, x0) };
     }
 }
 
@@ -730,7 +721,13 @@ unsafe fn weighted_group_avx<const N: usize>(w: GroupWeights, span: &Span, outs:
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn accumulate_group<const N: usize, const L: usize>(w: GroupWeights, span: &Span, outs: &[*mut f32], x0: usize) {
+unsafe fn accumulate_group<const N: usize, const L: usize>(
+    ws: &[f32],
+    rows: SpanRows,
+    span: &Span,
+    outs: &[*mut f32],
+    x0: usize,
+) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm256_setzero_ps(); L]; N];
     for (i, row) in acc.iter_mut().enumerate() {
@@ -739,8 +736,8 @@ unsafe fn accumulate_group<const N: usize, const L: usize>(w: GroupWeights, span
             *a = unsafe { _mm256_loadu_ps(outs[i].add(x0 + 8 * c)) };
         }
     }
-    let ws: [&[f32]; N] = std::array::from_fn(|i| w.of(i));
-    for j in 0..w.len {
+    let ws: [&[f32]; N] = std::array::from_fn(|i| &ws[rows.of(i)]);
+    for j in 0..rows.len {
         // SAFETY: value row j holds elements x0..x0 + 8 * L.
         let v = unsafe { span.ptr.add(j * span.step + x0) };
         let vs: [__m256; L] = std::array::from_fn(|c| unsafe { _mm256_loadu_ps(v.add(8 * c)) });
