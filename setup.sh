@@ -26,7 +26,7 @@ case "$BACKEND" in cpu | cuda) ;; *) die "COHORT_MLX_BACKEND must be 'cpu' or 'c
 
 need_cargo() {
     command -v cargo >/dev/null 2>&1 ||
-        die "cargo not found: install the Rust toolchain (rustup, Rust >= 1.88) and run this again"
+        die "cargo not found: install the Rust toolchain (rustup, Rust >= 1.89) and run this again"
 }
 
 # ---------------------------------------------------------------- Debian packages (Linux only)

@@ -4,7 +4,7 @@
 mod common;
 
 use cohort::model::config::QuantSpec;
-use cohort::model::cpu::cpu_qmm::{PackedMatrix, simd_available};
+use cohort::model::cpu::cpu_qmm::{Isa, PackedMatrix, simd_available};
 use mlx_rs::{Array, Dtype};
 
 /// A small deterministic generator (xorshift64*), so failures replay.
@@ -147,6 +147,37 @@ fn the_simd_and_portable_routes_agree_bit_for_bit() {
         for rows in [1, 4, 7] {
             let x = activations(rows, c.inp, 77);
             assert_eq!(m.matmul(&x, rows), m.matmul_portable(&x, rows), "{bits}-bit, {rows} rows");
+        }
+    }
+}
+
+/// Blocks of every size the engine runs (decode steps, verifies, prompt chunks of up to 512
+/// rows), on matrices whose outputs fill no whole tile: each instruction set this CPU runs
+/// gives the portable route's bits, and each row of a block its single-row product's.
+#[test]
+fn every_instruction_set_gives_the_portable_bits_in_blocks_of_any_size() {
+    let here: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.runs_here()).collect();
+    eprintln!("instruction sets compared with the portable route here: {here:?} (detected {:?})", Isa::detected());
+    for (out, inp, bits, group, rows) in [
+        (77, 320, 4, 64, 9),
+        (130, 256, 8, 32, 37),
+        (200, 576, 4, 32, 130),
+        (13, 1536, 4, 32, 512),
+        (70, 96, 4, 32, 17),
+    ] {
+        let c = case(out, inp, bits, group, 7 + rows as u64);
+        let m = packed(&c);
+        let x = activations(rows, c.inp, 31 + rows as u64);
+        let portable = m.matmul_portable(&x, rows);
+        for &isa in &here {
+            let got = m.matmul_on(&x, rows, isa).expect("runs here");
+            assert_eq!(got, portable, "[{out}, {inp}] {bits}-bit, {rows} rows on {isa:?}");
+        }
+        let err = rel_err(&portable, &reference(&c, &x, rows));
+        assert!(err < 2e-6, "[{out}, {inp}], {rows} rows: relative error {err:.2e}");
+        for r in [0, rows / 2, rows - 1] {
+            let single = m.matmul(&x[r * inp..(r + 1) * inp], 1);
+            assert_eq!(&portable[r * out..(r + 1) * out], &single[..], "[{out}, {inp}], row {r} of {rows}");
         }
     }
 }

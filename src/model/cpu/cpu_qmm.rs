@@ -46,6 +46,52 @@ const TILE: usize = 4;
 /// A product is cut into about this many chunks per thread of the pool.
 const CHUNKS_PER_THREAD: usize = 8;
 
+/// Blocks past the direct paths dequantize this many outputs at a time into scratch (up to
+/// 384 KiB of float32 at an input of 1,536, so it stays in L2), and every row then reads them
+/// a few rows at a time, so those rows' activations stay in L1 while every output of the piece
+/// passes over them: a 512-row prompt chunk no longer streams all its activations once per
+/// four outputs.
+const SCRATCH_OUTS: usize = 64;
+
+/// The instruction set a product runs on. Every one computes each output element with the same
+/// operations in the same order (see the module's note), so they agree bit for bit and a CPU's
+/// choice never shows in a row's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust, on every CPU.
+    Portable,
+    /// x86_64 with AVX2 and FMA.
+    Avx2,
+    /// The AVX2 route with blocks of more than [`ONE_PASS_ROWS`] rows on AVX-512 (F and DQ):
+    /// two outputs' eight-lane accumulators side by side in one register.
+    Avx512,
+}
+
+impl Isa {
+    /// The widest route this CPU runs.
+    pub fn detected() -> Isa {
+        static DETECTED: std::sync::LazyLock<Isa> = std::sync::LazyLock::new(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                use std::arch::is_x86_feature_detected as has;
+                if has!("avx2") && has!("fma") {
+                    return if has!("avx512f") && has!("avx512dq") { Isa::Avx512 } else { Isa::Avx2 };
+                }
+            }
+            Isa::Portable
+        });
+        *DETECTED
+    }
+
+    /// Whether this CPU runs `self`.
+    pub fn runs_here(self) -> bool {
+        matches!(
+            (self, Isa::detected()),
+            (Isa::Portable, _) | (Isa::Avx2, Isa::Avx2 | Isa::Avx512) | (Isa::Avx512, Isa::Avx512)
+        )
+    }
+}
+
 /// A weight matrix `[out, in]` kept as affine codes: `w[o][i] = scale[o][g] * code + bias[o][g]`
 /// with `g = i / group`.
 pub struct PackedMatrix {
@@ -173,26 +219,31 @@ impl PackedMatrix {
     /// `y = x W^T` for `rows` rows: `x` is `[rows, in]`, the result `[rows, out]`. Output rows are
     /// shared out over the kernel's threads ([`super::cpu_pool::Pool`]).
     pub fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        self.product(x, rows, simd_available())
+        self.product(x, rows, Isa::detected())
     }
 
     /// The same product on the portable route whatever the CPU has (for tests of both routes).
     pub fn matmul_portable(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        self.product(x, rows, false)
+        self.product(x, rows, Isa::Portable)
     }
 
-    fn product(&self, x: &[f32], rows: usize, simd: bool) -> Vec<f32> {
-        Self::products(&[self], x, rows, simd).pop().expect("one product")
+    /// The same product on `isa`, where this CPU runs it (tests of every route).
+    pub fn matmul_on(&self, x: &[f32], rows: usize, isa: Isa) -> Option<Vec<f32>> {
+        isa.runs_here().then(|| self.product(x, rows, isa))
+    }
+
+    fn product(&self, x: &[f32], rows: usize, isa: Isa) -> Vec<f32> {
+        Self::products(&[self], x, rows, isa).pop().expect("one product")
     }
 
     /// `x W^T` for each of several matrices of one input width (a layer's q, k and v, or its
     /// gate and up), in one dispatch of the pool: the threads meet once at the end instead of
     /// once per matrix.
     pub fn matmul_each(parts: &[&PackedMatrix], x: &[f32], rows: usize) -> Vec<Vec<f32>> {
-        Self::products(parts, x, rows, simd_available())
+        Self::products(parts, x, rows, Isa::detected())
     }
 
-    fn products(parts: &[&PackedMatrix], x: &[f32], rows: usize, simd: bool) -> Vec<Vec<f32>> {
+    fn products(parts: &[&PackedMatrix], x: &[f32], rows: usize, isa: Isa) -> Vec<Vec<f32>> {
         for m in parts {
             assert_eq!(x.len(), rows * m.inp, "x is not [{rows}, {}]", m.inp);
         }
@@ -224,7 +275,7 @@ impl PackedMatrix {
                 let y = unsafe { std::slice::from_raw_parts_mut(dst[i].0, rows * m.out) };
                 Columns { m, y, cols: cols.clone() }
             });
-            columns(x, rows, share, simd);
+            columns(x, rows, share, isa);
         });
         ys
     }
@@ -253,29 +304,24 @@ struct Columns<'a> {
 
 /// One thread's chunks of a product, in the order it claims them; its working buffers last
 /// for all of them.
-fn columns<'a>(x: &[f32], rows: usize, share: impl Iterator<Item = Columns<'a>>, simd: bool) {
+fn columns<'a>(x: &[f32], rows: usize, share: impl Iterator<Item = Columns<'a>>, isa: Isa) {
+    debug_assert!(isa.runs_here());
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: the CPU has AVX2 and FMA (checked above); indices stay inside the slices
-        // (`from_mlx`/`from_codes` checked the shapes, `products` checked x).
-        unsafe { avx2::columns(x, rows, share) };
-        return;
+    match isa {
+        // SAFETY: the CPU has AVX2 and FMA (`products`' callers ask only for an `Isa` that runs
+        // here); indices stay inside the slices (`from_mlx`/`from_codes` checked the shapes,
+        // `products` checked x).
+        Isa::Avx2 => return unsafe { avx2::columns(x, rows, share, false) },
+        // SAFETY: as above, and the CPU has AVX-512 F and DQ.
+        Isa::Avx512 => return unsafe { avx2::columns(x, rows, share, true) },
+        Isa::Portable => {}
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = simd;
     scalar::columns(x, rows, share);
 }
 
 /// True when this CPU runs the SIMD kernel (x86_64 with AVX2 and FMA).
 pub fn simd_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Isa::detected() != Isa::Portable
 }
 
 /// MLX's 4-bit words (value j in bits 4j..4j+4) to the kernel's sub-block nibble order.
@@ -346,9 +392,9 @@ fn hsum8(v: [f32; 8]) -> f32 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{DIRECT_ROWS, ONE_PASS_FLOATS, ONE_PASS_ROWS, PackedMatrix, SUB, TILE};
+    use super::{DIRECT_ROWS, ONE_PASS_FLOATS, ONE_PASS_ROWS, PackedMatrix, SCRATCH_OUTS, SUB, TILE};
 
-    /// Outputs dequantized together: the direct path's tile, and the scratch path's block.
+    /// Outputs dequantized together on the direct path.
     const OUTS: usize = TILE;
 
     /// Eight f32 lanes from the low 8 bytes of `v`.
@@ -361,7 +407,7 @@ mod avx2 {
     /// The 32 weights of one sub-block, dequantized: `code * scale + bias`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn sub_block(bits: u32, codes: *const u8, s: __m256, b: __m256) -> [__m256; 4] {
+    pub(super) unsafe fn sub_block(bits: u32, codes: *const u8, s: __m256, b: __m256) -> [__m256; 4] {
         // SAFETY: the caller passes a pointer to a whole sub-block (16 or 32 bytes).
         let (a, c) = unsafe {
             if bits == 4 {
@@ -444,7 +490,10 @@ mod avx2 {
     /// for output i, row r.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn finish_all<const N: usize, const R: usize>(acc: &[[__m256; R]; N], mut put: impl FnMut(usize, usize, f32)) {
+    pub(super) fn finish_all<const N: usize, const R: usize>(
+        acc: &[[__m256; R]; N],
+        mut put: impl FnMut(usize, usize, f32),
+    ) {
         // Accumulator k is output k / R, row k % R.
         let at = |k: usize| acc[k / R][k % R];
         let mut emit = |k: usize, sums: &[f32]| {
@@ -468,19 +517,28 @@ mod avx2 {
     }
 
     /// # Safety
-    /// AVX2 and FMA must be present; for every item, `x` is `[rows, m.inp]`, `y` is
-    /// `[rows, m.out]`, and `cols` lies inside `0..m.out`.
+    /// AVX2 and FMA must be present, and AVX-512 F and DQ where `wide`; for every item, `x` is
+    /// `[rows, m.inp]`, `y` is `[rows, m.out]`, and `cols` lies inside `0..m.out`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn columns<'a>(x: &[f32], rows: usize, share: impl Iterator<Item = super::Columns<'a>>) {
-        // Allocated on the first chunk that needs it, kept for the rest.
-        let mut scratch = Vec::new();
+    pub unsafe fn columns<'a>(x: &[f32], rows: usize, share: impl Iterator<Item = super::Columns<'a>>, wide: bool) {
+        // Allocated on the first chunk that needs them, kept for the rest.
+        let mut scratch = Scratch::default();
         for super::Columns { m, y, cols } in share {
             // SAFETY: forwarded from the caller.
-            unsafe { range(m, x, rows, cols.start, cols.end, y, &mut scratch) };
+            unsafe { range(m, x, rows, cols.start, cols.end, y, &mut scratch, wide) };
         }
     }
 
+    /// One thread's dequantized outputs: in eight-lane rows for the AVX2 tiles, or two
+    /// outputs to a 16-lane register for the AVX-512 ones.
+    #[derive(Default)]
+    struct Scratch {
+        narrow: Vec<__m256>,
+        wide: Vec<__m512>,
+    }
+
     /// Outputs `lo..hi` of every row.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn range(
@@ -490,7 +548,8 @@ mod avx2 {
         lo: usize,
         hi: usize,
         y: &mut [f32],
-        scratch: &mut Vec<__m256>,
+        scratch: &mut Scratch,
+        wide: bool,
     ) {
         let mut o = lo;
         if rows == 1 {
@@ -535,11 +594,16 @@ mod avx2 {
             }
             return;
         }
-        scratch.resize(OUTS * m.inp / 8, _mm256_setzero_ps());
         while o < hi {
-            let n = OUTS.min(hi - o);
-            // SAFETY: as above; scratch holds OUTS rows of inp / 8 vectors.
-            unsafe { scratch_block(m, x, rows, o, n, scratch, y) };
+            let n = SCRATCH_OUTS.min(hi - o);
+            if wide {
+                // SAFETY: as above, and the caller vouches for AVX-512 F and DQ.
+                unsafe { super::avx512::scratch_block(m, x, rows, o, n, &mut scratch.wide, y) };
+            } else {
+                scratch.narrow.resize(n * m.inp / 8, _mm256_setzero_ps());
+                // SAFETY: as above; scratch holds n rows of inp / 8 vectors.
+                unsafe { scratch_block(m, x, rows, o, n, &mut scratch.narrow, y) };
+            }
             o += n;
         }
     }
@@ -594,9 +658,9 @@ mod avx2 {
         finish_all(&acc, |i, r, s| y[(r0 + r) * m.out + o + i] = s);
     }
 
-    /// Outputs o..o+n (n <= OUTS) for many rows: each output row is dequantized once into
-    /// `scratch`, then tiles of two outputs x four rows run over it with the direct path's
-    /// arithmetic (same values, same accumulator, same order).
+    /// Outputs o..o+n for many rows: each output row is dequantized once into `scratch`, then
+    /// tiles of two outputs x four rows run over it with the direct path's arithmetic (same
+    /// values, same accumulator, same order), four rows at a time across every output.
     #[target_feature(enable = "avx2,fma")]
     unsafe fn scratch_block(
         m: &PackedMatrix,
@@ -674,5 +738,138 @@ mod avx2 {
             }
         }
         finish_all(&acc, |i, r, s| y[(r0 + r) * m.out + o + i0 + i] = s);
+    }
+}
+
+/// The scratch path on AVX-512: output pairs side by side, `[o | o+1]` eight lanes each, in one
+/// 16-lane register, each row's eight activations broadcast to both halves. Each half is the
+/// AVX2 tile's accumulator for its output (the same dequantized values, fused multiply-adds in
+/// input order, the same final sum), so a row's bits do not depend on the route; a tile holds
+/// eight outputs by four rows in 16 registers, twice the AVX2 tile's work per instruction.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::avx2::{finish_all, sub_block};
+    use super::{PackedMatrix, SUB};
+
+    /// Outputs a tile computes (four pairs).
+    const OUTS: usize = 8;
+
+    /// Rows a tile takes at most: 16 accumulators. The final sums' AVX instructions reach only
+    /// the first 16 vector registers, and six rows' 24 accumulators spilled to the stack on every
+    /// step (150 against 200 GF/s here).
+    const ROWS: usize = 4;
+
+    /// Outputs o..o+n of every row: dequantized into `scratch` (tiles of eight outputs, their
+    /// pairs interleaved eight lanes at a time, zeros past n), then tiles of eight outputs x
+    /// four rows, rows outermost.
+    ///
+    /// # Safety
+    /// AVX2, FMA and AVX-512 F and DQ must be present; `x` is `[rows, m.inp]`, `y` is
+    /// `[rows, m.out]` and o + n <= m.out.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    pub(super) unsafe fn scratch_block(
+        m: &PackedMatrix,
+        x: &[f32],
+        rows: usize,
+        o: usize,
+        n: usize,
+        scratch: &mut Vec<__m512>,
+        y: &mut [f32],
+    ) {
+        let vecs = m.inp / 8;
+        let tiles = n.div_ceil(OUTS);
+        scratch.clear();
+        scratch.resize(tiles * vecs * OUTS / 2, _mm512_setzero_ps());
+        let base = scratch.as_mut_ptr() as *mut f32;
+        let subs_per_group = m.group / SUB;
+        for i in 0..n {
+            let (tile, pair, half) = (i / OUTS, i % OUTS / 2, i % 2);
+            for g in 0..m.inp / m.group {
+                let p = m.param_at(o + i, g);
+                let (s, b) = (_mm256_set1_ps(m.scales[p]), _mm256_set1_ps(m.biases[p]));
+                for j in 0..subs_per_group {
+                    let sb = g * subs_per_group + j;
+                    // SAFETY: code_at addresses a whole sub-block of this output; lane
+                    // ((tile * vecs + v) * 4 + pair) * 16 + half * 8 and its next seven lie inside
+                    // the scratch sized above (v < vecs, pair < 4).
+                    unsafe {
+                        let w = sub_block(m.bits, m.codes.as_ptr().add(m.code_at(o + i, sb)), s, b);
+                        for (k, wk) in w.iter().enumerate() {
+                            let v = 4 * sb + k;
+                            _mm256_storeu_ps(base.add(((tile * vecs + v) * 4 + pair) * 16 + half * 8), *wk);
+                        }
+                    }
+                }
+            }
+        }
+        let mut r = 0;
+        while r < rows {
+            let take = (rows - r).min(ROWS);
+            for tile in 0..tiles {
+                let at = Tile {
+                    w: base.cast_const().wrapping_add(tile * vecs * OUTS * 8),
+                    vecs,
+                    r0: r,
+                    o0: o + tile * OUTS,
+                    outs: (n - tile * OUTS).min(OUTS),
+                };
+                // SAFETY: rows r..r+take lie inside x and y, the tile's scratch inside `scratch`.
+                unsafe {
+                    match take {
+                        4 => tile_rows::<4>(m, x, &at, y),
+                        3 => tile_rows::<3>(m, x, &at, y),
+                        2 => tile_rows::<2>(m, x, &at, y),
+                        _ => tile_rows::<1>(m, x, &at, y),
+                    }
+                }
+            }
+            r += take;
+        }
+    }
+
+    /// One tile of [`scratch_block`]: its dequantized outputs, and which rows and outputs it
+    /// writes.
+    struct Tile {
+        w: *const f32,
+        vecs: usize,
+        r0: usize,
+        o0: usize,
+        /// Outputs written (the tile's last outputs past the piece are zeros, computed and
+        /// dropped).
+        outs: usize,
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    unsafe fn tile_rows<const R: usize>(m: &PackedMatrix, x: &[f32], t: &Tile, y: &mut [f32]) {
+        let xs: [*const f32; R] = std::array::from_fn(|r| x[(t.r0 + r) * m.inp..].as_ptr());
+        let mut acc = [[_mm512_setzero_ps(); R]; OUTS / 2];
+        for v in 0..t.vecs {
+            // SAFETY: v < inp / 8 inside every row of x; the tile's scratch holds vecs x 4 pairs.
+            unsafe {
+                let xv: [__m512; R] =
+                    std::array::from_fn(|r| _mm512_broadcast_f32x8(_mm256_loadu_ps(xs[r].add(8 * v))));
+                for (pair, acc) in acc.iter_mut().enumerate() {
+                    let w = _mm512_loadu_ps(t.w.add((v * 4 + pair) * 16));
+                    for r in 0..R {
+                        acc[r] = _mm512_fmadd_ps(w, xv[r], acc[r]);
+                    }
+                }
+            }
+        }
+        // Output 2 * pair + half of row r is half `half` of acc[pair][r].
+        let halves: [[__m256; R]; OUTS] = std::array::from_fn(|i| {
+            std::array::from_fn(|r| {
+                let a = acc[i / 2][r];
+                if i % 2 == 0 { _mm512_castps512_ps256(a) } else { _mm512_extractf32x8_ps::<1>(a) }
+            })
+        });
+        finish_all(&halves, |i, r, s| {
+            if i < t.outs {
+                y[(t.r0 + r) * m.out + t.o0 + i] = s;
+            }
+        });
     }
 }
