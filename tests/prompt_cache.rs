@@ -17,11 +17,12 @@ use cohort::engine::lane::{Lane, LaneConfig, Pending, PromptCacheSetup};
 use cohort::engine::prepare::prepare;
 use cohort::engine::prompt_cache::Reuse;
 use cohort::engine::prompt_cache::check::{first_difference, split_read_check, state_of};
+use cohort::engine::prompt_cache::decoded::{decode_read_check, settle_decoded};
 use cohort::engine::request::{Prompt, Request, RequestResult};
 use cohort::engine::row::{CancelFlag, RowEvent};
 use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::scheduler::{Numerics, WidthPolicy};
-use cohort::engine::solo::{GenerationMode, run_solo};
+use cohort::engine::solo::{GenerationMode, run_solo, run_solo_on};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::forward::LanguageModel;
 use cohort::model::layers::linear::WeightPolicy;
@@ -32,8 +33,8 @@ use cohort::platform::rng::Rng;
 use common::*;
 use mlx_rs::Dtype;
 
-/// The tiny Llama fixture reads exactly at any split only in chunks of up to 16 (OpenBLAS takes
-/// other kernels for its tiny matrices in longer blocks; the check finds that, below).
+/// The tiny Llama fixture's prompts are read 16 tokens at a time, so its short prompts take
+/// several chunks.
 const TINY_CHUNK: usize = 16;
 
 fn tiny_llama(dir: &std::path::Path) -> (Box<dyn LanguageModel>, TextTokenizer) {
@@ -64,32 +65,40 @@ fn the_default_model_reads_a_prompt_split_anywhere_to_the_bits_of_a_whole_read()
     }
 }
 
+/// On the CPU kernel every block size computes a row alike, so the Qwen3.5 fixtures (their
+/// Gated DeltaNet recurrence included) and the tiny Llama read a prompt split anywhere, and leave
+/// the state of a fresh read when they decode an answer, exactly.
 #[test]
-fn the_qwen_fixtures_and_the_tiny_llama_read_a_prompt_split_anywhere_exactly() {
+fn the_qwen_fixtures_and_the_tiny_llama_read_split_anywhere_and_decode_exactly() {
     for name in ["qwen35_moe_4bit", "qwen35_dense_8bit", "qwen3_next_4bit"] {
-        let (model, _) = qwen(name);
+        let (model, tok) = qwen(name);
         for chunk in [512, 16] {
             let check = split_read_check(&*model, chunk).unwrap();
             assert!(check.exact, "{name}, chunk {chunk}: {check:?}");
         }
+        let check = decode_read_check(&*model, &tok, 16, GenerationMode::Mtp).unwrap();
+        assert!(check.exact, "{name}, decoded: {check:?}");
     }
     let dir = tempfile::tempdir().unwrap();
     let (model, _) = tiny_llama(dir.path());
-    let check = split_read_check(&*model, TINY_CHUNK).unwrap();
-    assert!(check.exact, "tiny llama: {check:?}");
+    for chunk in [512, TINY_CHUNK] {
+        let check = split_read_check(&*model, chunk).unwrap();
+        assert!(check.exact, "tiny llama, chunk {chunk}: {check:?}");
+    }
 }
 
-/// The check is not a formality: on routes whose products take other kernels for longer blocks
-/// it finds the difference and names it, and the cache then does not serve in exact mode.
+/// The checks are not a formality: on routes whose products take other kernels for longer blocks
+/// (bfloat16 weights as float32: OpenBLAS, unpadded) they find the difference and name it, and
+/// the cache then does not serve in exact mode.
 #[test]
-fn the_check_finds_reads_that_depend_on_where_they_split() {
-    let dir = tempfile::tempdir().unwrap();
-    let (model, _) = tiny_llama(dir.path());
+fn the_checks_find_reads_that_depend_on_where_they_split_or_on_decoding() {
+    let (model, tok) = qwen("qwen35_dense_bf16");
     let check = split_read_check(&*model, 512).unwrap();
     assert!(!check.exact, "{check:?}");
     assert!(check.difference.as_deref().unwrap().contains("a read split at"), "{check:?}");
-    let (model, _) = qwen("qwen35_dense_bf16"); // bfloat16 weights as float32: unpadded float products
-    assert!(!split_read_check(&*model, 512).unwrap().exact);
+    let check = decode_read_check(&*model, &tok, 512, GenerationMode::Mtp).unwrap();
+    assert!(!check.exact, "{check:?}");
+    assert!(check.difference.as_deref().unwrap().contains("differs from a fresh read in"), "{check:?}");
 }
 
 /// 100+ random prompts, each read fresh and again as a cached prefix (cut at a random point)
@@ -137,7 +146,67 @@ fn resumed_reads_equal_fresh_reads_bit_for_bit_on_the_default_model() {
     resumed_reads_equal_fresh_reads(&*model, 512, 40, 3);
 }
 
-fn lane_config(chunk: usize, bytes: u64) -> LaneConfig {
+/// Random prompts answered by solo runs (greedy and sampled, each engine mode, answers of 1 to
+/// 12 tokens): the entry made from each finished row's own state equals a fresh read of its
+/// prompt and answer, bit for bit in every piece of state, the last hidden state and the logits.
+fn decoded_answers_equal_fresh_reads(
+    model: &dyn LanguageModel,
+    tok: &TextTokenizer,
+    chunk: usize,
+    cases: usize,
+    seed: u64,
+) {
+    let vocab = model.vocab_size() as u64;
+    let mut rng = Rng::new(seed);
+    for case in 0..cases {
+        let len = 1 + (rng.next_u64() % 90) as usize;
+        let prompt: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab) as u32).collect();
+        let mode = if rng.next_u64().is_multiple_of(3) { GenerationMode::Ar } else { GenerationMode::Mtp };
+        let mut req = request(format!("case {case}"), &prompt, &mut rng);
+        (req.mode, req.max_tokens) = (Some(mode), 1 + (rng.next_u64() % 12) as usize);
+        let mut run = prepare(model, tok, &req, CancelFlag::default()).unwrap();
+        let mut row = model.new_row();
+        run_solo_on(model, tok, &mut run, &mut row, mode, chunk, &mut |_| {}).unwrap();
+        let mtp = mode == GenerationMode::Mtp;
+        let what = format!("case {case}: {len} tokens, {mode:?}, {} answer tokens", run.tokens.len());
+        let (tokens, snap) =
+            settle_decoded(model, &run, row, chunk, mtp).unwrap().unwrap_or_else(|| panic!("{what}: no entry"));
+        assert_eq!(tokens, [prompt.as_slice(), run.tokens.as_slice()].concat(), "{what}");
+        let mut fresh = model.new_row();
+        let (h, l) = read_prompt(model, &mut fresh, &tokens, chunk, mtp, &mut |_| {}).unwrap();
+        let want = state_of(&fresh, &h, &l).unwrap();
+        let got = state_of(&snap.row, &snap.hidden, &snap.logits).unwrap();
+        assert_eq!(first_difference(&want, &got), None, "{what}");
+    }
+}
+
+#[test]
+fn a_decoded_answer_leaves_the_state_of_a_fresh_read_on_the_default_model() {
+    let Some((_dir, model, tok)) = default_model("decoded answers, default model") else { return };
+    for mode in [GenerationMode::Mtp, GenerationMode::Ar] {
+        let check = decode_read_check(&*model, &tok, 512, mode).unwrap();
+        assert!(check.exact, "{mode:?}: {check:?}");
+    }
+    decoded_answers_equal_fresh_reads(&*model, &tok, 512, 30, 4);
+}
+
+#[test]
+fn a_decoded_answer_leaves_the_state_of_a_fresh_read_on_the_tiny_llama() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, tok) = tiny_llama(dir.path());
+    assert!(decode_read_check(&*model, &tok, TINY_CHUNK, GenerationMode::Mtp).unwrap().exact);
+    decoded_answers_equal_fresh_reads(&*model, &tok, TINY_CHUNK, 40, 5);
+}
+
+/// How a finished answer reaches the cache: read back while the lane is idle, or kept as the row
+/// decoded it (what the engine does where the decode check passes).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Answers {
+    ReadBack,
+    AsDecoded,
+}
+
+fn lane_config(chunk: usize, bytes: u64, answers: Answers) -> LaneConfig {
     LaneConfig {
         chunk,
         budget: chunk,
@@ -149,7 +218,12 @@ fn lane_config(chunk: usize, bytes: u64) -> LaneConfig {
         packed_prefill: false,
         drafts: DraftPolicy::Measured,
         split_exact: true,
-        prompt_cache: PromptCacheSetup { reuse: Reuse::Exact, bytes, inexact_because: None },
+        prompt_cache: PromptCacheSetup {
+            reuse: Reuse::Exact,
+            bytes,
+            inexact_because: None,
+            answers_as_decoded: answers == Answers::AsDecoded,
+        },
     }
 }
 
@@ -211,6 +285,7 @@ fn solo_tokens(model: &dyn LanguageModel, tok: &TextTokenizer, r: &Request, chun
 /// sends the history (earlier prompts and answers) plus new tokens; some turns regenerate (the
 /// same prompt again), some edit (branch from an earlier turn), and up to three conversations'
 /// turns run at once. Every answer equals the solo run that reads its prompt from scratch.
+#[allow(clippy::too_many_arguments)]
 fn conversations_equal_fresh_runs(
     model: &dyn LanguageModel,
     tok: &TextTokenizer,
@@ -219,17 +294,18 @@ fn conversations_equal_fresh_runs(
     bytes: u64,
     seed: u64,
     least_reused: f64,
+    answers: Answers,
 ) -> Telemetry {
     let vocab = model.vocab_size() as u64;
     let mut rng = Rng::new(seed);
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
-    let mut lane = Lane::new(model, tok, lane_config(chunk, bytes)).unwrap();
+    let mut lane = Lane::new(model, tok, lane_config(chunk, bytes, answers)).unwrap();
     let words = |rng: &mut Rng, n: u64| -> Vec<u32> {
         (0..1 + rng.next_u64() % n).map(|_| (rng.next_u64() % vocab) as u32).collect()
     };
     // Each live conversation: the prompts it sent, with the answers that followed them.
     let mut convs: Vec<Vec<Vec<u32>>> = Vec::new();
-    let (mut served, mut reused, mut after_answers) = (0, 0, 0);
+    let (mut served, mut served_ar, mut served_one, mut reused, mut after_answers) = (0, 0, 0, 0, 0);
     for c in 0..conversations {
         if convs.len() < 3 || rng.next_u64().is_multiple_of(3) {
             convs.push(vec![words(&mut rng, 40)]);
@@ -275,10 +351,12 @@ fn conversations_equal_fresh_runs(
             if res.stats.cached_tokens > 0 {
                 assert_eq!(res.stats.reuse, Some(Reuse::Exact));
                 reused += 1;
-                // Resumed after the last answer, which the lane read back while idle.
+                // Resumed after the last answer, which the lane read back while idle or kept.
                 after_answers += usize::from(res.stats.cached_tokens == answered && answered < prompt.len());
             }
             served += 1;
+            served_ar += usize::from(req.mode == Some(GenerationMode::Ar));
+            served_one += usize::from(res.token_ids.len() == 1 && req.mode != Some(GenerationMode::Ar));
             convs[k].push([prompt, res.token_ids.clone()].concat());
         }
     }
@@ -288,8 +366,19 @@ fn conversations_equal_fresh_runs(
         "the cache served too few turns to test anything: {reused} of {served}"
     );
     assert_eq!(t.prompt_cache.hits as usize, reused);
-    assert!(t.prompt_cache.settled > 0, "no answer was read back: {:?}", t.prompt_cache);
-    assert!(least_reused == 0.0 || after_answers > 0, "no turn resumed after an answer read back");
+    match answers {
+        Answers::ReadBack => assert!(t.prompt_cache.settled > 0, "no answer was read back: {:?}", t.prompt_cache),
+        // Every MTP row that decoded keeps its answer as decoded; an AR row that decoded in the MTP
+        // lane wrote no history, so its answer is read back (a one-token answer ends as its prompt
+        // read does, before it decodes: its prompt's entry serves the next turn).
+        Answers::AsDecoded => assert!(
+            t.prompt_cache.answers_kept as usize >= served - served_ar - served_one
+                && t.prompt_cache.settled as usize <= served_ar,
+            "answers were not kept as decoded: {:?} ({served} served, {served_ar} AR, {served_one} of one token)",
+            t.prompt_cache
+        ),
+    }
+    assert!(least_reused == 0.0 || after_answers > 0, "no turn resumed after an answer");
     assert!(t.prompt_cache.bytes_held <= bytes);
     t
 }
@@ -297,20 +386,21 @@ fn conversations_equal_fresh_runs(
 #[test]
 fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_qwen_family() {
     let (model, tok) = qwen("qwen35_moe_4bit");
-    conversations_equal_fresh_runs(&*model, &tok, 16, 120, 1 << 30, 11, 0.5);
+    conversations_equal_fresh_runs(&*model, &tok, 16, 120, 1 << 30, 11, 0.5, Answers::ReadBack);
+    conversations_equal_fresh_runs(&*model, &tok, 16, 80, 1 << 30, 15, 0.5, Answers::AsDecoded);
 }
 
 #[test]
 fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_tiny_llama() {
     let dir = tempfile::tempdir().unwrap();
     let (model, tok) = tiny_llama(dir.path());
-    conversations_equal_fresh_runs(&*model, &tok, TINY_CHUNK, 120, 1 << 30, 12, 0.5);
+    conversations_equal_fresh_runs(&*model, &tok, TINY_CHUNK, 120, 1 << 30, 12, 0.5, Answers::AsDecoded);
 }
 
 #[test]
 fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_default_model() {
     let Some((_dir, model, tok)) = default_model("conversations, default model") else { return };
-    conversations_equal_fresh_runs(&*model, &tok, 512, 20, 1 << 30, 13, 0.5);
+    conversations_equal_fresh_runs(&*model, &tok, 512, 20, 1 << 30, 13, 0.5, Answers::AsDecoded);
 }
 
 /// The next turn arrives while the lane is still reading the last answer back: it takes over
@@ -319,7 +409,7 @@ fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_default_model() {
 fn a_turn_that_arrives_while_its_answer_is_read_back_takes_over_that_read() {
     let (model, tok) = qwen("qwen35_moe_4bit");
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
-    let mut lane = Lane::new(&*model, &tok, lane_config(16, 1 << 30)).unwrap();
+    let mut lane = Lane::new(&*model, &tok, lane_config(16, 1 << 30, Answers::ReadBack)).unwrap();
     let mut rng = Rng::new(21);
     let prompt: Vec<u32> = (0..30).map(|i| 100 + i).collect();
     let first = Request { max_tokens: 40, sampler: SamplerConfig::greedy(), ..request("a".into(), &prompt, &mut rng) };
@@ -347,11 +437,11 @@ fn a_small_budget_evicts_and_answers_stay_those_of_fresh_runs() {
     let (model, tok) = qwen("qwen35_moe_4bit");
     let one = {
         let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
-        let mut lane = Lane::new(&*model, &tok, lane_config(16, 1 << 30)).unwrap();
+        let mut lane = Lane::new(&*model, &tok, lane_config(16, 1 << 30, Answers::ReadBack)).unwrap();
         let mut rng = Rng::new(5);
         through_lane(&mut lane, &tel, &[request("size".into(), &[5; 40], &mut rng)]);
         tel.lock().unwrap().prompt_cache.bytes_held
     };
-    let t = conversations_equal_fresh_runs(&*model, &tok, 16, 60, 3 * one, 14, 0.0);
+    let t = conversations_equal_fresh_runs(&*model, &tok, 16, 60, 3 * one, 14, 0.0, Answers::AsDecoded);
     assert!(t.prompt_cache.evictions > 0, "{:?}", t.prompt_cache);
 }

@@ -93,9 +93,7 @@ pub fn time_linear(k: i32, n: i32, rows: &[i32], chunk: i32, iters: usize) -> Re
         // The product on host buffers, as the host decode path calls it, for the blocks it serves.
         let on_kernel = |lin: &Option<crate::model::layers::linear::Linear>| -> Result<Option<f64>> {
             match lin {
-                Some(crate::model::layers::linear::Linear::CpuPacked { packed, .. })
-                    if m as usize <= crate::model::families::llama::HOST_MAX_ROWS =>
-                {
+                Some(crate::model::layers::linear::Linear::CpuPacked { packed, .. }) => {
                     Ok(Some(time(&|| Ok(Array::from_slice(&packed.matmul(xs, m as usize), &[m, n])))?))
                 }
                 _ => Ok(None),

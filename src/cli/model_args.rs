@@ -16,8 +16,8 @@ pub struct ModelArgs {
     pub dtype: Option<String>,
     /// Weights: auto (on the CPU, when float32 fits in a quarter of memory: `kernel` where the
     /// CPU has AVX2 and FMA, else `dequantize`), quantized, dequantize (float32 products only),
-    /// or kernel (cohort's CPU kernel on the quantized codes for decode-sized blocks, float32 for
-    /// prefill).
+    /// or kernel (cohort's CPU kernel on the quantized codes for every block, decode steps and
+    /// prompt chunks alike).
     #[arg(long)]
     pub weights: Option<String>,
 }

@@ -20,6 +20,7 @@ use super::cohort;
 use super::cycle::{self, Inert, Untimed};
 use super::draft_policy::{CycleKind, DraftChooser, DraftPolicy};
 use super::prepare::prepare;
+use super::prompt_cache::decoded::settle_decoded;
 use super::prompt_cache::{PromptCache, Reuse, Snapshot};
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
@@ -113,6 +114,10 @@ pub struct PromptCacheSetup {
     pub bytes: u64,
     /// Why reuse is not exact here (the split-read check's finding), when it is not.
     pub inexact_because: Option<String>,
+    /// A row that decoded its answer holds the state a fresh read of it gives (the decode check,
+    /// [`super::prompt_cache::decoded::decode_read_check`]): a finished answer is kept as it stands
+    /// instead of being read back.
+    pub answers_as_decoded: bool,
 }
 
 impl LaneConfig {
@@ -204,7 +209,7 @@ impl<'m> Lane<'m> {
     pub fn new(model: &'m dyn LanguageModel, tok: &'m TextTokenizer, cfg: LaneConfig) -> Result<Self> {
         let dummy = cycle::dummy(model).context("the lane's padding row")?;
         let pc = &cfg.prompt_cache;
-        let cache = PromptCache::new(pc.reuse, pc.bytes, pc.inexact_because.clone());
+        let cache = PromptCache::new(pc.reuse, pc.bytes, pc.inexact_because.clone(), pc.answers_as_decoded);
         Ok(Self {
             cache,
             settles: VecDeque::new(),
@@ -721,12 +726,12 @@ impl<'m> Lane<'m> {
             }
             let seat = self.seats.remove(b);
             let mut run = self.runs.remove(b);
-            self.rows.remove(b);
+            let row = self.rows.remove(b);
             run.stats.decode_s = seat.decode_started.elapsed().as_secs_f64();
             if run.stats.route.is_empty() {
                 run.stats.route = self.cfg.route(run.mode, 1, CycleKind::Draft);
             }
-            self.settle_later(&run);
+            self.keep_answer(&run, row);
             self.end(seat.p, &mut run);
             left += 1;
         }
@@ -739,12 +744,32 @@ impl<'m> Lane<'m> {
         }
     }
 
-    /// Queue a finished row's answer to be read back into the cache while the lane is idle.
-    fn settle_later(&mut self, run: &RowRun) {
+    /// Keep a finished row's answer in the cache for the conversation's next turn: as the row
+    /// decoded it where that is the state a read gives (reading only the last token drawn), else
+    /// read back while the lane is idle.
+    fn keep_answer(&mut self, run: &RowRun, row: RowCache) {
         let finished = matches!(run.finish, Some((FinishReason::Stop | FinishReason::Length, _)));
         if !self.cache.serves() || !finished || run.tokens.is_empty() {
             return;
         }
+        if self.cfg.prompt_cache.answers_as_decoded {
+            let mtp = self.cfg.mode == GenerationMode::Mtp;
+            match crate::model::routes::batched(|| settle_decoded(self.model, run, row, self.cfg.chunk, mtp)) {
+                Ok(Some((tokens, snap))) => {
+                    self.cache.insert(&tokens, snap);
+                    self.cache.count_kept();
+                    return;
+                }
+                Ok(None) => {}
+                // Only a shortcut is lost: the answer is read back instead.
+                Err(e) => tracing::warn!("keeping a decoded answer in the prompt cache failed: {e:#}"),
+            }
+        }
+        self.settle_later(run);
+    }
+
+    /// Queue a finished row's answer to be read back into the cache while the lane is idle.
+    fn settle_later(&mut self, run: &RowRun) {
         let tokens = [run.prompt_ids.as_slice(), run.tokens.as_slice()].concat();
         self.settles.push_back(Settle { tokens, from: run.prompt_ids.len(), row: None });
         // An engine that never idles keeps only the newest few.

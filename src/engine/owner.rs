@@ -16,7 +16,9 @@ use super::lane::{Lane, LaneConfig, Pending, PromptCacheSetup};
 use super::loader::Loaded;
 use super::prepare::prepare;
 use super::probe;
+use super::prompt_cache::Reuse;
 use super::prompt_cache::check::split_read_check;
+use super::prompt_cache::decoded::decode_read_check;
 use super::request::{Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Admission, Numerics, SchedulerConfig};
@@ -181,6 +183,20 @@ pub fn run_owner(
         let cache = setup.scheduler.prompt_cache;
         let reuse = cache.reuse(split.exact);
         tracing::info!(?split, reuse = reuse.name(), "prompt reads split anywhere; the prompt cache");
+        // Only where the cache serves exactly: a decoded answer kept in an inexact cache would add
+        // a second, unmeasured difference.
+        let answers_as_decoded = reuse == Reuse::Exact && {
+            match decode_read_check(loaded.model.as_ref(), &loaded.tokenizer, chunk, mode) {
+                Ok(check) => {
+                    tracing::info!(?check, "a decoded answer against a fresh read of it");
+                    check.exact
+                }
+                Err(e) => {
+                    let _ = ready.send(Err(e.context("the decode check failed to run")));
+                    return;
+                }
+            }
+        };
         let cfg = LaneConfig {
             chunk,
             budget: setup.scheduler.prefill_budget,
@@ -192,7 +208,12 @@ pub fn run_owner(
             packed_prefill: packed_prompts,
             drafts: setup.scheduler.drafts,
             split_exact: split.exact,
-            prompt_cache: PromptCacheSetup { reuse, bytes: cache.bytes, inexact_because: split.difference },
+            prompt_cache: PromptCacheSetup {
+                reuse,
+                bytes: cache.bytes,
+                inexact_because: split.difference,
+                answers_as_decoded,
+            },
         };
         let lane = match Lane::new(loaded.model.as_ref(), &loaded.tokenizer, cfg) {
             Ok(lane) => lane,

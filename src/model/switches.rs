@@ -242,7 +242,7 @@ pub const SWITCHES: &[SwitchDoc] = &[
         "COHORT_HOST_LAYERS",
         "on for the CPU backend",
         false,
-        "0: the Llama family's decode-sized blocks (up to 16 rows) run as MLX ops between the CPU kernel's products instead of wholly on the host (CPU backend, kernel weights)",
+        "0: the Llama family's blocks (decode steps and prompt chunks) run as MLX ops between the CPU kernel's products instead of wholly on the host (CPU backend, kernel weights)",
         field!(host_layers),
     ),
     switch(

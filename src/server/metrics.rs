@@ -109,7 +109,7 @@ impl Collector for EngineCollector {
         let view = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let t = &view.telemetry;
         let pc = &t.prompt_cache;
-        let counters: [(&str, &str, u64); 13] = [
+        let counters: [(&str, &str, u64); 15] = [
             ("engine_cycles", "Decode cycles the lane has run", t.lane_cycles),
             (
                 "plain_cycles",
@@ -127,6 +127,8 @@ impl Collector for EngineCollector {
             ("prompt_cache_misses", "Prompts that found no cached prefix", pc.misses),
             ("prompt_cache_tokens_reused", "Prompt tokens resumed from the cache instead of read", pc.tokens_reused),
             ("prompt_cache_evictions", "Cached prefixes let go to stay within the budget", pc.evictions),
+            ("prompt_cache_answers_kept", "Answers kept as their rows decoded them", pc.answers_kept),
+            ("prompt_cache_answers_read_back", "Answers read back into the cache while idle", pc.settled),
         ];
         for (name, help, value) in counters {
             let c = ConstCounter::new(value);

@@ -14,6 +14,7 @@
 //! inexact reuse, and says so ([`Reuse`]).
 
 pub mod check;
+pub mod decoded;
 
 use mlx_rs::Array;
 use serde::{Deserialize, Serialize};
@@ -141,6 +142,13 @@ pub struct CacheStats {
     /// Answers waiting to be read back (or being read back) now.
     #[serde(default)]
     pub reading_back: usize,
+    /// Answers kept as their rows decoded them (where decoding leaves the state a read does:
+    /// [`decoded::decode_read_check`]), so the next turn resumed after them with nothing read back.
+    #[serde(default)]
+    pub answers_kept: u64,
+    /// Whether finished answers are kept as decoded (true) or read back while idle.
+    #[serde(default)]
+    pub answers_as_decoded: bool,
 }
 
 struct Entry {
@@ -159,8 +167,8 @@ pub struct PromptCache {
 }
 
 impl PromptCache {
-    pub fn new(reuse: Reuse, budget_bytes: u64, inexact_because: Option<String>) -> Self {
-        let stats = CacheStats { reuse, budget_bytes, inexact_because, ..CacheStats::default() };
+    pub fn new(reuse: Reuse, budget_bytes: u64, inexact_because: Option<String>, answers_as_decoded: bool) -> Self {
+        let stats = CacheStats { reuse, budget_bytes, inexact_because, answers_as_decoded, ..CacheStats::default() };
         PromptCache { entries: Vec::new(), clock: 0, stats }
     }
 
@@ -212,6 +220,11 @@ impl PromptCache {
     /// An answer was read back and kept ([`Self::insert`] keeps it).
     pub fn count_settled(&mut self) {
         self.stats.settled += 1;
+    }
+
+    /// An answer was kept as its row decoded it ([`Self::insert`] keeps it).
+    pub fn count_kept(&mut self) {
+        self.stats.answers_kept += 1;
     }
 
     /// Keep `snap` as the state after `tokens` (replacing an entry of the same tokens), then let

@@ -17,7 +17,7 @@ fn mark(s: &Snapshot) -> f32 {
 }
 
 fn cache(budget: u64) -> PromptCache {
-    PromptCache::new(Reuse::Exact, budget, None)
+    PromptCache::new(Reuse::Exact, budget, None, false)
 }
 
 #[test]
@@ -63,7 +63,7 @@ fn a_snapshot_larger_than_the_budget_is_not_kept_and_the_same_tokens_replace() {
 
 #[test]
 fn a_cache_that_does_not_serve_keeps_and_counts_nothing() {
-    let mut c = PromptCache::new(Reuse::Off, 1 << 20, None);
+    let mut c = PromptCache::new(Reuse::Off, 1 << 20, None, false);
     c.insert(&[1], snap(1.0, 64));
     assert!(c.lookup(&[1, 2]).is_none());
     assert_eq!(c.stats(), &CacheStats { budget_bytes: 1 << 20, ..CacheStats::default() });

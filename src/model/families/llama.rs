@@ -21,7 +21,7 @@ use crate::model::routes::Routes;
 use crate::platform::backend::Backend;
 
 mod host;
-pub use host::{HOST_MAX_ROWS, blocks_served as host_blocks_served};
+pub use host::blocks_served as host_blocks_served;
 
 /// `config.json` of a llama checkpoint, read with mlx-lm's `llama.ModelArgs` defaults.
 #[derive(Debug, Clone)]
@@ -440,7 +440,7 @@ impl LanguageModel for LlamaModel {
             bail!("forward: {} rows of state for a batch of {b}", rows.len());
         }
         let t = tokens.shape()[1];
-        if self.host_serves((b * t) as usize, false) {
+        if self.host_serves(false) {
             return self.host_forward(tokens, rows, logits);
         }
         let mut x = self.embed.forward(tokens, self.dtype)?;
@@ -470,7 +470,7 @@ impl LanguageModel for LlamaModel {
     /// [B, T]; appends to each row's MTP KV and returns logits [B, T, V].
     fn mtp_forward(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<Array> {
         let mtp = self.mtp.as_ref().context("this model has no MTP weights (no mtp.safetensors)")?;
-        if self.host_serves(tokens.size(), true) {
+        if self.host_serves(true) {
             return self.host_mtp_forward(mtp, hidden, tokens, rows, true).map(|l| l.expect("the head was asked for"));
         }
         self.head(&self.mtp_states(mtp, hidden, tokens, rows)?)
@@ -481,7 +481,7 @@ impl LanguageModel for LlamaModel {
     /// module itself.
     fn mtp_history(&self, hidden: &Array, tokens: &Array, rows: &mut [&mut RowCache]) -> Result<()> {
         let mtp = self.mtp.as_ref().context("this model has no MTP weights (no mtp.safetensors)")?;
-        if self.host_serves(tokens.size(), true) {
+        if self.host_serves(true) {
             return self.host_mtp_forward(mtp, hidden, tokens, rows, false).map(drop);
         }
         self.mtp_states(mtp, hidden, tokens, rows).map(drop)

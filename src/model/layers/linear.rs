@@ -18,9 +18,10 @@ pub enum WeightPolicy {
     /// Dequantize once at load into float32, so every product is a BLAS sgemm: on the CPU MLX's
     /// quantized matmul neither uses BLAS nor amortises rows (see docs/benchmarks.md).
     Dequantize,
-    /// The float32 copy for blocks of many rows (prefill), and the codes kept for cohort's own
-    /// CPU kernel (`cpu_qmm`), which serves blocks of up to [`CPU_KERNEL_MAX_ROWS`] rows: decode
-    /// steps, drafts and verifies read a quarter of the bytes the float32 copy would.
+    /// The codes kept for cohort's own CPU kernel (`cpu_qmm`), which serves blocks of every size
+    /// (decode steps, drafts, verifies and prompt chunks) with one arithmetic per row, so a token
+    /// read in a prompt and the same token decoded leave the same state; a float32 copy stays
+    /// beside it for the embedding's rows and the routes that take MLX's products.
     Kernel,
 }
 
@@ -34,11 +35,6 @@ impl WeightPolicy {
         }
     }
 }
-
-/// Blocks of at most this many rows go through the CPU kernel: B1 steps and verifies, drafts and
-/// an AR cohort's steps. A B8 verify (16 rows) runs faster on the float32 copy through OpenBLAS:
-/// B8 MTP cohorts 82-85 against 69-79 tok/s on the default model (docs/benchmarks.md).
-pub const CPU_KERNEL_MAX_ROWS: i32 = 8;
 
 /// Dequantize a packed tensor (any leading dims) to float32 when the policy asks for it.
 pub fn maybe_dequantize(weight: &Array, scales: &Array, biases: &Array, spec: QuantSpec) -> Result<Option<Array>> {
@@ -119,11 +115,10 @@ impl Linear {
         let shape = x.shape();
         let rows: i32 = shape[..shape.len() - 1].iter().product();
         if let Linear::CpuPacked { packed, .. } = self
-            && rows <= CPU_KERNEL_MAX_ROWS
             && x.dtype() == Dtype::Float32
-            && !crate::model::routes::current().prompt_rows
         {
-            // Row-independent by construction, so both routes take it as it is.
+            // Row-independent by construction, so every block route takes it as it is, and a
+            // prompt chunk's rows get the bits they get in a decode step.
             return cpu_kernel_product(packed, x, rows);
         }
         if rows > 1 && crate::model::routes::current().block == crate::model::routes::BlockRoute::RowByRow {

@@ -4,8 +4,8 @@
 //! On the CPU kernel route each of a layer's host pieces (projections, RoPE, attention) needed
 //! its input evaluated, and the MLX ops between them (norms, reshapes, residual adds, the KV
 //! write) ran as small graphs on MLX's stream thread: 6-7 evaluations a layer, about half of a
-//! B1 step (docs/benchmarks.md). Here a block of up to [`HOST_MAX_ROWS`] rows stays on the host
-//! from the embedding to the logits. MLX keeps the KV storage: each layer's new keys and values
+//! B1 step (docs/benchmarks.md). Here a block of any size (a decode step, a verify, a prompt
+//! chunk) stays on the host from the embedding to the logits. MLX keeps the KV storage: each layer's new keys and values
 //! are written with the same lazy update as before, and the attention takes the block's own
 //! positions from the host, so one evaluation per forward (of the storage, at its start)
 //! settles every write of the step before.
@@ -26,10 +26,6 @@ use crate::model::layers::attention::{self, HostQkv, RopeSpec};
 use crate::model::layers::cache::{KvCache, LayerState, RowCache};
 use crate::model::layers::linear::Linear;
 use crate::model::layers::norm::RmsNorm;
-
-/// Blocks of up to this many rows (batch x positions) take the host path: decode steps, drafts
-/// and verifies up to a B8 cohort's 16-row verify. Prefill chunks stay on MLX (BLAS sgemm).
-pub const HOST_MAX_ROWS: usize = 16;
 
 static SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -96,11 +92,10 @@ impl LlamaModel {
         Some(HostIo { table, head })
     }
 
-    /// Whether a block of `rows` rows takes the host path.
-    pub(super) fn host_serves(&self, rows: usize, mtp: bool) -> bool {
-        crate::model::routes::current().host_layers
-            && rows <= HOST_MAX_ROWS
-            && if mtp { self.host_mtp } else { self.host_body }
+    /// Whether blocks take the host path: every block, whatever its rows, so a prompt chunk and
+    /// a decode step compute a row alike.
+    pub(super) fn host_serves(&self, mtp: bool) -> bool {
+        crate::model::routes::current().host_layers && if mtp { self.host_mtp } else { self.host_body }
     }
 
     /// [`crate::model::forward::LanguageModel::forward`] on the host.
