@@ -34,8 +34,9 @@
 #          side on one machine (e.g. BINS="new=/tmp/cohort old=/tmp/x/old.xz"), each with the kernels
 #          built into it.
 #   ncu    one step of bench-step at the real geometry ($LAYERS layers, default 40) under Nsight
-#          Compute (`--profile-step $NCU_STEP`, default b1; b1, draft, verify or ar), its kernels'
-#          device time summed by family (ncu_summary.py, $NCU_ROWS rows); raw CSV to $OUT.
+#          Compute (`--profile-step $NCU_STEP`, default b1; b1, draft, verify or ar) after a prefill
+#          of $PREFILL tokens (default 64), its kernels' device time summed by family
+#          (ncu_summary.py, $NCU_ROWS rows); raw CSV to $OUT as ncu_<step>_p<prefill>.csv.
 #   ncuk   the kernels whose names match $NCU_KERNEL (a regex, default moe_experts_up) in one
 #          bench-step step ($NCU_STEP, default verify) under Nsight Compute's full set of
 #          sections (throughput, occupancy, memory, warp stalls), two launches; the report to
@@ -69,7 +70,7 @@ ncu_step() {
   [ "$step" = b1 ] && kinds=b1
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu 2>/dev/null | head -1)
   timeout "$limit" "$ncu" --profile-from-start off "$@" $B bench-step --synthetic qwen36-35b-a3b \
-    --layers "${LAYERS:-40}" --iters 2 --prefill 64 --steps $kinds --profile-step "$step" ${BSARGS:-}
+    --layers "${LAYERS:-40}" --iters 2 --prefill "${PREFILL:-64}" --steps $kinds --profile-step "$step" ${BSARGS:-}
 }
 # mirrored WORDS: the space-separated words in order and then reversed, as the array `order`
 # (arms timed A B B A, so drift over a call weighs on each alike).
@@ -136,11 +137,11 @@ for step in "${steps[@]}"; do
         env -u COHORT_KERNEL_DIR timeout 300 "$bin" bench-step --synthetic qwen36-35b-a3b --layers "${LAYERS:-40}" --iters 10 ${BSARGS:-}
       done ;;
     ncu)
-      s=${NCU_STEP:-b1}
+      s=${NCU_STEP:-b1} csv=/tmp/ncu_${NCU_STEP:-b1}_p${PREFILL:-64}.csv
       ncu_step 300 "$s" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
-        --csv --page raw --print-units base --log-file "/tmp/ncu_$s.csv" 2>&1 | grep -E "rror|^\| B" | head -8
-      python3 scripts/gpu/ncu_summary.py "/tmp/ncu_$s.csv" "$s" | head -"${NCU_ROWS:-24}"
-      cp "/tmp/ncu_$s.csv" "$OUT/" ;;
+        --csv --page raw --print-units base --log-file "$csv" 2>&1 | grep -E "rror|^\| B" | head -8
+      python3 scripts/gpu/ncu_summary.py "$csv" "$s after a prefill of ${PREFILL:-64}" | head -"${NCU_ROWS:-24}"
+      cp "$csv" "$OUT/" ;;
     ncuk)
       ncu_step 400 "${NCU_STEP:-verify}" --kernel-name "regex:${NCU_KERNEL:-moe_experts_up}" --launch-count 2 \
         --set full > "$OUT/ncuk.txt" 2>&1
