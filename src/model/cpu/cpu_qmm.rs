@@ -521,12 +521,18 @@ mod avx2 {
     /// `[rows, m.inp]`, `y` is `[rows, m.out]`, and `cols` lies inside `0..m.out`.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn columns<'a>(x: &[f32], rows: usize, share: impl Iterator<Item = super::Columns<'a>>, wide: bool) {
-        // Allocated on the first chunk that needs them, kept for the rest.
-        let mut scratch = Scratch::default();
-        for super::Columns { m, y, cols } in share {
-            // SAFETY: forwarded from the caller.
-            unsafe { range(m, x, rows, cols.start, cols.end, y, &mut scratch, wide) };
+        // Each thread keeps its scratch for the process: a piece's is a few hundred KB, which a
+        // fresh allocation per product took from the kernel as new pages to fault in and clear
+        // (a 19-token prompt read spent more time there than in its products).
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
         }
+        SCRATCH.with_borrow_mut(|scratch| {
+            for super::Columns { m, y, cols } in share {
+                // SAFETY: forwarded from the caller.
+                unsafe { range(m, x, rows, cols.start, cols.end, y, scratch, wide) };
+            }
+        });
     }
 
     /// One thread's dequantized outputs: in eight-lane rows for the AVX2 tiles, or two
@@ -600,7 +606,9 @@ mod avx2 {
                 // SAFETY: as above, and the caller vouches for AVX-512 F and DQ.
                 unsafe { super::avx512::scratch_block(m, x, rows, o, n, &mut scratch.wide, y) };
             } else {
-                scratch.narrow.resize(n * m.inp / 8, _mm256_setzero_ps());
+                if scratch.narrow.len() < n * m.inp / 8 {
+                    scratch.narrow.resize(n * m.inp / 8, _mm256_setzero_ps());
+                }
                 // SAFETY: as above; scratch holds n rows of inp / 8 vectors.
                 unsafe { scratch_block(m, x, rows, o, n, &mut scratch.narrow, y) };
             }
@@ -780,9 +788,19 @@ mod avx512 {
     ) {
         let vecs = m.inp / 8;
         let tiles = n.div_ceil(OUTS);
-        scratch.clear();
-        scratch.resize(tiles * vecs * OUTS / 2, _mm512_setzero_ps());
+        // Grown once, never cleared: every lane read below is written first (the outputs past n
+        // with zeros).
+        if scratch.len() < tiles * vecs * OUTS / 2 {
+            scratch.resize(tiles * vecs * OUTS / 2, _mm512_setzero_ps());
+        }
         let base = scratch.as_mut_ptr() as *mut f32;
+        for i in n..tiles * OUTS {
+            let (tile, pair, half) = (i / OUTS, i % OUTS / 2, i % 2);
+            for v in 0..vecs {
+                // SAFETY: inside the scratch sized above, as for the outputs below.
+                unsafe { _mm256_storeu_ps(base.add(((tile * vecs + v) * 4 + pair) * 16 + half * 8), _mm256_setzero_ps()) };
+            }
+        }
         let subs_per_group = m.group / SUB;
         for i in 0..n {
             let (tile, pair, half) = (i / OUTS, i % OUTS / 2, i % 2);
