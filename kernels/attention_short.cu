@@ -8,15 +8,27 @@
 //         [B, NKV, CAP, D] (model dtype): the slot buffer, row b's block already written at
 //         offsets[b]; offsets [B] int32: row b's position before the block. Query t of row b
 //         sees keys 0 ..= offsets[b] + t.
-// Output  out [B, NH, T, D] (model dtype).
+// Outputs out [B, NH, T, D] (model dtype); parts [B, NH, T, S, D] and stats [B, NH, T, S, 2]
+//         (float32) where SPLIT, else [1] each and unused (out likewise where SPLIT).
 // Header  affine_dot.cuh (load_floats, warp_sum).
-// Constants NH, NKV, D, T, WARPS (blockDim.y); SCALE_BITS (the softmax scale's float32 bits).
+// Constants NH, NKV, D, T, WARPS (blockDim.y); SCALE_BITS (the softmax scale's float32 bits);
+//         SPLIT, SEG.
 //
-// Layout: a block per (row, head), block z = b * NH + h, on the key/value head h / (NH / NKV).
-// Warp w takes keys w, w + WARPS, ... up to the row's last visible one, two a pass; lane l holds dims
-// [l * DPL, (l + 1) * DPL) of the queries, of each key and value row and of its running outputs.
-// Each warp keeps a running max, sum and output per query (online softmax), in float32; the
-// warps' parts meet in shared memory at the end, one thread a dim.
+// Layout: a block per (row, head), block z = b * NH + h, on the key/value head h / (NH / NKV);
+// where SPLIT (a row of the launch holds more than SEG keys), a block per (row, head, segment of
+// SEG key positions), z = (b * NH + h) * S + segment, so a long context spreads over the GPU
+// (a B1 step at 128k positions had 16 blocks, each reading 8,192 keys a warp: 94% of the step).
+// Warp w takes the keys of its segment at w, w + WARPS, ... up to the row's last visible one, two
+// a pass; lane l holds dims [l * DPL, (l + 1) * DPL) of the queries, of each key and value row and
+// of its running outputs. Each warp keeps a running max, sum and output per query (online
+// softmax), in float32; the warps' parts meet in shared memory at the end, one thread a dim,
+// giving the segment's unnormalised output, max and sum (SPLIT: written to parts and stats for
+// attention_merge.cu to combine in segment order) or the output.
+//
+// A query's arithmetic depends only on key positions (segments are fixed by position, warps take
+// keys by index), never on the other rows, the block's length or the segment count, which the
+// exactness gate needs of a verify and a cohort. One segment merged gives the bits of no split:
+// its weight is exp(0) = 1.
 constexpr int LANES = 32;
 constexpr int DPL = D / LANES;
 static_assert(D % LANES == 0 && DPL <= 16, "a head's dims spread over one warp's lanes");
@@ -28,13 +40,19 @@ __shared__ float part_out[WARPS][T][D];
 
 const int lane = threadIdx.x;
 const int warp = threadIdx.y;
-const int b = blockIdx.z / NH;
-const int h = blockIdx.z % NH;
+// Outputs come without shapes: the segment count is the grid's z over the (row, head) pairs.
+const int segs = SPLIT ? static_cast<int>(gridDim.z) / (keys_shape[0] * NH) : 1;
+const int bh = blockIdx.z / segs;
+const int seg = blockIdx.z % segs;
+const int b = bh / NH;
+const int h = bh % NH;
 const int kv_head = h / (NH / NKV);
 const int cap = keys_shape[2];
 const int offset = offsets[b];
 // A row's keys past the buffer cannot be read; a caller keeps offsets + T within it.
 const int len = min(offset + T, cap);
+const int lo = SPLIT ? seg * SEG : 0;
+const int hi = SPLIT ? min(len, lo + SEG) : len;
 const float scale = __int_as_float(SCALE_BITS);
 const float NEG_INF = __int_as_float(0xff800000);
 
@@ -72,9 +90,9 @@ auto take = [&](int j, int t, float s, const float* vj) {
 // Two keys a pass (j and j + WARPS), both rows' loads issued before either is summed and their
 // two warp sums interleaved: one key a pass left each warp waiting on one load at a time, with a
 // block's few warps all an SM holds at a B8 verify's 128 blocks.
-for (int j = warp; j < len; j += 2 * WARPS) {
+for (int j = lo + warp; j < hi; j += 2 * WARPS) {
   const int j2 = j + WARPS;
-  const bool second = j2 < len;
+  const bool second = j2 < hi;
   float k1[DPL];
   float v1[DPL];
   float k2[DPL];
@@ -116,8 +134,9 @@ for (int t = 0; t < T; ++t) {
 }
 __syncthreads();
 
-// Key 0 is visible to every query, so some warp's max is finite; a warp that saw no key adds
-// exp(-inf) = 0.
+// Key 0 is visible to every query, so without SPLIT some warp's max is finite, and a warp that
+// saw no key adds exp(-inf) = 0. A segment may hold no key a query sees: its part is max -inf,
+// sum 0, output 0, which the merge weighs by exp(-inf) = 0.
 for (int e = warp * LANES + lane; e < T * D; e += WARPS * LANES) {
   const int t = e / D;
   const int d = e % D;
@@ -128,11 +147,22 @@ for (int e = warp * LANES + lane; e < T * D; e += WARPS * LANES) {
   }
   float sum = 0.0f;
   float o = 0.0f;
+  if (!SPLIT || top != NEG_INF) {
 #pragma unroll
-  for (int w = 0; w < WARPS; ++w) {
-    const float weight = expf(part_max[w][t] - top);
-    sum += part_sum[w][t] * weight;
-    o += part_out[w][t][d] * weight;
+    for (int w = 0; w < WARPS; ++w) {
+      const float weight = expf(part_max[w][t] - top);
+      sum += part_sum[w][t] * weight;
+      o += part_out[w][t][d] * weight;
+    }
   }
-  out[((static_cast<size_t>(b) * NH + h) * T + t) * D + d] = o / sum;
+  const size_t at = (static_cast<size_t>(b) * NH + h) * T + t;
+  if (SPLIT) {
+    parts[(at * segs + seg) * D + d] = o;
+    if (d == 0) {
+      stats[(at * segs + seg) * 2] = top;
+      stats[(at * segs + seg) * 2 + 1] = sum;
+    }
+  } else {
+    out[at * D + d] = o / sum;
+  }
 }

@@ -54,9 +54,10 @@ fn a_verify_blocks_attention_is_the_single_steps_and_the_lone_rows() {
         return;
     }
     let small = Shape { heads: 9, kv_heads: 3, head_dim: 64, queries: 2, capacity: 300 };
-    for s in [small, Shape::REAL] {
+    for s in [small, Shape::REAL, Shape::REAL_LONG] {
         for dtype in [Dtype::Bfloat16, Dtype::Float32] {
-            let offsets = [0, 1, 17, 63, 64, 150, s.capacity - 3, 5];
+            // Around the first segment's end too: a verify there splits where its steps need not.
+            let offsets = [0, 1, 17, 63, 64, 150, s.capacity - 3, (s.capacity - 3).min(1023)];
             let differing = attention_kernel::check_invariance(s, &offsets, dtype, 3).unwrap();
             assert_eq!(differing, 0, "{s:?} {dtype:?}");
         }

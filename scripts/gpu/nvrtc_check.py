@@ -36,6 +36,7 @@ HEADERS = {
     "moe_experts_up": "affine_dot.cuh",
     "moe_experts_down": "affine_dot.cuh",
     "attention_short": "affine_dot.cuh",
+    "attention_short_split": "affine_dot.cuh",
     "affine_rows": "affine_dot.cuh",
     "affine_rows_head": "affine_dot.cuh",
     "dense_rows": "affine_dot.cuh",
@@ -110,8 +111,20 @@ KERNELS = {
     "attention_short": (
         "attention_short.cu",
         [("q", "__nv_bfloat16"), ("keys", "__nv_bfloat16"), ("values", "__nv_bfloat16"), ("offsets", "int")],
+        [("out", "__nv_bfloat16"), ("parts", "float"), ("stats", "float")],
+        {"NH": 16, "NKV": 2, "D": 256, "T": 2, "WARPS": 8, "SCALE_BITS": 1031798784, "SPLIT": "false", "SEG": 1024},
+    ),
+    "attention_short_split": (
+        "attention_short.cu",
+        [("q", "__nv_bfloat16"), ("keys", "__nv_bfloat16"), ("values", "__nv_bfloat16"), ("offsets", "int")],
+        [("out", "__nv_bfloat16"), ("parts", "float"), ("stats", "float")],
+        {"NH": 16, "NKV": 2, "D": 256, "T": 1, "WARPS": 16, "SCALE_BITS": 1031798784, "SPLIT": "true", "SEG": 1024},
+    ),
+    "attention_merge": (
+        "attention_merge.cu",
+        [("parts", "float"), ("stats", "float")],
         [("out", "__nv_bfloat16")],
-        {"NH": 16, "NKV": 2, "D": 256, "T": 2, "WARPS": 8, "SCALE_BITS": 1031798784},
+        {},
     ),
     # The default model's 4-bit projections, and its tied 8-bit LM head with four channels a warp.
     "affine_rows": (

@@ -404,16 +404,20 @@ fn check_add_norm() -> Result<()> {
     Ok(())
 }
 
-/// The short-block cohort attention kernel (off by default) at the real geometry's attention
-/// heads, B8 rows at the start, middle and end of a 1024-position buffer, against float64.
+/// The short-block cohort attention kernel at the real geometry's attention heads, B8 rows at the
+/// start, middle and end of a 1024-position buffer and of a 4,608-position one (rows past one
+/// segment of keys take the split launch), against float64.
 fn check_short_attention() -> Result<()> {
     use crate::model::cuda::attention_kernel::{Shape, check};
-    for queries in [2, 1] {
+    for (queries, base) in [(2, Shape::REAL), (1, Shape::REAL), (2, Shape::REAL_LONG), (1, Shape::REAL_LONG)] {
         for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float32] {
-            let s = Shape { queries, ..Shape::REAL };
+            let s = Shape { queries, ..base };
             let offsets: Vec<i32> = (0..8).map(|r| r * (s.capacity - queries) / 7).collect();
             let error = check(s, &offsets, dtype, true, 17)?;
-            println!("short-block attention kernel, {queries} queries a row ({dtype:?}): relative error {error:.2e}");
+            println!(
+                "short-block attention kernel, {queries} queries a row, {} positions ({dtype:?}): relative error {error:.2e}",
+                s.capacity
+            );
             let tol = rounded_output_tolerance(dtype);
             anyhow::ensure!(error <= tol, "the short-block attention kernel is off by {error:.2e} (tolerance {tol:e})");
         }

@@ -62,7 +62,9 @@ pub fn run() -> Result<()> {
         }
     }
     let small = Shape { heads: 9, kv_heads: 3, head_dim: 64, queries: 2, capacity: 512 };
-    for (name, shape) in [("default model", small), ("Qwen3.6 real", Shape::REAL)] {
+    for (name, shape) in
+        [("default model", small), ("Qwen3.6 real", Shape::REAL), ("Qwen3.6 real, split keys", Shape::REAL_LONG)]
+    {
         for dtype in [Dtype::Bfloat16, Dtype::Float32] {
             let offsets: Vec<i32> = (0..8).map(|r| 1 + r * (shape.capacity - 3) / 7).collect();
             let differing = attention_kernel::check_invariance(shape, &offsets, dtype, 7)?;

@@ -1,6 +1,8 @@
 //! A packed cohort's attention for a short query block (a B8 verify's 2 positions, an AR step's
 //! or a draft's 1) as one CUDA kernel (`kernels/attention_short.cu`): every row's queries over
-//! its own keys in the slot buffer, visible by the row's offset, online softmax in float32. On
+//! its own keys in the slot buffer, visible by the row's offset, online softmax in float32. Where
+//! a row holds more than [`SEGMENT`] keys the keys are split into segments of that many positions,
+//! a block each, and `kernels/attention_merge.cu` combines them in order. On
 //! MLX CUDA the masked SDPA it replaces (`attention::attend_cohort`) falls back to ops for
 //! head_dim 256: per attention layer a mask made on the host and uploaded, a where over the whole
 //! buffer (19 us of a B8 verify's device time a layer, docs/benchmarks.md, session 31), a
@@ -22,6 +24,13 @@ use crate::model::ops::{host_f32, relative_error, slice_axis};
 use crate::platform::rng::Rng;
 
 const SOURCE: &str = include_str!("../../../kernels/attention_short.cu");
+const MERGE_SOURCE: &str = include_str!("../../../kernels/attention_merge.cu");
+
+/// Key positions one block of a split launch takes. A B1 step at 128k positions is then 2,048
+/// blocks of the real geometry's 16 heads instead of 16 (each warp read 8,192 keys one after
+/// another: 94% of the step's device time on an H100, docs/benchmarks.md); a row of at most this
+/// many keys gets the bits of an unsplit launch.
+pub const SEGMENT: i32 = 1024;
 /// load_floats and warp_sum, shared with the expert kernels.
 const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../../kernels/affine_dot.cuh"));
 
@@ -46,11 +55,30 @@ fn kernel() -> Result<&'static CudaKernel> {
             "cohort_attention_short",
             "attention_short.cu",
             &["q", "keys", "values", "offsets"],
-            &["out"],
+            &["out", "parts", "stats"],
             SOURCE,
             Some(HEADER),
         )
     })
+}
+
+fn merge_kernel() -> Result<&'static CudaKernel> {
+    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
+    cuda_kernel::once(&KERNEL, || {
+        CudaKernel::new(
+            "cohort_attention_merge",
+            "attention_merge.cu",
+            &["parts", "stats"],
+            &["out"],
+            MERGE_SOURCE,
+            None,
+        )
+    })
+}
+
+/// Segments a launch over rows whose longest sees `longest` keys takes (1: unsplit).
+fn segments(longest: i32) -> i32 {
+    (longest + SEGMENT - 1) / SEGMENT
 }
 
 /// Whether the kernel's layout holds these shapes: q [B, NH, T, D] with T <= [`MAX_QUERIES`],
@@ -71,7 +99,7 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
         && d % 32 == 0
         && (32..=512).contains(&d)
         && 8 * t * d <= SHARED_FLOATS
-        && b * nh <= 65535
+        && b * nh * segments(ks[2].max(1)) <= 65535
         && q.dtype() == keys.dtype()
         && q.dtype() == values.dtype()
         && matches!(q.dtype(), Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16)
@@ -105,16 +133,43 @@ pub fn attend(q: &Array, keys: &Array, values: &Array, offsets: &[i32], scale: f
     if offsets.len() != b as usize || offsets.iter().any(|&o| o < 0 || o + t > cap) {
         bail!("the short-block attention kernel's offsets {offsets:?} do not fit {b} rows of {cap} positions");
     }
+    let segs = segments(offsets.iter().max().map_or(0, |o| o + t));
+    let split = segs > 1;
     let offsets = Array::from_slice(offsets, &[b]);
     let warps = warps_for(t, d);
+    let unused = (vec![1], Dtype::Float32);
+    let outputs = if split {
+        vec![(vec![1], q.dtype()), (vec![b, nh, t, segs, d], Dtype::Float32), (vec![b, nh, t, segs, 2], Dtype::Float32)]
+    } else {
+        vec![(q.shape().to_vec(), q.dtype()), unused.clone(), unused]
+    };
     let launch = Launch {
-        outputs: vec![(q.shape().to_vec(), q.dtype())],
-        grid: [32, warps, b * nh],
+        outputs,
+        grid: [32, warps, b * nh * segs],
         threads: [32, warps, 1],
-        ints: &[("NH", nh), ("NKV", nkv), ("D", d), ("T", t), ("WARPS", warps), ("SCALE_BITS", scale.to_bits() as i32)],
+        ints: &[
+            ("NH", nh),
+            ("NKV", nkv),
+            ("D", d),
+            ("T", t),
+            ("WARPS", warps),
+            ("SCALE_BITS", scale.to_bits() as i32),
+            ("SEG", SEGMENT),
+        ],
+        bools: &[("SPLIT", split)],
+    };
+    let mut outs = kernel()?.apply(&[q, keys, values, &offsets], &launch)?;
+    if !split {
+        return Ok(outs.swap_remove(0));
+    }
+    let merge = Launch {
+        outputs: vec![(q.shape().to_vec(), q.dtype())],
+        grid: [d, 1, b * nh * t],
+        threads: [d, 1, 1],
+        ints: &[],
         bools: &[],
     };
-    Ok(kernel()?.apply(&[q, keys, values, &offsets], &launch)?.pop().expect("one output"))
+    Ok(merge_kernel()?.apply(&[&outs[1], &outs[2]], &merge)?.pop().expect("one output"))
 }
 
 /// A short block's shapes for [`check`].
@@ -130,6 +185,8 @@ pub struct Shape {
 impl Shape {
     /// The real Qwen3.6-35B-A3B geometry's attention at a B8 verify, in a 1024-position buffer.
     pub const REAL: Shape = Shape { heads: 16, kv_heads: 2, head_dim: 256, queries: 2, capacity: 1024 };
+    /// The same in a buffer of 4,608 positions: rows past [`SEGMENT`] keys take a split launch.
+    pub const REAL_LONG: Shape = Shape { capacity: 4608, ..Shape::REAL };
 }
 
 /// Random queries, keys and values in `dtype` for rows at `offsets` (one row each), through the
