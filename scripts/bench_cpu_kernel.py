@@ -102,7 +102,9 @@ def run_arm(args, files, arm):
     if args.model:
         cmd += ["-m", args.model]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    rows = [r for r in (json.loads(x) for x in out.splitlines() if x.startswith("{")) if r["id"].startswith("q")]
+    # Sorted by id: a cohort's rows finish (and print) in an order that changes from run to run.
+    rows = sorted((r for r in (json.loads(x) for x in out.splitlines() if x.startswith("{")) if r["id"].startswith("q")),
+                  key=lambda r: r["id"])
     stats = [r["stats"] for r in rows]
     if sched == "p300":
         prefill = statistics.median(s["prefill_tok_s"] for s in stats)

@@ -84,12 +84,14 @@ fn flags_override_the_profile() {
         prompt_cache: cohort::cli::cache_args::PromptCacheArgs {
             prompt_cache: None,
             prompt_cache_bytes: Some(64 << 20),
+            prompt_cache_answers: Some(cohort::engine::prompt_cache::AnswerPolicy::Decoded),
         },
     };
     let s = Settings::resolve(&loaded, &flags).unwrap();
     assert_eq!((s.model.as_deref(), s.theme.as_str(), s.panes), (Some("m"), "light", 2));
     assert_eq!(s.numerics, Numerics::Balanced, "what the flags leave alone comes from the profile");
     assert_eq!(s.prompt_cache.bytes, 64 << 20);
+    assert_eq!(s.prompt_cache.answers, cohort::engine::prompt_cache::AnswerPolicy::Decoded);
     assert_eq!(s.scheduler().prompt_cache, s.prompt_cache, "the engine starts with the settings' cache");
 }
 
@@ -106,6 +108,7 @@ fn a_profile_sets_the_prompt_cache_and_a_flag_overrides_it() {
         prompt_cache: cohort::cli::cache_args::PromptCacheArgs {
             prompt_cache: Some(ReusePolicy::Off),
             prompt_cache_bytes: None,
+            prompt_cache_answers: None,
         },
         ..Default::default()
     };

@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use clap::Args;
 
-use crate::engine::prompt_cache::{CacheConfig, ReusePolicy};
+use crate::engine::prompt_cache::{AnswerPolicy, CacheConfig, ReusePolicy};
 
 #[derive(Args, Debug, Clone, Default, PartialEq)]
 pub struct PromptCacheArgs {
@@ -15,6 +15,11 @@ pub struct PromptCacheArgs {
     /// Bytes of row state the prompt cache may hold (e.g. 512M, 2G; 0 turns it off). Default: 1G.
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub prompt_cache_bytes: Option<u64>,
+    /// How a finished answer reaches the cache: read-back (the default: read again while the
+    /// engine is idle) or decoded (kept as the row decoded it, where the engine's start-up check
+    /// finds that gives the bits of a fresh read: a turn sent at once resumes after the answer).
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub prompt_cache_answers: Option<AnswerPolicy>,
 }
 
 impl PromptCacheArgs {
@@ -23,6 +28,7 @@ impl PromptCacheArgs {
         CacheConfig {
             policy: self.prompt_cache.unwrap_or(base.policy),
             bytes: self.prompt_cache_bytes.unwrap_or(base.bytes),
+            answers: self.prompt_cache_answers.unwrap_or(base.answers),
         }
     }
 }
@@ -66,9 +72,16 @@ mod tests {
 
     #[test]
     fn flags_override_the_profiles_cache_settings() {
-        let base = CacheConfig { policy: ReusePolicy::Exact, bytes: 7 };
+        let base = CacheConfig { policy: ReusePolicy::Exact, bytes: 7, answers: AnswerPolicy::ReadBack };
         assert_eq!(PromptCacheArgs::default().apply(base), base);
-        let flags = PromptCacheArgs { prompt_cache: Some(ReusePolicy::Off), prompt_cache_bytes: Some(9) };
-        assert_eq!(flags.apply(base), CacheConfig { policy: ReusePolicy::Off, bytes: 9 });
+        let flags = PromptCacheArgs {
+            prompt_cache: Some(ReusePolicy::Off),
+            prompt_cache_bytes: Some(9),
+            prompt_cache_answers: Some(AnswerPolicy::Decoded),
+        };
+        assert_eq!(
+            flags.apply(base),
+            CacheConfig { policy: ReusePolicy::Off, bytes: 9, answers: AnswerPolicy::Decoded }
+        );
     }
 }

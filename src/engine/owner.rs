@@ -16,9 +16,9 @@ use super::lane::{Lane, LaneConfig, Pending, PromptCacheSetup};
 use super::loader::Loaded;
 use super::prepare::prepare;
 use super::probe;
-use super::prompt_cache::Reuse;
 use super::prompt_cache::check::split_read_check;
 use super::prompt_cache::decoded::decode_read_check;
+use super::prompt_cache::{AnswerPolicy, Reuse};
 use super::request::{Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Admission, Numerics, SchedulerConfig};
@@ -185,7 +185,7 @@ pub fn run_owner(
         tracing::info!(?split, reuse = reuse.name(), "prompt reads split anywhere; the prompt cache");
         // Only where the cache serves exactly: a decoded answer kept in an inexact cache would add
         // a second, unmeasured difference.
-        let answers_as_decoded = reuse == Reuse::Exact && {
+        let answers_as_decoded = cache.answers == AnswerPolicy::Decoded && reuse == Reuse::Exact && {
             match decode_read_check(loaded.model.as_ref(), &loaded.tokenizer, chunk, mode) {
                 Ok(check) => {
                     tracing::info!(?check, "a decoded answer against a fresh read of it");

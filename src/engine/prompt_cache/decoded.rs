@@ -58,10 +58,14 @@ pub fn settle_decoded(
         row.mtp.trim(kept - wanted)?;
     }
     if fed == tokens.len() {
+        // Nothing is written after the unpacking, so the row would keep views of the cohort's
+        // buffers.
+        row.detach()?;
         let logits = crate::model::routes::reading_prompt(|| model.head_logits(&carry))?;
         return Ok(Some((tokens, Snapshot::new(row, &carry, &logits)?)));
     }
     let (hidden, logits) = resume_prompt(model, &mut row, &tokens[fed..], chunk, mtp, Some(carry), &mut |_| {})?;
+    row.detach()?;
     Ok(Some((tokens, Snapshot::new(row, &hidden, &logits)?)))
 }
 

@@ -71,7 +71,7 @@ fn a_cache_that_does_not_serve_keeps_and_counts_nothing() {
 
 #[test]
 fn the_policy_and_the_check_decide_how_the_cache_serves() {
-    let cfg = |policy, bytes| CacheConfig { policy, bytes };
+    let cfg = |policy, bytes| CacheConfig { policy, bytes, answers: Default::default() };
     assert_eq!(cfg(ReusePolicy::Exact, 1).reuse(true), Reuse::Exact);
     assert_eq!(cfg(ReusePolicy::Exact, 1).reuse(false), Reuse::Off);
     assert_eq!(cfg(ReusePolicy::Inexact, 1).reuse(false), Reuse::Inexact);

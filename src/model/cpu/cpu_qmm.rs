@@ -798,7 +798,9 @@ mod avx512 {
             let (tile, pair, half) = (i / OUTS, i % OUTS / 2, i % 2);
             for v in 0..vecs {
                 // SAFETY: inside the scratch sized above, as for the outputs below.
-                unsafe { _mm256_storeu_ps(base.add(((tile * vecs + v) * 4 + pair) * 16 + half * 8), _mm256_setzero_ps()) };
+                unsafe {
+                    _mm256_storeu_ps(base.add(((tile * vecs + v) * 4 + pair) * 16 + half * 8), _mm256_setzero_ps())
+                };
             }
         }
         let subs_per_group = m.group / SUB;

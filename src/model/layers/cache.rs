@@ -67,6 +67,28 @@ impl KvCache {
         }
     }
 
+    /// The committed positions (in whole [`KV_STEP`]s) in buffers of the row's own, evaluated: a
+    /// row unpacked from a
+    /// cohort's slot holds views that keep the whole shared buffer alive, which a cache entry
+    /// must not (its byte count would not see it). Negated twice: a new buffer, the same bits.
+    pub fn detach(&mut self) -> Result<()> {
+        self.unpack();
+        let own = |a: &Array| -> Result<Array> {
+            let a = mlx_rs::ops::negative(&mlx_rs::ops::negative(a)?)?;
+            a.eval()?;
+            Ok(a)
+        };
+        if let (Some(k), Some(v)) = (&self.keys, &self.values) {
+            // Whole KV_STEPs, as a buffer grows: a row resumed from the copy grows into the
+            // capacities every other row has, so cohorts pack it into buffers of the usual sizes.
+            let keep = whole_steps(self.offset).min(k.shape()[2]);
+            let (k, v) = (slice_axis(k, 2, 0, keep)?, slice_axis(v, 2, 0, keep)?);
+            (self.keys, self.values) = (Some(own(&k)?), Some(own(&v)?));
+            self.physical = self.offset;
+        }
+        Ok(())
+    }
+
     /// Count `t` positions a batched write has put into the slot.
     pub fn advance(&mut self, t: i32) {
         self.offset += t;
@@ -272,6 +294,17 @@ impl RowCache {
             }
         }
         self.mtp.unpack();
+    }
+
+    /// Every attention layer's KV (the MTP history too) in buffers of the row's own
+    /// ([`KvCache::detach`]).
+    pub fn detach(&mut self) -> Result<()> {
+        for layer in &mut self.layers {
+            if let LayerState::Attention(kv) = layer {
+                kv.detach()?;
+            }
+        }
+        self.mtp.detach()
     }
 
     /// Every array the row holds, for evaluation at step boundaries.

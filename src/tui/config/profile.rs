@@ -283,6 +283,7 @@ impl Settings {
             prompt_cache: flags.prompt_cache.apply(crate::engine::prompt_cache::CacheConfig {
                 policy: p.prompt_cache.unwrap_or(d.prompt_cache.policy),
                 bytes: p.prompt_cache_bytes.unwrap_or(d.prompt_cache.bytes),
+                answers: d.prompt_cache.answers,
             }),
             sampler: p.sampler.unwrap_or(d.sampler),
             max_tokens: p.max_tokens.unwrap_or(d.max_tokens),
