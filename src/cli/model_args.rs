@@ -16,8 +16,8 @@ pub struct ModelArgs {
     pub dtype: Option<String>,
     /// Weights: auto (on the CPU, when float32 fits in a quarter of memory: `kernel` where the
     /// CPU has AVX2 and FMA, else `dequantize`), quantized, dequantize (float32 products only),
-    /// or kernel (cohort's CPU kernel on the quantized codes for every block, decode steps and
-    /// prompt chunks alike).
+    /// or kernel (cohort's CPU kernel on the quantized codes: every block of the Llama host path,
+    /// blocks of up to 8 rows elsewhere, float32 for the rest).
     #[arg(long)]
     pub weights: Option<String>,
 }

@@ -381,13 +381,18 @@ impl LanguageModel for LlamaModel {
         RowCache::new(&self.layer_kinds())
     }
 
+    /// On the host path the head's product is the host path's own (the kernel), so a packed
+    /// prompt read's last logits are those of a chunk read alone.
     fn head_logits(&self, hidden: &Array) -> Result<Array> {
+        if self.host_serves(false) {
+            return self.host_head_logits(hidden);
+        }
         self.head(hidden)
     }
 
-    /// Every prompt chunk takes MLX's products, padded (prompt reads never take the host path,
-    /// [`crate::model::routes::reading_prompt`]), so a chunk of any length gives each of its rows
-    /// the bits it gets in any other chunk: where a read splits does not matter.
+    /// Chunks padded to whole blocks of [`PREFILL_ROWS`]: on MLX's products a chunk of any length
+    /// then gives each of its rows the bits it gets in any other chunk (the host path's kernel
+    /// does so in blocks of any size), so where a read splits does not matter.
     fn prefill_block(&self, offset: i32, tokens: usize) -> Option<usize> {
         let rows = tokens.next_multiple_of(PREFILL_ROWS);
         let fits = (offset.max(0) as usize).saturating_add(rows) <= self.cfg.max_position_embeddings.max(0) as usize;

@@ -18,12 +18,19 @@ pub enum WeightPolicy {
     /// Dequantize once at load into float32, so every product is a BLAS sgemm: on the CPU MLX's
     /// quantized matmul neither uses BLAS nor amortises rows (see docs/benchmarks.md).
     Dequantize,
-    /// The codes kept for cohort's own CPU kernel (`cpu_qmm`), which serves blocks of every size
-    /// (decode steps, drafts, verifies and prompt chunks) with one arithmetic per row, so a token
-    /// read in a prompt and the same token decoded leave the same state; a float32 copy stays
-    /// beside it for the embedding's rows and the routes that take MLX's products.
+    /// The float32 copy for MLX's products of many rows, and the codes kept for cohort's own
+    /// CPU kernel (`cpu_qmm`), which computes a row alike in blocks of every size: it serves
+    /// blocks of up to [`CPU_KERNEL_MAX_ROWS`] rows here, and every block of a family's host path
+    /// (decode steps and prompt chunks alike, so a decoded token leaves the state a read does).
     Kernel,
 }
+
+/// Blocks of at most this many rows go through the CPU kernel on MLX's route (a family without a
+/// host path: the Qwen3.5 hybrids): B1 steps and verifies, drafts and an AR cohort's steps; prompt
+/// reads there take the float32 copy ([`crate::model::routes::Routes::prompt_rows`]). (On every
+/// block, the Qwen3.5 fixture's 400-request soak held ~80 KB a cache entry more than the cache
+/// counted, cause not found; the Llama host path takes the kernel for every block.)
+pub const CPU_KERNEL_MAX_ROWS: i32 = 8;
 
 impl WeightPolicy {
     /// The name `--weights` and profiles use.
@@ -115,10 +122,11 @@ impl Linear {
         let shape = x.shape();
         let rows: i32 = shape[..shape.len() - 1].iter().product();
         if let Linear::CpuPacked { packed, .. } = self
+            && rows <= CPU_KERNEL_MAX_ROWS
             && x.dtype() == Dtype::Float32
+            && !crate::model::routes::current().prompt_rows
         {
-            // Row-independent by construction, so every block route takes it as it is, and a
-            // prompt chunk's rows get the bits they get in a decode step.
+            // Row-independent by construction, so both routes take it as it is.
             return cpu_kernel_product(packed, x, rows);
         }
         if rows > 1 && crate::model::routes::current().block == crate::model::routes::BlockRoute::RowByRow {

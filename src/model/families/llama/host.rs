@@ -145,6 +145,17 @@ impl LlamaModel {
         })
     }
 
+    /// The head on final-norm hidden states [B, T, H] through the CPU kernel, as
+    /// [`Self::host_forward`] computes its logits.
+    pub(super) fn host_head_logits(&self, hidden: &Array) -> Result<Array> {
+        let io = self.host_io().context("the host path lost its embedding or head")?;
+        let shape = hidden.shape();
+        if shape.len() != 3 {
+            bail!("the head takes hidden states [B, T, H], not {shape:?}");
+        }
+        head(&io, &to_host(hidden)?, shape[0] as usize, shape[1] as usize)
+    }
+
     /// [`crate::model::forward::LanguageModel::mtp_forward`] on the host; the logits only when
     /// `logits` asks for them (a history write needs none).
     pub(super) fn host_mtp_forward(
