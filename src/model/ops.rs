@@ -16,6 +16,14 @@ fn checked(status: i32, what: &str, raw: mlx_sys::mlx_array) -> Result<Array> {
     }
 }
 
+/// `a` in a buffer of its own, evaluated: a view keeps the whole buffer it looks into alive,
+/// which a kept copy must not. Negated twice: a new buffer, the same bits.
+pub fn own_copy(a: &Array) -> mlx_rs::error::Result<Array> {
+    let a = mlx_rs::ops::negative(&mlx_rs::ops::negative(a)?)?;
+    a.eval()?;
+    Ok(a)
+}
+
 /// `a[start[0]..stop[0], start[1]..stop[1], ...]` (unit strides; missing trailing axes are whole).
 pub fn slice(a: &Array, start: &[i32], stop: &[i32]) -> Result<Array> {
     let shape = a.shape();

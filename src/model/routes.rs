@@ -60,10 +60,11 @@ pub struct Routes {
     /// CPU ([`with_padded_float_rows`]); everywhere it would cost a lone row's float products a
     /// block of eight (the float32 route's B1 decode: 0.66x).
     pub pad_float_rows: bool,
-    /// A prompt read on the CPU: every float product (weights not on cohort's CPU kernel) takes
-    /// MLX's product on a block of at least [`PROMPT_ROWS`] rows, a multiple of 8, so a row gets
-    /// the same bits in a chunk of any length and a read split anywhere reaches the state of a
-    /// whole one. Set only by [`reading_prompt`].
+    /// A prompt read on the CPU off a family's host path: every product takes MLX's float product
+    /// on a block of at least [`PROMPT_ROWS`] rows, a multiple of 8 (never cohort's CPU kernel,
+    /// which serves blocks of up to 8 rows there), so a row gets the same bits in a chunk of any
+    /// length and a read split anywhere reaches the state of a whole one. Set only by
+    /// [`reading_prompt`].
     pub prompt_rows: bool,
     /// A cohort's Gated DeltaNet states are read as one batch (off: per row).
     pub gdn_batch: bool,
@@ -312,10 +313,10 @@ pub fn with_padded_float_rows<T>(f: impl FnOnce() -> T) -> T {
     scoped(Routes { pad_float_rows: true, ..current() }, f)
 }
 
-/// Run `f` as a prompt read: the batched block route, and on the CPU float products in blocks of
-/// at least [`PROMPT_ROWS`] rows ([`Routes::prompt_rows`]; the CPU kernel and a family's host
-/// path compute a row alike in blocks of every size, so they serve prompt chunks as they serve
-/// decode steps). Every prompt read (a solo run's, a lane's, one resumed from the prompt cache)
+/// Run `f` as a prompt read: the batched block route, and on the CPU off a family's host path,
+/// products in blocks of at least [`PROMPT_ROWS`] rows ([`Routes::prompt_rows`]; the host path
+/// runs every block on cohort's kernel, which computes a row alike in blocks of every size, so it
+/// serves prompt chunks as it serves decode steps). Every prompt read (a solo run's, a lane's, one resumed from the prompt cache)
 /// runs under it, so where a split read equals a whole one
 /// ([`crate::model::prefill::split_read_check`]) a cached prefix gives the bits of a fresh read.
 pub fn reading_prompt<T>(f: impl FnOnce() -> T) -> T {

@@ -1,7 +1,7 @@
 //! A finished row's own state as the cache entry of its prompt and answer.
 //!
-//! Where a decode step computes each row exactly as a prompt read does (on the CPU, cohort's
-//! kernel and a family's host path serve blocks of every size with one arithmetic per row), the
+//! Where a decode step computes each row exactly as a prompt read does (on the CPU, the Llama
+//! family's host path runs blocks of every size on cohort's kernel, one arithmetic per row), the
 //! state a row reaches by decoding its answer is the state a fresh read of the prompt and the
 //! answer reaches. The lane then keeps the row's own state when it ends, reading only the tokens
 //! it drew but never fed (the last one), and the conversation's next turn resumes after the
@@ -64,8 +64,8 @@ pub fn settle_decoded(
         let logits = crate::model::routes::reading_prompt(|| model.head_logits(&carry))?;
         return Ok(Some((tokens, Snapshot::new(row, &carry, &logits)?)));
     }
+    // The read writes every layer (and the history), so the row's buffers are its own after it.
     let (hidden, logits) = resume_prompt(model, &mut row, &tokens[fed..], chunk, mtp, Some(carry), &mut |_| {})?;
-    row.detach()?;
     Ok(Some((tokens, Snapshot::new(row, &hidden, &logits)?)))
 }
 

@@ -116,14 +116,10 @@ impl Snapshot {
     /// A snapshot of `row` whose last position's `hidden` state and `logits` are copied into
     /// buffers of their own: as they come from a read they are views of the whole chunk's arrays
     /// (a padded block's hidden states, a product padded to 16 rows), which would keep megabytes
-    /// alive per entry that its byte count does not see. Negated twice: a new buffer, the same bits.
+    /// alive per entry that its byte count does not see ([`crate::model::ops::own_copy`]).
     pub fn new(row: RowCache, hidden: &Array, logits: &Array) -> mlx_rs::error::Result<Self> {
-        let own = |a: &Array| -> mlx_rs::error::Result<Array> {
-            let a = mlx_rs::ops::negative(&mlx_rs::ops::negative(a)?)?;
-            a.eval()?;
-            Ok(a)
-        };
-        Ok(Snapshot { row, hidden: own(hidden)?, logits: own(logits)? })
+        use crate::model::ops::own_copy;
+        Ok(Snapshot { row, hidden: own_copy(hidden)?, logits: own_copy(logits)? })
     }
 
     /// Bytes the snapshot holds: every buffer of the row (whole, as allocated) and the last

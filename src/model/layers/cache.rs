@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
 use super::kv_slots::Slot;
-use crate::model::ops::{slice_axis, slice_update};
+use crate::model::ops::{own_copy, slice_axis, slice_update};
 
 /// Positions added to a KV buffer at a time (a verify's two-token write rarely reallocates).
 pub const KV_STEP: i32 = 256;
@@ -67,23 +67,18 @@ impl KvCache {
         }
     }
 
-    /// The committed positions (in whole [`KV_STEP`]s) in buffers of the row's own, evaluated: a
-    /// row unpacked from a
-    /// cohort's slot holds views that keep the whole shared buffer alive, which a cache entry
-    /// must not (its byte count would not see it). Negated twice: a new buffer, the same bits.
+    /// The committed positions (in whole [`KV_STEP`]s) in buffers of the row's own, evaluated
+    /// ([`crate::model::ops::own_copy`]): a row unpacked from a cohort's slot holds views that
+    /// keep the whole shared buffer alive, which a cache entry must not (its byte count would not
+    /// see it).
     pub fn detach(&mut self) -> Result<()> {
         self.unpack();
-        let own = |a: &Array| -> Result<Array> {
-            let a = mlx_rs::ops::negative(&mlx_rs::ops::negative(a)?)?;
-            a.eval()?;
-            Ok(a)
-        };
         if let (Some(k), Some(v)) = (&self.keys, &self.values) {
             // Whole KV_STEPs, as a buffer grows: a row resumed from the copy grows into the
             // capacities every other row has, so cohorts pack it into buffers of the usual sizes.
             let keep = whole_steps(self.offset).min(k.shape()[2]);
             let (k, v) = (slice_axis(k, 2, 0, keep)?, slice_axis(v, 2, 0, keep)?);
-            (self.keys, self.values) = (Some(own(&k)?), Some(own(&v)?));
+            (self.keys, self.values) = (Some(own_copy(&k)?), Some(own_copy(&v)?));
             self.physical = self.offset;
         }
         Ok(())

@@ -5,10 +5,10 @@
 //! its input evaluated, and the MLX ops between them (norms, reshapes, residual adds, the KV
 //! write) ran as small graphs on MLX's stream thread: 6-7 evaluations a layer, about half of a
 //! B1 step (docs/benchmarks.md). Here a block of any size (a decode step, a verify, a prompt
-//! chunk) stays on the host from the embedding to the logits. MLX keeps the KV storage: each layer's new keys and values
-//! are written with the same lazy update as before, and the attention takes the block's own
-//! positions from the host, so one evaluation per forward (of the storage, at its start)
-//! settles every write of the step before.
+//! chunk) stays on the host from the embedding to the logits. MLX keeps the KV storage: each
+//! layer's new keys and values are written with the same lazy update as before, and the
+//! attention takes the block's own positions from the host, so one evaluation per forward (of
+//! the storage, at its start) settles every write of the step before.
 //!
 //! Every piece computes a row the same way whatever else is in its block (the kernel, RoPE and
 //! attention already did; norms and element-wise ops are per row), so a verify still equals
