@@ -4,8 +4,9 @@
 #   check  `cohort device --check-invariance`: the row-invariant kernels against float64 and
 #          against themselves (each row alone, each verify query as a single step), and the MoE
 #          router and expert kernels against each token alone;
-#   checkk `cohort device --check-kernels`: every CUDA kernel (the recurrence, the MoE expert
-#          kernels scalar and on tensor cores, the router, attention) against float64;
+#   checkk `cohort device --check-kernels` (within $CHECKK_S s, default 560): every CUDA kernel
+#          (the recurrence, the MoE expert kernels scalar and on tensor cores, the router,
+#          attention), then MLX's own products, against float64;
 #   timei  `cohort device --time-invariance`: the real geometry's products through MLX's
 #          quantized matmul and the invariant kernel (1, 2, 4 channels a warp), 1-16 rows, then
 #          the MoE expert kernels with the up kernel scalar and on tensor cores, 1-16 tokens;
@@ -89,7 +90,7 @@ for step in "${steps[@]}"; do
   echo "== $step"
   case $step in
     check) timeout 200 $B device --check-invariance ;;
-    checkk) timeout 400 $B device --check-kernels ;;
+    checkk) timeout "${CHECKK_S:-560}" $B device --check-kernels ;;
     timei)
       for kdir in ${KDIRS:-$COHORT_KERNEL_DIR}; do
         echo "-- kernels: $kdir"
