@@ -379,6 +379,8 @@ fn conversations_equal_fresh_runs(
         ),
     }
     assert!(least_reused == 0.0 || after_answers > 0, "no turn resumed after an answer");
+    // A turn that resumed after an answer took that answer's entry (so wrote in place).
+    assert!(after_answers == 0 || t.prompt_cache.handed_over > 0, "no answer was handed over: {:?}", t.prompt_cache);
     assert!(t.prompt_cache.bytes_held <= bytes);
     t
 }

@@ -21,7 +21,7 @@ use super::cycle::{self, Inert, Untimed};
 use super::draft_policy::{CycleKind, DraftChooser, DraftPolicy};
 use super::prepare::prepare;
 use super::prompt_cache::decoded::settle_decoded;
-use super::prompt_cache::{PromptCache, Reuse, Snapshot};
+use super::prompt_cache::{Kept, PromptCache, Reuse, Snapshot};
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Numerics, WidthPolicy};
@@ -363,7 +363,7 @@ impl<'m> Lane<'m> {
         match read {
             Ok(Some((hidden, logits))) => match Snapshot::new(row, &hidden, &logits) {
                 Ok(snap) => {
-                    self.cache.insert(&s.tokens, snap);
+                    self.cache.insert_as(&s.tokens, snap, Kept::Answer);
                     self.cache.count_settled();
                 }
                 Err(e) => tracing::warn!("keeping a read-back answer in the prompt cache failed: {e:#}"),
@@ -756,7 +756,7 @@ impl<'m> Lane<'m> {
             let mtp = self.cfg.mode == GenerationMode::Mtp;
             match crate::model::routes::batched(|| settle_decoded(self.model, run, row, self.cfg.chunk, mtp)) {
                 Ok(Some((tokens, snap))) => {
-                    self.cache.insert(&tokens, snap);
+                    self.cache.insert_as(&tokens, snap, Kept::Answer);
                     self.cache.count_kept();
                     return;
                 }

@@ -109,7 +109,7 @@ impl Collector for EngineCollector {
         let view = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let t = &view.telemetry;
         let pc = &t.prompt_cache;
-        let counters: [(&str, &str, u64); 15] = [
+        let counters: [(&str, &str, u64); 16] = [
             ("engine_cycles", "Decode cycles the lane has run", t.lane_cycles),
             (
                 "plain_cycles",
@@ -129,6 +129,11 @@ impl Collector for EngineCollector {
             ("prompt_cache_evictions", "Cached prefixes let go to stay within the budget", pc.evictions),
             ("prompt_cache_answers_kept", "Answers kept as their rows decoded them", pc.answers_kept),
             ("prompt_cache_answers_read_back", "Answers read back into the cache while idle", pc.settled),
+            (
+                "prompt_cache_handed_over",
+                "Answers' entries handed over to the next turns that extended them",
+                pc.handed_over,
+            ),
         ];
         for (name, help, value) in counters {
             let c = ConstCounter::new(value);

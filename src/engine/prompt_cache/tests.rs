@@ -79,3 +79,24 @@ fn the_policy_and_the_check_decide_how_the_cache_serves() {
     assert_eq!(cfg(ReusePolicy::Off, 1).reuse(true), Reuse::Off);
     assert_eq!(cfg(ReusePolicy::Exact, 0).reuse(true), Reuse::Off);
 }
+
+#[test]
+fn an_answer_a_longer_prompt_extends_is_handed_over_and_everything_else_is_shared() {
+    let mut c = cache(1 << 20);
+    c.insert_as(&[1, 2], snap(1.0, 64), Kept::Prompt);
+    c.insert_as(&[1, 2, 3, 4], snap(2.0, 64), Kept::Answer);
+    // The prompt equal to the answer's tokens (a regenerated next turn with nothing new) shares it.
+    let (len, s) = c.lookup(&[1, 2, 3, 4]).expect("a hit");
+    assert_eq!((len, mark(&s)), (4, 2.0));
+    assert_eq!(c.stats().entries, 2);
+    // The next turn extends the answer: it takes the entry, so its first write copies nothing.
+    let (len, s) = c.lookup(&[1, 2, 3, 4, 5]).expect("a hit");
+    assert_eq!((len, mark(&s)), (4, 2.0));
+    let st = c.stats().clone();
+    assert_eq!((st.entries, st.handed_over, st.hits), (1, 1, 2));
+    assert_eq!(st.bytes_held, 64, "the handed-over entry's bytes left the cache");
+    // An edit of that turn resumes before the answer, from the prompt entry, which is shared.
+    let (len, s) = c.lookup(&[1, 2, 9]).expect("a hit");
+    assert_eq!((len, mark(&s)), (2, 1.0));
+    assert_eq!((c.stats().entries, c.stats().handed_over), (1, 1));
+}
