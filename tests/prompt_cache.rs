@@ -131,6 +131,57 @@ fn resumed_reads_equal_fresh_reads(model: &dyn LanguageModel, chunk: usize, case
     }
 }
 
+/// Random cached prompts and new prompts that share only their first tokens with them (a
+/// re-tokenized answer, an edited message): the cached row cut back to one token short of the
+/// common part and read on from there equals a fresh read of the new prompt, bit for bit.
+fn cut_back_reads_equal_fresh_reads(model: &dyn LanguageModel, chunk: usize, cases: usize, seed: u64) {
+    let vocab = model.vocab_size() as u64;
+    let mut rng = Rng::new(seed);
+    let mtp = model.has_mtp();
+    for case in 0..cases {
+        let len = 3 + (rng.next_u64() % 90) as usize;
+        let cached: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab) as u32).collect();
+        let common = 2 + (rng.next_u64() % (len as u64 - 2)) as usize;
+        let tail = 1 + (rng.next_u64() % 40) as usize;
+        let mut prompt = cached[..common].to_vec();
+        prompt.extend((0..tail).map(|_| (rng.next_u64() % vocab) as u32));
+        if prompt[common] == cached[common] {
+            prompt[common] = (prompt[common] + 1) % vocab as u32;
+        }
+        let mut fresh = model.new_row();
+        let (h, l) = read_prompt(model, &mut fresh, &prompt, chunk, mtp, &mut |_| {}).unwrap();
+        let want = state_of(&fresh, &h, &l).unwrap();
+        let mut entry = model.new_row();
+        read_prompt(model, &mut entry, &cached, chunk, mtp, &mut |_| {}).unwrap();
+        let keep = common - 1;
+        let mut row = entry.clone().cut_back(keep as i32).unwrap().expect("an attention-only row cuts back");
+        let resumed_chunk = 1 + (rng.next_u64() % chunk as u64) as usize;
+        let (h, l) = resume_prompt(model, &mut row, &prompt[keep..], resumed_chunk, mtp, None, &mut |_| {}).unwrap();
+        let got = state_of(&row, &h, &l).unwrap();
+        assert_eq!(
+            first_difference(&want, &got),
+            None,
+            "case {case}: {len} cached tokens, {common} in common with {} new ones, read on in chunks of {resumed_chunk}",
+            prompt.len()
+        );
+        assert_eq!(entry.len, len as i32, "reading on from a cut-back copy must not change the entry");
+    }
+}
+
+#[test]
+fn cut_back_reads_equal_fresh_reads_on_the_llama_family_and_hybrids_do_not_cut_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = tiny_llama(dir.path());
+    cut_back_reads_equal_fresh_reads(&*model, TINY_CHUNK, 60, 4);
+    if let Some((_dir, model, _)) = default_model("cut-back reads, default model") {
+        cut_back_reads_equal_fresh_reads(&*model, 512, 30, 5);
+    }
+    let (model, _) = qwen("qwen35_moe_4bit");
+    let mut row = model.new_row();
+    read_prompt(&*model, &mut row, &[1, 2, 3, 4], 16, true, &mut |_| {}).unwrap();
+    assert!(row.cut_back(2).unwrap().is_none(), "a Gated DeltaNet state cannot be cut back");
+}
+
 #[test]
 fn resumed_reads_equal_fresh_reads_bit_for_bit_on_both_families() {
     let (model, _) = qwen("qwen35_moe_4bit");
@@ -323,6 +374,12 @@ fn conversations_equal_fresh_runs(
                     let at = (rng.next_u64() % (history.len() as u64 - 1)) as usize;
                     [history[at].clone(), words(&mut rng, 12)].concat()
                 }
+                2 if last.len() > 4 => {
+                    // the last answer sent back with its ending changed (a client re-tokenizing
+                    // it, an edit): it shares only a part of the entry
+                    let keep = last.len() - 1 - (rng.next_u64() % 3) as usize;
+                    [&last[..keep], words(&mut rng, 12).as_slice()].concat()
+                }
                 _ => [last.clone(), words(&mut rng, 12)].concat(),
             };
             if turns.iter().any(|(j, _, _)| *j == k) {
@@ -379,6 +436,13 @@ fn conversations_equal_fresh_runs(
         ),
     }
     assert!(least_reused == 0.0 || after_answers > 0, "no turn resumed after an answer");
+    // Where rows cut back (attention only), prompts that share a part of an entry resume from it.
+    let cuts_back = model.new_row().cuts_back();
+    assert!(
+        least_reused == 0.0 || cuts_back == (t.prompt_cache.cut_back > 0),
+        "rows cut back: {cuts_back}, entries cut back: {:?}",
+        t.prompt_cache
+    );
     // A turn that resumed after an answer took that answer's entry (so wrote in place).
     assert!(after_answers == 0 || t.prompt_cache.handed_over > 0, "no answer was handed over: {:?}", t.prompt_cache);
     assert!(t.prompt_cache.bytes_held <= bytes);

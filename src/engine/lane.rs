@@ -21,7 +21,7 @@ use super::cycle::{self, Inert, Untimed};
 use super::draft_policy::{CycleKind, DraftChooser, DraftPolicy};
 use super::prepare::prepare;
 use super::prompt_cache::decoded::settle_decoded;
-use super::prompt_cache::{Kept, PromptCache, Reuse, Snapshot};
+use super::prompt_cache::{Hit, Kept, PromptCache, Reuse, Snapshot};
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Numerics, WidthPolicy};
@@ -265,14 +265,16 @@ impl<'m> Lane<'m> {
         };
         let mut reader = Reader { p, run, row: self.model.new_row(), next: 0, carry: None, cached_logits: None, tel };
         let hit = self.cache.lookup(&reader.run.prompt_ids);
-        let found = hit.as_ref().map_or(0, |(len, _)| *len);
-        if let Some((len, snap)) = hit {
+        let found = hit.as_ref().map_or(0, |h| h.len);
+        if let Some(Hit { len, row, last }) = hit {
             reader.run.stats.cached_tokens = len;
             reader.run.stats.reuse = Some(self.cache.stats().reuse);
-            (reader.row, reader.next, reader.tel.prefill_done) = (snap.row, len, len);
-            reader.carry = Some(snap.hidden);
-            if len == total {
-                reader.cached_logits = Some(snap.logits);
+            (reader.row, reader.next, reader.tel.prefill_done) = (row, len, len);
+            if let Some((hidden, logits)) = last {
+                reader.carry = Some(hidden);
+                if len == total {
+                    reader.cached_logits = Some(logits);
+                }
             }
         }
         self.adopt_settle(&mut reader, found);

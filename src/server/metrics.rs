@@ -109,7 +109,7 @@ impl Collector for EngineCollector {
         let view = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let t = &view.telemetry;
         let pc = &t.prompt_cache;
-        let counters: [(&str, &str, u64); 16] = [
+        let counters: [(&str, &str, u64); 17] = [
             ("engine_cycles", "Decode cycles the lane has run", t.lane_cycles),
             (
                 "plain_cycles",
@@ -133,6 +133,11 @@ impl Collector for EngineCollector {
                 "prompt_cache_handed_over",
                 "Answers' entries handed over to the next turns that extended them",
                 pc.handed_over,
+            ),
+            (
+                "prompt_cache_cut_back",
+                "Prompts that resumed from an entry cut back to the part they share with it",
+                pc.cut_back,
             ),
         ];
         for (name, help, value) in counters {

@@ -136,6 +136,16 @@ impl Snapshot {
     }
 }
 
+/// What a prompt resumes from ([`PromptCache::lookup`]).
+pub struct Hit {
+    /// How many of the prompt's tokens the row holds.
+    pub len: usize,
+    pub row: RowCache,
+    /// The last held position's hidden state and logits, where the entry served whole; None
+    /// where it was cut back (the read then writes its MTP history as a prompt's first chunk).
+    pub last: Option<(Array, Array)>,
+}
+
 /// The cache's counters, for `/health`, `/metrics` and the inspector.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CacheStats {
@@ -170,6 +180,9 @@ pub struct CacheStats {
     /// then left the cache.
     #[serde(default)]
     pub handed_over: u64,
+    /// Hits served by an entry cut back to the part it shares with the prompt.
+    #[serde(default)]
+    pub cut_back: u64,
 }
 
 /// What an entry holds the state after.
@@ -211,35 +224,56 @@ impl PromptCache {
         &self.stats
     }
 
-    /// The longest entry whose tokens begin `prompt` (all of them, or fewer): how many tokens it
-    /// holds and its state, which an answer's entry hands over to a prompt longer than it (see the
-    /// module's notes). Counts a hit or a miss.
-    pub fn lookup(&mut self, prompt: &[u32]) -> Option<(usize, Snapshot)> {
+    /// What `prompt` resumes from: the entry that serves the most of it, whole where its tokens
+    /// begin the prompt, or, where its row can be cut back ([`RowCache::cut_back`]: attention
+    /// only), cut back to one token short of the part it shares with the prompt (a re-tokenized
+    /// answer, an edited message); a whole entry wins a tie. An answer's entry is handed over to a
+    /// prompt that goes past it (see the module's notes). Counts a hit or a miss.
+    pub fn lookup(&mut self, prompt: &[u32]) -> Option<Hit> {
         if !self.serves() {
             return None;
         }
-        let best = (0..self.entries.len())
-            .filter(|&i| {
-                let tokens = &self.entries[i].tokens;
-                tokens.len() <= prompt.len() && prompt.starts_with(tokens)
-            })
-            .max_by_key(|&i| self.entries[i].tokens.len());
-        let Some(i) = best else {
+        // (entry, tokens served, whole) of the best candidate.
+        let mut best: Option<(usize, usize, bool)> = None;
+        for (i, e) in self.entries.iter().enumerate() {
+            let common = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+            let candidate = if common == e.tokens.len() {
+                (i, common, true)
+            } else if common >= 2 && e.snap.row.cuts_back() {
+                (i, common - 1, false)
+            } else {
+                continue;
+            };
+            if best.is_none_or(|(_, len, whole)| (candidate.1, candidate.2) > (len, whole)) {
+                best = Some(candidate);
+            }
+        }
+        let Some((i, len, whole)) = best else {
             self.stats.misses += 1;
             return None;
         };
         self.clock += 1;
         self.stats.hits += 1;
-        let len = self.entries[i].tokens.len();
         self.stats.tokens_reused += len as u64;
-        if self.entries[i].kept == Kept::Answer && len < prompt.len() {
-            let entry = self.entries.swap_remove(i);
+        let hand_over = self.entries[i].kept == Kept::Answer && (!whole || len < prompt.len());
+        let snap = if hand_over {
             self.stats.handed_over += 1;
+            let entry = self.entries.swap_remove(i);
             self.refresh();
-            return Some((len, entry.snap));
+            entry.snap
+        } else {
+            self.entries[i].used = self.clock;
+            self.entries[i].snap.clone()
+        };
+        if whole {
+            return Some(Hit { len, row: snap.row, last: Some((snap.hidden, snap.logits)) });
         }
-        self.entries[i].used = self.clock;
-        Some((len, self.entries[i].snap.clone()))
+        self.stats.cut_back += 1;
+        match snap.row.cut_back(len as i32) {
+            Ok(Some(row)) => Some(Hit { len, row, last: None }),
+            // cuts_back() said it would; a row that does not is read from scratch.
+            _ => None,
+        }
     }
 
     /// The entry of exactly `tokens`, if held (counts nothing: the engine's own reads use it).

@@ -281,6 +281,29 @@ impl RowCache {
         Ok(())
     }
 
+    /// Whether every layer can be cut back to an earlier position (attention only).
+    pub fn cuts_back(&self) -> bool {
+        self.layers.iter().all(|l| matches!(l, LayerState::Attention(_)))
+    }
+
+    /// The row as a read of its first `keep` tokens leaves it, less the last position's hidden
+    /// state: every attention layer's KV cut back to `keep` positions and the MTP history to
+    /// `keep` entries (its last pairs position `keep - 1` with token `keep`, which the next read
+    /// starts at, so that read writes its history as a prompt's first chunk does). None where a
+    /// layer cannot be cut back (a Gated DeltaNet state holds every token it has read) or the row
+    /// holds no more than `keep` tokens.
+    pub fn cut_back(mut self, keep: i32) -> Result<Option<RowCache>> {
+        if !self.cuts_back() || keep < 1 || keep >= self.len {
+            return Ok(None);
+        }
+        self.trim_attention(self.len - keep)?;
+        let history = self.mtp.offset();
+        if history > keep {
+            self.mtp.trim(history - keep)?;
+        }
+        Ok(Some(self))
+    }
+
     /// Every attention layer's KV (the MTP history too) back in the row's own arrays.
     pub fn unpack(&mut self) {
         for layer in &mut self.layers {
