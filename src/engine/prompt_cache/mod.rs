@@ -72,7 +72,8 @@ pub enum AnswerPolicy {
     ReadBack,
     /// Kept as the row decoded it, where the decode check finds that exact ([`decoded`]); else
     /// read back. Opt-in for now: with it, the 400-request soak's memory not counted by the
-    /// cache drifts by 1.5-3.8 MB (tests/soak_default_model.rs), a cause not yet found.
+    /// cache drifts by 1.5-3.8 MB (tests/soak_default_model.rs), a cause not yet found; it goes
+    /// (17-36 KB) when no entry is kept from a row that ended with its first token.
     Decoded,
 }
 
