@@ -316,8 +316,8 @@ pub fn with_padded_float_rows<T>(f: impl FnOnce() -> T) -> T {
 /// Run `f` as a prompt read: the batched block route, and on the CPU off a family's host path,
 /// products in blocks of at least [`PROMPT_ROWS`] rows ([`Routes::prompt_rows`]; the host path
 /// runs every block on cohort's kernel, which computes a row alike in blocks of every size, so it
-/// serves prompt chunks as it serves decode steps). Every prompt read (a solo run's, a lane's, one resumed from the prompt cache)
-/// runs under it, so where a split read equals a whole one
+/// serves prompt chunks as it serves decode steps). Every prompt read (a solo run's, a lane's,
+/// one resumed from the prompt cache) runs under it, so where a split read equals a whole one
 /// ([`crate::model::prefill::split_read_check`]) a cached prefix gives the bits of a fresh read.
 pub fn reading_prompt<T>(f: impl FnOnce() -> T) -> T {
     let prompt_rows = crate::platform::backend::Backend::is_cpu();

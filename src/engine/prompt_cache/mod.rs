@@ -254,8 +254,6 @@ impl PromptCache {
             return None;
         };
         self.clock += 1;
-        self.stats.hits += 1;
-        self.stats.tokens_reused += len as u64;
         let hand_over = self.entries[i].kept == Kept::Answer && (!whole || len < prompt.len());
         let snap = if hand_over {
             self.stats.handed_over += 1;
@@ -266,15 +264,21 @@ impl PromptCache {
             self.entries[i].used = self.clock;
             self.entries[i].snap.clone()
         };
-        if whole {
-            return Some(Hit { len, row: snap.row, last: Some((snap.hidden, snap.logits)) });
+        let hit = if whole {
+            Some(Hit { len, row: snap.row, last: Some((snap.hidden, snap.logits)) })
+        } else {
+            // cuts_back() said it would; a row that does not is read from scratch (a miss).
+            snap.row.cut_back(len as i32).ok().flatten().map(|row| Hit { len, row, last: None })
+        };
+        match &hit {
+            Some(_) => {
+                self.stats.hits += 1;
+                self.stats.tokens_reused += len as u64;
+                self.stats.cut_back += u64::from(!whole);
+            }
+            None => self.stats.misses += 1,
         }
-        self.stats.cut_back += 1;
-        match snap.row.cut_back(len as i32) {
-            Ok(Some(row)) => Some(Hit { len, row, last: None }),
-            // cuts_back() said it would; a row that does not is read from scratch.
-            _ => None,
-        }
+        hit
     }
 
     /// The entry of exactly `tokens`, if held (counts nothing: the engine's own reads use it).

@@ -67,15 +67,16 @@ impl KvCache {
         }
     }
 
-    /// The committed positions (in whole [`KV_STEP`]s) in buffers of the row's own, evaluated
+    /// The committed positions in buffers of the row's own, evaluated
     /// ([`crate::model::ops::own_copy`]): a row unpacked from a cohort's slot holds views that
     /// keep the whole shared buffer alive, which a cache entry must not (its byte count would not
     /// see it).
     pub fn detach(&mut self) -> Result<()> {
         self.unpack();
         if let (Some(k), Some(v)) = (&self.keys, &self.values) {
-            // Whole KV_STEPs, as a buffer grows: a row resumed from the copy grows into the
-            // capacities every other row has, so cohorts pack it into buffers of the usual sizes.
+            // Whole KV_STEPs where the row's own buffer has them, as a buffer grows (a row resumed
+            // from the copy then packs into buffers of the usual sizes); a row unpacked from a
+            // slot holds only its committed positions, and its copy holds just those.
             let keep = whole_steps(self.offset).min(k.shape()[2]);
             let (k, v) = (slice_axis(k, 2, 0, keep)?, slice_axis(v, 2, 0, keep)?);
             (self.keys, self.values) = (Some(own_copy(&k)?), Some(own_copy(&v)?));
