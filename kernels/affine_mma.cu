@@ -1,5 +1,5 @@
-// `x W^T` for a block of 1 to 16 bf16 rows against an affine-quantized W on the tensor cores,
-// every row reduced in one fixed order whatever the block's row count (CUDA, through MLX's
+// `x W^T` for bf16 rows in tiles of 16 (a block a tile) against an affine-quantized W on the tensor
+// cores, every row reduced in one fixed order whatever the block's row count (CUDA, through MLX's
 // custom-kernel mechanism; this file is the kernel *body*). The scalar kernel (affine_rows.cu)
 // decodes every weight once for each row it serves, so at a B8 verify's 16 rows it costs 3 to 10
 // times MLX's quantized matmul at the real Qwen3.6 geometry (docs/benchmarks.md); here a warp
@@ -11,7 +11,7 @@
 // the same order, so a row alone and a row beside 15 others meet the same sums bit for bit
 // (`cohort device --check-invariance` holds it to that, and to a float64 product).
 //
-// Inputs  x [.., K] bf16, M <= 16 rows in all (runtime: x_shape, x_ndim);
+// Inputs  x [.., K] bf16, M rows in all (runtime: x_shape, x_ndim), 16 a tile;
 //         w [N', K*BITS/32] uint32, s / b [N', K/G]: the packed weight, N' >= N.
 // Output  y [M, N] bf16.
 // Constants K, N, BITS, G; LW, the words a lane loads of a channel's row a span (4, 2 or 1,
@@ -59,7 +59,12 @@ int x_rows = 1;
 for (int d = 0; d + 1 < x_ndim; ++d) {
   x_rows *= x_shape[d];
 }
-const int m = x_rows < 16 ? x_rows : 16;
+// A block takes the 16 rows of its tile (blockIdx.z): a tile's rows meet the same code as a
+// launch of just those rows, so a row's bits do not depend on how many rows there are.
+const int row0 = static_cast<int>(blockIdx.z) * 16;
+const int m = x_rows - row0 < 16 ? x_rows - row0 : 16;
+x += static_cast<size_t>(row0) * K;
+y += static_cast<size_t>(row0) * N;
 const bool low = group < m;
 const bool high = group + 8 < m;
 const uint4* x_low = reinterpret_cast<const uint4*>(x + static_cast<size_t>(low ? group : 0) * K);

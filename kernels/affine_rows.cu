@@ -1,14 +1,14 @@
-// `x W^T` for a block of 1 to 16 rows against an affine-quantized W, every row reduced in one
-// fixed order whatever the block's row count (CUDA, through MLX's custom-kernel mechanism; this
-// file is the kernel *body*). MLX picks its quantized kernel by the number of rows (a vector
-// kernel for one, tiled ones for more, cuBLAS on a dequantized copy for wide blocks), and each
-// sums a row's products in its own order: a T=2 verify's first position then differs from the
-// single-token step it stands for, and a B8 row from the same row alone (issue 41). Here a row's
-// output channel is always one warp's: lane l takes the same chunks of the row in the same
-// passes, and the warp's 32 partial sums meet in one butterfly. Nothing a row computes depends
-// on the other rows, so the result is bit-identical alone or beside up to 15 others.
+// `x W^T` for rows in tiles of 16 (a block a tile) against an affine-quantized W, every row reduced
+// in one fixed order whatever the block's row count (CUDA, through MLX's custom-kernel mechanism;
+// this file is the kernel *body*). MLX picks its quantized kernel by the number of rows (a vector
+// kernel for one, tiled ones for more, cuBLAS on a dequantized copy for wide blocks), and each sums
+// a row's products in its own order: a T=2 verify's first position then differs from the single-
+// token step it stands for, and a B8 row from the same row alone (issue 41). Here a row's output
+// channel is always one warp's: lane l takes the same chunks of the row in the same passes, and the
+// warp's 32 partial sums meet in one butterfly. Nothing a row computes depends on the other rows,
+// so the result is bit-identical alone or beside up to 15 others.
 //
-// Inputs  x [.., K] (model dtype), M <= 16 rows in all (runtime: x_shape, x_ndim);
+// Inputs  x [.., K] (model dtype), M rows in all (runtime: x_shape, x_ndim), 16 a tile;
 //         w [N', K*BITS/32] uint32, s / b [N', K/G]: the packed weight, N' >= N (padded rows
 //         past N are not read).
 // Output  y [M, N] (model dtype).
@@ -39,7 +39,12 @@ int x_rows = 1;
 for (int d = 0; d + 1 < x_ndim; ++d) {
   x_rows *= x_shape[d];
 }
-const int m = x_rows < MAX_ROWS ? x_rows : MAX_ROWS;
+// A block takes the rows of its tile (blockIdx.z), at most MAX_ROWS: a tile's rows meet the same
+// code as a launch of just those rows, so a row's bits do not depend on how many rows there are.
+const int row0 = static_cast<int>(blockIdx.z) * MAX_ROWS;
+const int m = x_rows - row0 < MAX_ROWS ? x_rows - row0 : MAX_ROWS;
+x += static_cast<size_t>(row0) * K;
+y += static_cast<size_t>(row0) * N;
 // Channels past N (the last warp's, where CPW does not divide N) read the last row and are not
 // written.
 auto channel = [&](int c) -> int { return first + c < N ? first + c : N - 1; };

@@ -4,16 +4,19 @@
 // masked SDPA it replaces falls back to ops for head_dim 256: a host-made mask, a where, a
 // softmax, two batched matmuls with their pointer set-ups, and views, for every attention layer.
 //
-// Inputs  q [B, NH, T, D] (model dtype): the block's queries, rotated; keys, values
+// Inputs  q [B, NH, Q, D] (model dtype): the block's queries, rotated; keys, values
 //         [B, NKV, CAP, D] (model dtype): the slot buffer, row b's block already written at
 //         offsets[b]; offsets [B] int32: row b's position before the block. Query t of row b
 //         sees keys 0 ..= offsets[b] + t.
-// Outputs out [B, NH, T, D] (model dtype); parts [B, NH, T, S, D] and stats [B, NH, T, S, 2]
+// Outputs out [B, NH, Q, D] (model dtype); parts [B, NH, Q, S, D] and stats [B, NH, Q, S, 2]
 //         (float32) where SPLIT, else [1] each and unused (out likewise where SPLIT).
 // Header  affine_dot.cuh (load_floats, warp_sum).
-// Constants NH, NKV, D, T, WARPS (blockDim.y); SCALE_BITS (the softmax scale's float32 bits);
-//         SPLIT, SEG.
+// Constants NH, NKV, D, T (the queries a block takes: 1 or 2), WARPS (blockDim.y); SCALE_BITS
+//         (the softmax scale's float32 bits); SPLIT, SEG.
 //
+// A block of more than T queries (a prompt read's piece on the invariant route) is taken T at a
+// time, block x a tile of T queries at their own offsets; the last tile may hold fewer. A query
+// meets the same code in any tile as in a step's or a verify's launch of its own.
 // Layout: a block per (row, head), block z = b * NH + h, on the key/value head h / (NH / NKV);
 // where SPLIT (a row of the launch holds more than SEG keys), a block per (row, head, segment of
 // SEG key positions), z = (b * NH + h) * S + segment, so a long context spreads over the GPU
@@ -40,6 +43,9 @@ __shared__ float part_out[WARPS][T][D];
 
 const int lane = threadIdx.x;
 const int warp = threadIdx.y;
+const int queries = q_shape[2];
+const int first_query = static_cast<int>(blockIdx.x) * T;
+const int in_tile = queries - first_query < T ? queries - first_query : T;
 // Outputs come without shapes: the segment count is the grid's z over the (row, head) pairs.
 const int segs = SPLIT ? static_cast<int>(gridDim.z) / (keys_shape[0] * NH) : 1;
 const int bh = blockIdx.z / segs;
@@ -48,9 +54,9 @@ const int b = bh / NH;
 const int h = bh % NH;
 const int kv_head = h / (NH / NKV);
 const int cap = keys_shape[2];
-const int offset = offsets[b];
-// A row's keys past the buffer cannot be read; a caller keeps offsets + T within it.
-const int len = min(offset + T, cap);
+const int offset = offsets[b] + first_query;
+// A row's keys past the buffer cannot be read; a caller keeps offsets + Q within it.
+const int len = min(offset + in_tile, cap);
 const int lo = SPLIT ? seg * SEG : 0;
 const int hi = SPLIT ? min(len, lo + SEG) : len;
 const float scale = __int_as_float(SCALE_BITS);
@@ -62,7 +68,10 @@ float run_sum[T];
 float acc[T][DPL];
 #pragma unroll
 for (int t = 0; t < T; ++t) {
-  load_floats<DPL>(q + ((static_cast<size_t>(b) * NH + h) * T + t) * D + lane * DPL, qv[t]);
+  // A tile's missing query (the last tile's, at an odd count) computes on the first's values
+  // and is never written.
+  const int qt = first_query + (t < in_tile ? t : 0);
+  load_floats<DPL>(q + ((static_cast<size_t>(b) * NH + h) * queries + qt) * D + lane * DPL, qv[t]);
 #pragma unroll
   for (int i = 0; i < DPL; ++i) {
     qv[t][i] *= scale;
@@ -155,7 +164,10 @@ for (int e = warp * LANES + lane; e < T * D; e += WARPS * LANES) {
       o += part_out[w][t][d] * weight;
     }
   }
-  const size_t at = (static_cast<size_t>(b) * NH + h) * T + t;
+  if (t >= in_tile) {
+    continue;
+  }
+  const size_t at = (static_cast<size_t>(b) * NH + h) * queries + first_query + t;
   if (SPLIT) {
     parts[(at * segs + seg) * D + d] = o;
     if (d == 0) {

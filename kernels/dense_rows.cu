@@ -1,11 +1,11 @@
-// `x W^T` for a block of 1 to 16 rows against a float weight W (bf16, fp16 or float32), every
-// row reduced in one fixed order whatever the block's row count: affine_rows.cu's contract for
-// checkpoints stored unquantized (CUDA, through MLX's custom-kernel mechanism; this file is the
-// kernel *body*). MLX sends one row to a vector kernel and more to cuBLAS, whose algorithm and
-// split of the inputs follow M, so a row's sums change with the rows beside it.
+// `x W^T` for rows in tiles of 16 (a block a tile) against a float weight W (bf16, fp16 or
+// float32), every row reduced in one fixed order whatever the block's row count: affine_rows.cu's
+// contract for checkpoints stored unquantized (CUDA, through MLX's custom-kernel mechanism; this
+// file is the kernel *body*). MLX sends one row to a vector kernel and more to cuBLAS, whose
+// algorithm and split of the inputs follow M, so a row's sums change with the rows beside it.
 //
-// Inputs  x [.., K] (model dtype), M <= 16 rows in all (runtime: x_shape, x_ndim); w [N', K] (weight dtype),
-//         N' >= N.
+// Inputs  x [.., K] (model dtype), M rows in all (runtime: x_shape, x_ndim), 16 a tile;
+//         w [N', K] (weight dtype), N' >= N.
 // Output  y [M, N] (model dtype).
 // Header  affine_dot.cuh (load_floats, warp_sum).
 // Constants K, N; CPW, the output channels a warp takes (by N alone, never by M).
@@ -29,7 +29,12 @@ int x_rows = 1;
 for (int d = 0; d + 1 < x_ndim; ++d) {
   x_rows *= x_shape[d];
 }
-const int m = x_rows < MAX_ROWS ? x_rows : MAX_ROWS;
+// A block takes the rows of its tile (blockIdx.z), at most MAX_ROWS: a tile's rows meet the same
+// code as a launch of just those rows, so a row's bits do not depend on how many rows there are.
+const int row0 = static_cast<int>(blockIdx.z) * MAX_ROWS;
+const int m = x_rows - row0 < MAX_ROWS ? x_rows - row0 : MAX_ROWS;
+x += static_cast<size_t>(row0) * K;
+y += static_cast<size_t>(row0) * N;
 auto channel = [&](int c) -> int { return first + c < N ? first + c : N - 1; };
 
 float acc[MAX_ROWS][CPW] = {};

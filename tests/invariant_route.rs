@@ -37,7 +37,8 @@ fn every_row_of_a_product_block_is_the_row_alone_and_near_float64() {
         (576, 49_152, 0, 0),
     ] {
         for dtype in [Dtype::Bfloat16, Dtype::Float32, Dtype::Float16] {
-            for rows in [2, 9, 16] {
+            // 40: three tiles of 16, the last part-filled (a prompt read's piece).
+            for rows in [2, 9, 16, 40] {
                 let spec = (bits > 0).then_some(QuantSpec { bits, group_size });
                 let r = row_invariant::check(rows, input, out, spec, dtype, rows as u64).unwrap();
                 let what = format!("{input}->{out} {bits}-bit g{group_size} {dtype:?} x{rows}");
@@ -54,10 +55,14 @@ fn a_verify_blocks_attention_is_the_single_steps_and_the_lone_rows() {
         return;
     }
     let small = Shape { heads: 9, kv_heads: 3, head_dim: 64, queries: 2, capacity: 300 };
-    for s in [small, Shape::REAL, Shape::REAL_LONG] {
+    // A prompt read's piece on the invariant route: sixteen queries, launched two at a time.
+    let piece = Shape { queries: 16, ..small };
+    let real_piece = Shape { queries: 16, ..Shape::REAL_LONG };
+    for s in [small, Shape::REAL, Shape::REAL_LONG, piece, real_piece] {
         for dtype in [Dtype::Bfloat16, Dtype::Float32] {
             // Around the first segment's end too: a verify there splits where its steps need not.
-            let offsets = [0, 1, 17, 63, 64, 150, s.capacity - 3, (s.capacity - 3).min(1023)];
+            let last = s.capacity - s.queries - 1;
+            let offsets = [0, 1, 17, 63, 64, 150, last, last.min(1023)];
             let differing = attention_kernel::check_invariance(s, &offsets, dtype, 3).unwrap();
             assert_eq!(differing, 0, "{s:?} {dtype:?}");
         }

@@ -27,7 +27,7 @@ use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::forward::LanguageModel;
 use cohort::model::layers::linear::WeightPolicy;
 use cohort::model::prefill::{read_prompt, resume_prompt};
-use cohort::model::routes::BlockRoute;
+use cohort::model::routes::{self, BlockRoute};
 use cohort::model::text::tokenizer::TextTokenizer;
 use cohort::platform::rng::Rng;
 use common::*;
@@ -195,6 +195,82 @@ fn resumed_reads_equal_fresh_reads_bit_for_bit_on_both_families() {
 fn resumed_reads_equal_fresh_reads_bit_for_bit_on_the_default_model() {
     let Some((_dir, model, _)) = default_model("resumed reads, default model") else { return };
     resumed_reads_equal_fresh_reads(&*model, 512, 40, 3);
+}
+
+/// The invariant route reads a prompt in pieces of 16 positions (on CUDA through the
+/// row-invariant kernels, below). On the CPU kernel, which computes a row alike in every block,
+/// the pieces must give exactly a batched read's state: their hidden states, last logits and MTP
+/// history put together as one read's, whatever the chunk.
+#[test]
+fn a_read_in_invariant_pieces_is_the_batched_read_where_every_block_computes_a_row_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let (llama, _) = tiny_llama(dir.path());
+    let (moe, _) = qwen("qwen35_moe_4bit");
+    let mut rng = Rng::new(6);
+    for (name, model) in [("tiny llama", &*llama), ("qwen35_moe_4bit", &*moe)] {
+        let vocab = model.vocab_size() as u64;
+        for len in [1, 15, 16, 17, 40, 83] {
+            let prompt: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab) as u32).collect();
+            for chunk in [7, 16, 512] {
+                let read = |block: BlockRoute| {
+                    routes::scoped(model.routes().with_gate(block), || {
+                        let mut row = model.new_row();
+                        let (h, l) =
+                            read_prompt(model, &mut row, &prompt, chunk, model.has_mtp(), &mut |_| {}).unwrap();
+                        state_of(&row, &h, &l).unwrap()
+                    })
+                };
+                let (batched, pieces) = (read(BlockRoute::Batched), read(BlockRoute::Invariant));
+                assert_eq!(first_difference(&batched, &pieces), None, "{name}: {len} tokens in chunks of {chunk}");
+            }
+        }
+    }
+}
+
+/// On CUDA, where MLX's products give a row other bits in another block (a read split at 5 of 83
+/// tokens differed in the first attention layer's keys, so the gate chooses the invariant route),
+/// prompts are read in pieces through the row-invariant kernels: on the default model a read split
+/// anywhere, or resumed from a cached prefix (cut back too), gives the bits of a whole read, in
+/// bfloat16 and float32. The fixtures' tiny geometries are partly outside what the kernels hold
+/// (the tiny Llama's 16-wide heads: the attention kernel takes 32 to 512), so for them the check
+/// may find a difference; where it finds none, resumed reads must equal fresh ones.
+#[test]
+fn on_cuda_the_invariant_route_reads_prompts_split_anywhere_to_the_same_bits() {
+    if !cuda_here("the invariant route's prompt reads") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = fixture_copy("llama/tiny_llama_mlx", dir.path());
+    std::fs::copy(fixture("llama/tiny_mtp.safetensors"), tiny.join("mtp.safetensors")).unwrap();
+    let default = smollm2_with_head("invariant prompt reads, default model");
+    assert!(default.is_some(), "the default model is missing (COHORT_SMOLLM2_MODEL)");
+    let load = |dir: &std::path::Path, dtype| cohort::model::load::load(dir, dtype).unwrap();
+    for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+        let mut models = vec![
+            ("tiny llama", load(&tiny, dtype), true, false),
+            ("qwen35_moe_4bit", load(&fixture("qwen35_moe_4bit"), dtype), false, false),
+        ];
+        if let Some(d) = &default {
+            models.push(("default model", load(d.path(), dtype), true, true));
+        }
+        for (name, model, cuts_back, must_be_exact) in &models {
+            routes::scoped(model.routes().with_gate(BlockRoute::Invariant), || {
+                let checks: Vec<_> =
+                    [2048, 64, 16, 5].map(|chunk| (chunk, split_read_check(&**model, chunk).unwrap())).into();
+                let inexact = checks.iter().find(|(_, c)| !c.exact);
+                if let Some((chunk, check)) = inexact {
+                    assert!(!must_be_exact, "{name} {dtype:?}, chunk {chunk}: {check:?}");
+                    eprintln!("{name} {dtype:?}: not exact here (chunk {chunk}: {check:?})");
+                    return;
+                }
+                resumed_reads_equal_fresh_reads(&**model, 64, 20, 7);
+                if *cuts_back {
+                    cut_back_reads_equal_fresh_reads(&**model, 64, 10, 8);
+                }
+                eprintln!("{name} {dtype:?}: split, resumed and cut-back reads equal whole reads");
+            });
+        }
+    }
 }
 
 /// Random prompts answered by solo runs (greedy and sampled, each engine mode, answers of 1 to

@@ -24,6 +24,10 @@
 #   cycleb the same with COHORT_MTP_ALLOW_INEXACT=1, so the batched route is timed beside it;
 #   bench  `cohort bench` (8 marker prompts, seeds 4200-4207, paired rounds; MTP, served at the
 #          width the construction check allows): serial against cohort, greedy and default.
+#   reads  `cohort generate -m /tmp/smol`: a $READ_LEN-token prompt (default 2000), then the same
+#          with 24 tokens more 3 s later (from the prompt cache), once under each setting in
+#          $ENVS (default: the invariant route's pieces against COHORT_PROMPT_PIECES=0), mirrored:
+#          each turn's tokens reused, read time and time to first token (issue 54);
 #   envs   `cohort bench-step --synthetic qwen36-35b-a3b --layers $LAYERS (default 40) --iters 10`
 #          once under each setting in $ENVS (space-separated; a setting is VAR=VALUE[,VAR=VALUE...]
 #          or `default`), in order and then mirrored, one process each: library settings such as
@@ -116,6 +120,41 @@ for step in "${steps[@]}"; do
           --prefill "$p" ${BSARGS:-}
       done ;;
     bench) timeout 400 $B bench -m /tmp/smol --generation-mode mtp --rounds 2 --receipt $OUT/bench.json ;;
+    reads)
+      # Prompt reads as the engine serves them on the default model (issue 54): a $READ_LEN-token
+      # prompt (default 2000), then 3 s later the same with 24 tokens more (resumed from the prompt
+      # cache where it is exact), through `generate`, once under each arm of $ENVS (default: the
+      # invariant route's pieces, then MLX's batched chunks), mirrored: each request's prompt
+      # tokens, tokens reused, read time and time to first token.
+      mirrored "${ENVS:-default COHORT_PROMPT_PIECES=0}"
+      for arm in "${order[@]}"; do
+        echo "-- $arm"
+        (
+          [ "$arm" = default ] || for kv in ${arm//,/ }; do export "$kv"; done
+          timeout 300 python3 - "$B" "${READ_LEN:-2000}" <<'PY'
+import json, random, subprocess, sys, time
+# Each turn is sent once the one before has answered (the engine's start-up checks come first),
+# the follow-up after 3 s of "thinking", as a chat client would.
+random.seed(7)
+first = [random.randrange(1000, 40000) for _ in range(int(sys.argv[2]))]
+turns = [first, first + [random.randrange(1000, 40000) for _ in range(24)]]
+gen = subprocess.Popen([sys.argv[1], "generate", "-m", "/tmp/smol", "-i", "-"], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+for i, ids in enumerate(turns):
+    if i:
+        time.sleep(3)
+    line = {"id": f"turn{i + 1}", "prompt_ids": ids, "max_tokens": 8, "ignore_eos": True}
+    gen.stdin.write(json.dumps(line) + "\n")
+    gen.stdin.flush()
+    r = json.loads(gen.stdout.readline())
+    s = r.get("stats", {})
+    print(r.get("id"), "prompt", s.get("prompt_tokens"), "reused", s.get("cached_tokens"),
+          "read_s %.3f" % s.get("prefill_s", 0), "ttft_s %.3f" % s.get("ttft_s", 0), r.get("error", ""))
+gen.stdin.close()
+gen.wait(timeout=60)
+PY
+        )
+      done ;;
     envs)
       mirrored "${ENVS:-default}"
       for arm in "${order[@]}"; do

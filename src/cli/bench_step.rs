@@ -766,10 +766,11 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
     let cfg = cfg.expect("at least one model");
     let model = &models[0].1;
     let tok = tokenizer_for(dir.as_deref(), cfg.vocab_size as usize)?;
-    // Every step below runs under the first model's routes on the block route the engine serves.
+    // Every step below runs under the first model's routes and the gate's verdict, as the engine serves
+    // them (its prompt reads included).
     let _in_force = crate::model::routes::enter(model.routes());
     let (served, said) = served_route(model.as_ref())?;
-    let _in_force = crate::model::routes::enter(model.routes().with_block(served));
+    let _in_force = crate::model::routes::enter(model.routes().with_gate(served));
     println!("route the engine serves: {said}");
     let load_s = t_load.elapsed().as_secs_f64();
     let mem_loaded = MemoryStats::read();

@@ -98,7 +98,10 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         None => Vec::new(),
     };
     let chunk = crate::engine::scheduler::Preset::Throughput.config().prefill_chunk;
-    let split_read = crate::engine::prompt_cache::check::split_read_check(model.as_ref(), chunk)?;
+    // Under the gate's verdict, as the engine reads prompts once it has chosen.
+    let split_read = crate::model::routes::scoped(model.routes().with_gate(decision.route), || {
+        crate::engine::prompt_cache::check::split_read_check(model.as_ref(), chunk)
+    })?;
     if args.json {
         let out = ProbeOutput { decision, construction, route_costs, split_read };
         println!("{}", serde_json::to_string_pretty(&out)?);

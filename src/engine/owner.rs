@@ -152,8 +152,8 @@ pub fn run_owner(
         }
     };
     // Everything this thread runs from here on runs under the model's routes and the gate's
-    // block route (a cycle narrows it where its numerics ask).
-    let _in_force = routes::enter(loaded.model.routes().with_block(info.block_route));
+    // verdict (a cycle narrows its block route where its numerics ask; prompt reads keep theirs).
+    let _in_force = routes::enter(loaded.model.routes().with_gate(info.block_route));
     if let Ok(mut t) = tel.lock() {
         t.probe_verdict = info.probe.clone();
         t.construction_check = info.construction.clone();

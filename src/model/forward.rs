@@ -63,6 +63,14 @@ pub trait LanguageModel {
         None
     }
 
+    /// Positions a prompt read takes at once on the invariant route: the longest block in which
+    /// every layer still computes a row as a step does (the row-invariant products and the
+    /// attention kernel take blocks of any length in tiles; compiled graphs, the fused Gated
+    /// DeltaNet norm and the tensor-core expert kernel serve step-sized blocks only).
+    fn invariant_piece(&self) -> usize {
+        super::routes::INVARIANT_PIECE
+    }
+
     fn has_mtp(&self) -> bool;
     fn vocab_size(&self) -> i32;
     /// The context window (positions) the model was configured for.

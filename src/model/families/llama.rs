@@ -399,6 +399,13 @@ impl LanguageModel for LlamaModel {
         (self.pads_prefill && fits).then_some(rows)
     }
 
+    /// Every layer of the family is products, norms, RoPE and attention, which the invariant
+    /// route's kernels compute alike in blocks of any length: a prompt read takes a quarter of a
+    /// GPU chunk at once (a few host-built graphs a chunk, not one every 16 positions).
+    fn invariant_piece(&self) -> usize {
+        crate::model::routes::INVARIANT_PIECE_ATTENTION_ONLY
+    }
+
     fn has_mtp(&self) -> bool {
         self.mtp.is_some()
     }
