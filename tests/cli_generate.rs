@@ -450,3 +450,96 @@ fn a_memory_figure_that_is_not_a_number_is_refused_naming_it() {
         assert!(stderr.contains("COHORT_MEMORY_AVAILABLE"), "COHORT_MEMORY_AVAILABLE={value:?}: {stderr}");
     }
 }
+
+/// `cohort generate` with `-i` and `-o` in `dir` (the model need not exist: these are refused
+/// before it would load), returning the exit code and stderr.
+fn refused_before_the_model(input: &std::path::Path, output: &std::path::Path, more: &[&str]) -> (Option<i32>, String) {
+    let out = cohort()
+        .args(["generate", "-m", "/nonexistent/model", "-i"])
+        .arg(input)
+        .arg("-o")
+        .arg(output)
+        .args(more)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Issue 58: `-i x.jsonl -o x.jsonl` emptied the requests and exited 0; a mistyped `-i` emptied an
+/// existing results file; a rerun with the same `-o` overwrote the results already there. Now the
+/// output is checked before anything is written: never the input, never an existing file unless
+/// asked (`--append` keeps it, `--overwrite` replaces it), and never touched when the input
+/// cannot be read.
+#[test]
+fn the_output_never_overwrites_the_input_or_earlier_results_unasked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
+    let requests = "{\"id\":\"a\",\"prompt\":\"x\"}\n";
+    std::fs::write(&input, requests).unwrap();
+    let (code, stderr) = refused_before_the_model(&input, &input, &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("is the request file"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&input).unwrap(), requests, "the requests were overwritten");
+
+    let earlier = "{\"id\":\"old\",\"finish_reason\":\"stop\"}\n";
+    std::fs::write(&output, earlier).unwrap();
+    let (code, stderr) = refused_before_the_model(&dir.path().join("typo.jsonl"), &output, &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("typo.jsonl"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&output).unwrap(), earlier, "a mistyped input emptied the results");
+
+    let (code, stderr) = refused_before_the_model(&input, &output, &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--append") && stderr.contains("--overwrite") && stderr.contains("1 result line"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&output).unwrap(), earlier, "earlier results were overwritten");
+
+    let (code, stderr) = refused_before_the_model(&input, &output, &["--append", "--overwrite"]);
+    assert_eq!(code, Some(2), "both at once is a usage error: {stderr}");
+}
+
+/// `--append` is the rerun after an interruption: the results already in the file stay, a torn
+/// last line (the run was killed mid-write) is cut back, and only the requests with no answer
+/// there run. `--overwrite` starts the file again.
+#[test]
+fn append_answers_only_what_the_results_file_lacks_and_overwrite_starts_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.jsonl"), dir.path().join("out.jsonl"));
+    let mut f = std::fs::File::create(&input).unwrap();
+    for id in ["done", "failed", "new"] {
+        writeln!(f, r#"{{"id":"{id}","prompt":"The boat","max_tokens":2,"temperature":0}}"#).unwrap();
+    }
+    drop(f);
+    let kept = "{\"id\":\"done\",\"finish_reason\":\"length\",\"text\":\"kept\"}\n{\"id\":\"failed\",\"finish_reason\":\"error\"}\n";
+    std::fs::write(&output, format!("{kept}{{\"id\":\"torn\",\"fin")).unwrap();
+    let run = |flag: &str| {
+        let out = cohort()
+            .args(["generate", "-m"])
+            .arg(fixture("qwen35_moe_4bit"))
+            .arg("-i")
+            .arg(&input)
+            .arg("-o")
+            .arg(&output)
+            .arg(flag)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = run("--append");
+    assert!(stderr.contains("1 request already answered"), "{stderr}");
+    let written = std::fs::read_to_string(&output).unwrap();
+    assert!(written.starts_with(kept) && written.ends_with('\n'), "{written}");
+    let appended: Vec<serde_json::Value> =
+        written[kept.len()..].lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut ids: Vec<&str> = appended.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    ids.sort();
+    assert_eq!(ids, ["failed", "new"], "{written}");
+
+    run("--overwrite");
+    let written = std::fs::read_to_string(&output).unwrap();
+    assert_eq!(written.lines().count(), 3, "{written}");
+    assert!(!written.contains("kept"), "{written}");
+}

@@ -3,6 +3,7 @@
 //! through the same scheduler the TUI uses (each request joins the running cohort at the next
 //! cycle).
 
+use std::collections::HashSet;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -12,6 +13,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
 use super::model_args::ModelArgs;
+use super::results_file::{self, Existing, Results};
 use crate::engine::draft_policy::DraftPolicy;
 use crate::engine::handle::{EngineHandle, Submission};
 use crate::engine::owner::EngineSetup;
@@ -36,9 +38,17 @@ pub struct GenerateArgs {
     /// Request file, one JSON object per line ("-" for stdin), read as lines arrive.
     #[arg(long, short = 'i')]
     input: PathBuf,
-    /// Where results go (default: stdout), one line as each request ends.
+    /// Where results go (default: stdout), one line as each request ends. An existing file is
+    /// refused unless --append or --overwrite says what to do with it; the request file always is.
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
+    /// Add to an existing -o file, keeping its results: the requests it answers already are
+    /// skipped (a rerun after an interruption answers only the rest).
+    #[arg(long, requires = "output", conflicts_with = "overwrite")]
+    append: bool,
+    /// Replace an existing -o file.
+    #[arg(long, requires = "output")]
+    overwrite: bool,
     /// ar, or mtp (default when the model has MTP weights and the exactness gate allows).
     #[arg(long, value_enum)]
     generation_mode: Option<GenerationMode>,
@@ -265,26 +275,22 @@ fn engine_stopped(sub: &Submission) -> RequestResult {
     RequestResult::error(&sub.id, "the engine stopped before finishing this request".into())
 }
 
-/// The results file, or stdout: opened before any model work, so a path that cannot be written
-/// is refused at once.
-fn open_sink(output: Option<&Path>) -> Result<Box<dyn Write>> {
-    Ok(match output {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create the output file {}", p.display()))?,
-        )),
-        None => Box::new(std::io::stdout().lock()),
-    })
-}
-
 pub fn run(args: GenerateArgs) -> Result<u8> {
     if args.output.is_none() && super::stdout::closed_at_start() {
         // Rust put /dev/null there: every result would be lost and the run exit 0.
         anyhow::bail!("stdout is closed, and the results go there: give cohort a stdout, or pass -o FILE");
     }
-    let mut sink = open_sink(args.output.as_deref())?;
+    // The input is opened first (a mistyped -i touches no output), then the output, both before
+    // the model loads (a path that cannot be written is refused at once); lines are read while
+    // it loads.
     let (tx, incoming) = mpsc::channel();
-    // The input is opened before the model loads too; lines are read while it loads.
     spawn_reader(args.input.clone(), tx)?;
+    let existing = match (args.append, args.overwrite) {
+        (true, _) => Existing::Append,
+        (false, true) => Existing::Overwrite,
+        (false, false) => Existing::Refuse,
+    };
+    let Results { mut sink, answered } = results_file::open(args.output.as_deref(), &args.input, existing)?;
     let mut scheduler = args.preset.config();
     if let Some(c) = args.prefill_chunk {
         scheduler.prefill_chunk = c.max(1);
@@ -308,7 +314,7 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     if let Some(p) = &engine.info.probe {
         eprintln!("cohort: {p}");
     }
-    let failed = stream_results(&engine, &incoming, &mut sink)?;
+    let failed = stream_results(&engine, &incoming, &mut sink, &answered)?;
     Ok(if failed > 0 { super::exit::SOME_FAILED } else { super::exit::OK })
 }
 
@@ -318,9 +324,15 @@ const POLL: Duration = Duration::from_millis(2);
 /// Submit each request as it is read and write each result the moment its request ends
 /// (completion order, one flushed line each), so an interrupted run keeps every finished result.
 /// Returns how many requests failed.
-fn stream_results(engine: &EngineHandle, incoming: &mpsc::Receiver<Incoming>, sink: &mut dyn Write) -> Result<usize> {
+fn stream_results(
+    engine: &EngineHandle,
+    incoming: &mpsc::Receiver<Incoming>,
+    sink: &mut dyn Write,
+    answered: &HashSet<String>,
+) -> Result<usize> {
     let mut live: Vec<Submission> = Vec::new();
     let mut failed = 0;
+    let mut skipped = 0usize;
     let mut input_open = true;
     let mut write = |r: &RequestResult, failed: &mut usize| -> Result<()> {
         if r.finish_reason == FinishReason::Error {
@@ -356,6 +368,7 @@ fn stream_results(engine: &EngineHandle, incoming: &mpsc::Receiver<Incoming>, si
         for item in arrived {
             match item {
                 Incoming::Line(line) => match *line {
+                    Ok(req) if answered.contains(&req.id) => skipped += 1,
                     Ok(req) => live.push(engine.submit(req)),
                     Err(refused) => write(&refused, &mut failed)?,
                 },
@@ -379,6 +392,10 @@ fn stream_results(engine: &EngineHandle, incoming: &mpsc::Receiver<Incoming>, si
                 None => i += 1,
             }
         }
+    }
+    if skipped > 0 {
+        let s = if skipped == 1 { "" } else { "s" };
+        eprintln!("cohort: skipped {skipped} request{s} already answered in the output file (--append)");
     }
     Ok(failed)
 }

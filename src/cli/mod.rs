@@ -23,6 +23,7 @@ pub mod model_args;
 pub mod node_costs;
 pub mod oneshot;
 pub mod probe;
+mod results_file;
 pub mod serve;
 pub mod stdout;
 pub mod train;

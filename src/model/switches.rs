@@ -87,7 +87,7 @@ pub const SWITCHES: &[SwitchDoc] = &[
         "COHORT_PROMPT_PIECES",
         "1",
         false,
-        "0: where the exactness gate chose the invariant route (CUDA), prompts are read in MLX's batched chunks instead of in pieces of 16 positions through the row-invariant kernels: faster reads of long prompts, but a prompt's bits then depend on where its read is split, so the prompt cache serves only as inexact (`--prompt-cache inexact`)",
+        "0: where the exactness gate chose the invariant route (CUDA), prompts are read in MLX's batched chunks instead of in pieces through the row-invariant kernels (512 positions at a time on the Llama family, 16 on hybrids): faster reads of long prompts, but a prompt's bits then depend on where its read is split, so the prompt cache serves only as inexact (`--prompt-cache inexact`)",
         field!(prompt_pieces),
     ),
     switch(
