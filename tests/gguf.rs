@@ -832,3 +832,42 @@ fn an_mtp_head_that_never_ends_is_refused_at_once() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(dir.path().join("model/mtp.safetensors").exists());
 }
+
+/// Issue 58: `import-gguf --out` over a folder that already held a model replaced it without a
+/// word and left the old `mtp.safetensors` beside it (a head trained for another model), so the
+/// folder no longer loaded. Now a folder holding a model is refused unless `--force`, which
+/// replaces the model and removes what the new one did not bring (the old head among it).
+#[test]
+fn import_over_a_model_is_refused_unless_forced_and_a_forced_one_leaves_no_stale_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    let import = |extra: &[&str]| {
+        common::cohort_command(&dir.path().join("home"))
+            .arg("import-gguf")
+            .arg(tiny_gguf())
+            .arg("--out")
+            .arg(&model)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = import(&[]);
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+    let head = fixtures().join("tiny_mtp.safetensors");
+    std::fs::copy(&head, model.join("mtp.safetensors")).unwrap();
+    std::fs::write(model.join("model-00002-of-00002.safetensors"), b"an old shard").unwrap();
+    let config = std::fs::read(model.join("config.json")).unwrap();
+
+    let again = import(&[]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("already holds a model") && stderr.contains("--force"), "{stderr}");
+    assert_eq!(std::fs::read(model.join("config.json")).unwrap(), config);
+    assert!(model.join("mtp.safetensors").exists(), "a refused import touched nothing");
+
+    let forced = import(&["--force"]);
+    assert_eq!(forced.status.code(), Some(0), "{}", String::from_utf8_lossy(&forced.stderr));
+    assert!(!model.join("mtp.safetensors").exists(), "the old head was left beside the new model");
+    assert!(!model.join("model-00002-of-00002.safetensors").exists(), "an old shard was left");
+    cohort::model::load::load(&model, mlx_rs::Dtype::Float32).unwrap();
+}

@@ -137,7 +137,9 @@ import json, random, subprocess, sys, time
 # the follow-up after 3 s of "thinking", as a chat client would.
 random.seed(7)
 first = [random.randrange(1000, 40000) for _ in range(int(sys.argv[2]))]
-turns = [first, first + [random.randrange(1000, 40000) for _ in range(24)]]
+# A third, unrelated prompt of the same length: a fresh read in a process that has read before.
+other = [random.randrange(1000, 40000) for _ in range(int(sys.argv[2]))]
+turns = [first, first + [random.randrange(1000, 40000) for _ in range(24)], other]
 gen = subprocess.Popen([sys.argv[1], "generate", "-m", "/tmp/smol", "-i", "-"], stdin=subprocess.PIPE,
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 for i, ids in enumerate(turns):

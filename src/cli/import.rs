@@ -1,7 +1,7 @@
 //! `cohort import-gguf`: a GGUF file (Llama family, Q4_0 / Q4_1 / Q8_0 / F16 / F32) to an
 //! MLX-format checkpoint that cohort and mlx-lm both load.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -18,6 +18,10 @@ pub struct ImportArgs {
     /// An MTP head (mtp.safetensors) to install beside the imported model.
     #[arg(long)]
     mtp: Option<PathBuf>,
+    /// Replace a model already in the output directory: its model files (weights, MTP head,
+    /// config, tokenizer) are removed first, so none is left beside the new one.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: ImportArgs) -> Result<()> {
@@ -36,6 +40,22 @@ pub fn run(args: ImportArgs) -> Result<()> {
             Paths::resolve()?.data_dir.join("models").join(name)
         }
     };
+    let held = model_files(&out);
+    if !held.is_empty() {
+        let names: Vec<String> =
+            held.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+        if !args.force {
+            anyhow::bail!(
+                "{} already holds a model ({}): pass --force to replace it (its model files, an MTP head among them, are removed first)",
+                out.display(),
+                names.join(", ")
+            );
+        }
+        for path in &held {
+            std::fs::remove_file(path).with_context(|| format!("cannot remove {}", path.display()))?;
+        }
+        eprintln!("replacing the model in {} (removed {})", out.display(), names.join(", "));
+    }
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     eprintln!("importing {} into {} ...", args.file.display(), out.display());
     let report = crate::model::formats::gguf_import::import_gguf(&args.file, &out)?;
@@ -56,6 +76,31 @@ pub fn run(args: ImportArgs) -> Result<()> {
         println!("installed MTP head {}", mtp.display());
     }
     Ok(())
+}
+
+/// The files of a model in `dir` (none where it does not exist): weights and their index, the MTP
+/// head, the config and the tokenizer's files.
+fn model_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            name.ends_with(".safetensors")
+                || name.ends_with(".safetensors.index.json")
+                || [
+                    "config.json",
+                    "generation_config.json",
+                    "tokenizer.json",
+                    "tokenizer_config.json",
+                    "special_tokens_map.json",
+                ]
+                .contains(&name.as_str())
+        })
+        .collect();
+    files.sort();
+    files
 }
 
 /// An MTP head is a safetensors file whose tensors are all `mtp.*`, with the `mtp.fc` projection.
