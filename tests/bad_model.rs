@@ -154,3 +154,56 @@ fn non_finite_weights_are_named() {
         assert!(e.contains("model.layers.1.linear_attn.A_log") && e.contains("not finite"), "{bad}: {e}");
     }
 }
+
+/// Issue 58: values no model has loaded and answered runs of U+FFFD (a norm epsilon or RoPE base
+/// of zero or below), misled (an end-of-sequence id outside the vocabulary or not an id, layer
+/// types that disagree with the layers), wrapped (`vocab_size` 2^40 became 0) or aborted on a
+/// 392 GB allocation (`num_hidden_layers` 10^9). Each is refused at load, naming the key.
+#[test]
+fn config_values_out_of_range_are_refused_naming_the_key() {
+    use serde_json::{Value, json};
+    let cases: Vec<(&str, &[&str], Value, &str)> = vec![
+        ("qwen35_moe_4bit", &["text_config", "rms_norm_eps"], json!(-1), "rms_norm_eps"),
+        ("qwen35_moe_4bit", &["text_config", "rope_parameters", "rope_theta"], json!(0), "rope_theta"),
+        ("qwen35_moe_4bit", &["text_config", "rope_parameters", "rope_theta"], json!(-5), "rope_theta"),
+        ("qwen35_moe_4bit", &["eos_token_id"], json!(999_999), "eos_token_id"),
+        ("qwen35_moe_4bit", &["eos_token_id"], json!("2"), "eos_token_id"),
+        ("qwen35_moe_4bit", &["eos_token_id"], json!([1, -1]), "eos_token_id"),
+        (
+            "qwen35_moe_4bit",
+            &["text_config", "layer_types"],
+            json!(["linear_attention", "full_attention"]),
+            "layer_types",
+        ),
+        (
+            "qwen35_moe_4bit",
+            &["text_config", "layer_types"],
+            json!(["full_attention", "linear_attention", "linear_attention", "full_attention"]),
+            "layer_types",
+        ),
+        ("qwen35_moe_4bit", &["text_config", "vocab_size"], json!(1u64 << 40), "vocab_size"),
+        ("qwen35_moe_4bit", &["text_config", "num_hidden_layers"], json!(1_000_000_000), "num_hidden_layers"),
+        ("llama/tiny_llama_mlx", &["rms_norm_eps"], json!(0), "rms_norm_eps"),
+        ("llama/tiny_llama_mlx", &["rope_theta"], json!(-5), "rope_theta"),
+        ("llama/tiny_llama_mlx", &["eos_token_id"], json!(999_999), "eos_token_id"),
+        ("llama/tiny_llama_mlx", &["vocab_size"], json!(1u64 << 40), "vocab_size"),
+        ("llama/tiny_llama_mlx", &["num_hidden_layers"], json!(1_000_000_000), "num_hidden_layers"),
+    ];
+    for (name, path, value, key) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = common::fixture_copy(name, tmp.path());
+        let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        let (last, parents) = path.split_last().unwrap();
+        let mut at = &mut cfg;
+        for p in parents {
+            at = at.as_object_mut().unwrap().entry(p.to_string()).or_insert_with(|| json!({}));
+        }
+        at.as_object_mut().unwrap().insert(last.to_string(), value.clone());
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        let e = match cohort::model::load::load(&dir, Dtype::Float32) {
+            Ok(_) => panic!("{name} with {path:?} = {value} loaded"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(e.contains(key), "{name} with {path:?} = {value}: {e}");
+    }
+}

@@ -129,13 +129,9 @@ impl Qwen35Config {
         // mlx-lm: a nested text_config is the text model; a flat config is its own text config.
         let text = root.get("text_config").unwrap_or(root);
         let get = |k: &str| text.get(k);
-        let int = |k: &str| -> Result<i32> {
-            get(k)
-                .and_then(Value::as_i64)
-                .map(|v| v as i32)
-                .with_context(|| format!("config key \"{k}\" is missing or not an integer"))
-        };
-        let int_or = |k: &str, d: i32| get(k).and_then(Value::as_i64).map(|v| v as i32).unwrap_or(d);
+        let int =
+            |k: &str| -> Result<i32> { count(k, get(k))?.with_context(|| format!("config key \"{k}\" is missing")) };
+        let int_or = |k: &str, d: i32| -> Result<i32> { Ok(count(k, get(k))?.unwrap_or(d)) };
         let float_or = |k: &str, d: f32| get(k).and_then(Value::as_f64).map(|v| v as f32).unwrap_or(d);
         let bool_or = |k: &str, d: bool| get(k).and_then(Value::as_bool).unwrap_or(d);
 
@@ -151,7 +147,7 @@ impl Qwen35Config {
             num_hidden_layers: int("num_hidden_layers")?,
             num_attention_heads,
             num_key_value_heads: int("num_key_value_heads")?,
-            head_dim: int_or("head_dim", hidden_size / num_attention_heads),
+            head_dim: int_or("head_dim", if num_attention_heads > 0 { hidden_size / num_attention_heads } else { 0 })?,
             rms_norm_eps: float_or("rms_norm_eps", 1e-6),
             vocab_size: int("vocab_size")?,
             tie_word_embeddings: bool_or(
@@ -160,33 +156,61 @@ impl Qwen35Config {
             ),
             rope_theta: rope_f("rope_theta", 100_000.0),
             partial_rotary_factor: rope_f("partial_rotary_factor", 0.25),
-            full_attention_interval: int_or("full_attention_interval", 4),
+            full_attention_interval: int_or("full_attention_interval", 4)?,
             linear_num_key_heads: int("linear_num_key_heads")?,
             linear_key_head_dim: int("linear_key_head_dim")?,
             linear_num_value_heads: int("linear_num_value_heads")?,
             linear_value_head_dim: int("linear_value_head_dim")?,
-            linear_conv_kernel_dim: int_or("linear_conv_kernel_dim", 4),
-            num_experts: int_or("num_experts", 0),
-            num_experts_per_tok: int_or("num_experts_per_tok", 0),
-            moe_intermediate_size: int_or("moe_intermediate_size", 0),
-            shared_expert_intermediate_size: int_or("shared_expert_intermediate_size", 0),
-            intermediate_size: int_or("intermediate_size", 0),
+            linear_conv_kernel_dim: int_or("linear_conv_kernel_dim", 4)?,
+            num_experts: int_or("num_experts", 0)?,
+            num_experts_per_tok: int_or("num_experts_per_tok", 0)?,
+            moe_intermediate_size: int_or("moe_intermediate_size", 0)?,
+            shared_expert_intermediate_size: int_or("shared_expert_intermediate_size", 0)?,
+            intermediate_size: int_or("intermediate_size", 0)?,
             norm_topk_prob: bool_or("norm_topk_prob", !next),
-            decoder_sparse_step: int_or("decoder_sparse_step", 1),
+            decoder_sparse_step: int_or("decoder_sparse_step", 1)?,
             mlp_only_layers: get("mlp_only_layers")
                 .and_then(Value::as_array)
                 .map(|a| a.iter().filter_map(Value::as_i64).map(|v| v as i32).collect())
                 .unwrap_or_default(),
-            max_position_embeddings: int_or("max_position_embeddings", 262_144),
-            eos_token_ids: eos_ids(root.get("eos_token_id")),
+            max_position_embeddings: int_or("max_position_embeddings", 262_144)?,
+            eos_token_ids: eos_ids(root.get("eos_token_id"))?,
             quantization: parse_quantization(root.get("quantization"))?,
             model_type,
         };
         cfg.validate()?;
+        cfg.check_layer_types(get("layer_types"))?;
         Ok(cfg)
     }
 
+    /// `layer_types`, where the config lists them, must be the layers this reader builds from
+    /// `full_attention_interval`: a list of another length or order would be served silently as
+    /// the interval says.
+    fn check_layer_types(&self, listed: Option<&Value>) -> Result<()> {
+        let Some(listed) = listed.filter(|v| !v.is_null()) else { return Ok(()) };
+        let names: Vec<&str> =
+            listed.as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let want: Vec<&str> = (0..self.num_hidden_layers)
+            .map(|i| match self.layer_kind(i) {
+                LayerKind::Full => "full_attention",
+                LayerKind::GatedDelta => "linear_attention",
+            })
+            .collect();
+        if names != want {
+            bail!(
+                "config key \"layer_types\" lists {listed} but num_hidden_layers ({}) and full_attention_interval ({}) give {want:?}",
+                self.num_hidden_layers,
+                self.full_attention_interval
+            );
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<()> {
+        check_ranges(self.num_hidden_layers, self.rms_norm_eps, self.rope_theta, &self.eos_token_ids, self.vocab_size)?;
+        if !(self.partial_rotary_factor > 0.0 && self.partial_rotary_factor <= 1.0) {
+            bail!("config key \"partial_rotary_factor\" must be in (0, 1] (got {})", self.partial_rotary_factor);
+        }
         let positive = [
             ("hidden_size", self.hidden_size),
             ("num_hidden_layers", self.num_hidden_layers),
@@ -224,11 +248,48 @@ impl Qwen35Config {
     }
 }
 
-fn eos_ids(v: Option<&Value>) -> Vec<u32> {
+/// Layers a config may ask for: more would size a model's state (and abort on its allocation)
+/// before any weight is read to refute it.
+pub const MAX_LAYERS: i32 = 1024;
+
+/// An integer a config gives under `key`, None where absent: refused where it is not an integer
+/// or does not fit a 32-bit count (a `vocab_size` of 2^40 wrapped to 0).
+pub fn count(key: &str, v: Option<&Value>) -> Result<Option<i32>> {
+    let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(None) };
+    let n = v.as_i64().with_context(|| format!("config key \"{key}\" is {v}: not an integer"))?;
+    let n = i32::try_from(n).map_err(|_| anyhow::anyhow!("config key \"{key}\" is {n}: out of range"))?;
+    Ok(Some(n))
+}
+
+/// The ranges every family's config shares: a layer count within [`MAX_LAYERS`], a norm epsilon
+/// and a RoPE base that are positive numbers, end-of-sequence ids inside the vocabulary.
+pub fn check_ranges(layers: i32, rms_norm_eps: f32, rope_theta: f32, eos: &[u32], vocab: i32) -> Result<()> {
+    if layers > MAX_LAYERS {
+        bail!("config key \"num_hidden_layers\" is {layers}: more than the {MAX_LAYERS} layers a model may have");
+    }
+    for (key, v) in [("rms_norm_eps", rms_norm_eps), ("rope_theta", rope_theta)] {
+        if !(v.is_finite() && v > 0.0) {
+            bail!("config key \"{key}\" must be a positive number (got {v})");
+        }
+    }
+    if let Some(&id) = eos.iter().find(|&&id| i64::from(id) >= i64::from(vocab)) {
+        bail!("config key \"eos_token_id\" holds {id}, outside the vocabulary of {vocab}");
+    }
+    Ok(())
+}
+
+/// `eos_token_id`: a token id or a list of them (absent: none); anything else is refused rather
+/// than dropped (a string "2", a negative id).
+pub fn eos_ids(v: Option<&Value>) -> Result<Vec<u32>> {
+    let id = |x: &Value| -> Result<u32> {
+        x.as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .with_context(|| format!("config key \"eos_token_id\" holds {x}: not a token id"))
+    };
     match v {
-        Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
-        _ => Vec::new(),
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a.iter().map(id).collect(),
+        Some(x) => Ok(vec![id(x)?]),
     }
 }
 

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
-use crate::model::config::{LayerKind, QuantSpec, Quantization, parse_quantization};
+use crate::model::config::{LayerKind, QuantSpec, Quantization, check_ranges, count, eos_ids, parse_quantization};
 use crate::model::formats::weights::Weights;
 pub use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
 use crate::model::layers::attention::{self, Block, RopeSpec};
@@ -57,12 +57,9 @@ impl LlamaConfig {
             bail!("model_type \"{model_type}\" is not llama");
         }
         let int = |k: &str| -> Result<i32> {
-            root.get(k)
-                .and_then(Value::as_i64)
-                .map(|v| v as i32)
-                .with_context(|| format!("config key \"{k}\" is missing or not an integer"))
+            count(k, root.get(k))?.with_context(|| format!("config key \"{k}\" is missing"))
         };
-        let int_or = |k: &str, d: i32| root.get(k).and_then(Value::as_i64).map(|v| v as i32).unwrap_or(d);
+        let int_or = |k: &str, d: i32| -> Result<i32> { Ok(count(k, root.get(k))?.unwrap_or(d)) };
         let float_or = |k: &str, d: f32| root.get(k).and_then(Value::as_f64).map(|v| v as f32).unwrap_or(d);
         let bool_or = |k: &str, d: bool| root.get(k).and_then(Value::as_bool).unwrap_or(d);
         for k in ["attention_bias", "mlp_bias"] {
@@ -85,20 +82,16 @@ impl LlamaConfig {
             num_hidden_layers: int("num_hidden_layers")?,
             intermediate_size: int("intermediate_size")?,
             num_attention_heads,
-            num_key_value_heads: int_or("num_key_value_heads", num_attention_heads),
-            head_dim: int_or("head_dim", if num_attention_heads > 0 { hidden_size / num_attention_heads } else { 0 }),
+            num_key_value_heads: int_or("num_key_value_heads", num_attention_heads)?,
+            head_dim: int_or("head_dim", if num_attention_heads > 0 { hidden_size / num_attention_heads } else { 0 })?,
             rms_norm_eps: float_or("rms_norm_eps", 1e-6),
             vocab_size: int("vocab_size")?,
             rope_theta: float_or("rope_theta", 10_000.0),
             rope_traditional: bool_or("rope_traditional", false),
             // mlx-lm's llama.ModelArgs defaults to tied embeddings.
             tie_word_embeddings: bool_or("tie_word_embeddings", true),
-            max_position_embeddings: int_or("max_position_embeddings", 4096),
-            eos_token_ids: match root.get("eos_token_id") {
-                Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-                Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
-                _ => Vec::new(),
-            },
+            max_position_embeddings: int_or("max_position_embeddings", 4096)?,
+            eos_token_ids: eos_ids(root.get("eos_token_id"))?,
             quantization: parse_quantization(root.get("quantization"))?,
             model_type,
         };
@@ -115,6 +108,7 @@ impl LlamaConfig {
                 bail!("config key \"{k}\" must be positive (got {v})");
             }
         }
+        check_ranges(cfg.num_hidden_layers, cfg.rms_norm_eps, cfg.rope_theta, &cfg.eos_token_ids, cfg.vocab_size)?;
         if cfg.num_attention_heads % cfg.num_key_value_heads != 0 {
             bail!(
                 "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
