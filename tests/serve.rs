@@ -270,3 +270,43 @@ fn a_grace_period_no_clock_can_hold_is_refused_naming_the_flag() {
         assert!(!stderr.contains("listening"), "--grace-s {grace}: refused only after binding: {stderr}");
     }
 }
+
+/// `cohort serve` on a model that cannot load: its exit code and everything it said.
+fn serve_until_it_ends(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = common::cohort_command(home.path());
+    cmd.env_remove("COHORT_API_KEY");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .args(["serve", "--port", "0", "-m", "/nonexistent/model"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (out.status.code(), text(&out.stderr))
+}
+
+/// Issue 58: an empty `--api-key` or `COHORT_API_KEY` turned authentication off without a word,
+/// and a server bound to every interface without a key said nothing. The empty key is refused
+/// before anything binds; an open bind without a key is served with a warning.
+#[test]
+fn an_empty_key_is_refused_and_an_open_bind_without_a_key_is_warned_of() {
+    for (args, env) in [
+        (&["--api-key", ""][..], &[][..]),
+        (&["--api-key", "  "][..], &[][..]),
+        (&[][..], &[("COHORT_API_KEY", "")][..]),
+    ] {
+        let (code, stderr) = serve_until_it_ends(args, env);
+        assert_eq!(code, Some(1), "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains("--api-key") && stderr.contains("empty"), "{args:?} {env:?}: {stderr}");
+        assert!(!stderr.contains("listening"), "refused only after binding: {stderr}");
+    }
+    let (_, stderr) = serve_until_it_ends(&["--host", "0.0.0.0"], &[]);
+    assert!(stderr.contains("listening") && stderr.contains("without --api-key"), "{stderr}");
+    let (_, stderr) = serve_until_it_ends(&["--host", "0.0.0.0", "--api-key", "k"], &[]);
+    assert!(!stderr.contains("without --api-key"), "{stderr}");
+    let (_, stderr) = serve_until_it_ends(&["--host", "127.0.0.1"], &[]);
+    assert!(!stderr.contains("without --api-key"), "a loopback bind needs no warning: {stderr}");
+}

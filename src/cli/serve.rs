@@ -59,6 +59,11 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
+    if args.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        anyhow::bail!(
+            "--api-key (or COHORT_API_KEY) is empty: an empty key would turn authentication off; give a key, or unset it to serve without one"
+        );
+    }
     let loaded = load_startup_profile(args.profile.as_deref(), paths)?;
     let overrides = Overrides {
         model: args.model.clone(),
@@ -83,7 +88,7 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
         model_id,
         Defaults { sampler: settings.sampler, max_tokens: settings.max_tokens },
         Limits { capacity, max_body_bytes: args.max_body_bytes, retry_after_s: 1 },
-        args.api_key.clone().filter(|k| !k.is_empty()),
+        args.api_key.clone(),
     ));
     let app = router(state.clone(), &Cors(args.cors.clone()))?;
     let setup = EngineSetup {
@@ -100,6 +105,14 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
             .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         let addr: SocketAddr = listener.local_addr()?;
         eprintln!("cohort: listening on http://{addr} (profile {}; loading the model)", settings.profile);
+        if !addr.ip().is_loopback() && state.api_key.is_none() {
+            let warning = format!(
+                "listening on {} without --api-key: anyone who can reach this port can use the model",
+                addr.ip()
+            );
+            eprintln!("cohort: warning: {warning}");
+            tracing::warn!("{warning}");
+        }
         let loading = state.clone();
         // A model that cannot load leaves nothing to serve: the server stops with its reason.
         let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
