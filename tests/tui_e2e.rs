@@ -662,3 +662,31 @@ fn a_draft_shows_its_share_of_the_window_and_an_overflow_offers_to_leave_out_old
     tmux.keys(&["C-q"]);
     tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
 }
+
+/// Issue 58: `--resume PATH` read the folder named but appended the new turns to
+/// `<data dir>/transcripts/<its name>`, so a local session of the same name got another
+/// conversation's turns. New turns now go to the folder resumed.
+#[test]
+fn a_session_resumed_by_path_gets_its_new_turns_in_that_folder() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    save_session(elsewhere.path(), "trip", "where is Lyon?", "on the Rhone");
+    let folder = elsewhere.path().join("trip");
+    let args = format!("--panes 1 --resume {}", folder.display());
+    let launched =
+        launch(Launch { tag: "resume-path", size: (120, 30), max_tokens: 12, env: "", args: &args, after: "" });
+    let Some((home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(60);
+    let sessions = home.path().join("data").join("transcripts");
+    save_session(&sessions, "trip", "a local question", "a local answer");
+    tmux.wait_for("the resumed conversation", slow, |s| s.contains("› where is Lyon?"));
+    tmux.type_text("and Geneva?");
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the follow-up's answer", slow, |s| s.contains("› and Geneva?") && s.contains("1 · done"));
+    tmux.keys(&["C-q"]);
+    let end = tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+    let resumed = std::fs::read_to_string(folder.join("pane-1.jsonl")).unwrap();
+    assert!(resumed.contains("\"text\":\"and Geneva?\""), "the follow-up is not in the folder resumed: {resumed}");
+    let local = std::fs::read_to_string(sessions.join("trip").join("pane-1.jsonl")).unwrap();
+    assert!(!local.contains("and Geneva?"), "the follow-up went to the local session of the same name: {local}");
+    assert!(end.contains(&folder.display().to_string()), "the session's folder is named at exit:\n{end}");
+}

@@ -63,11 +63,11 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
                 spec.to_owned()
             };
             let (name, folder, panes) = load_session(&dir, &spec)?;
-            Some((name, session_profile(&folder), session_title(&folder), panes))
+            Some((name, session_profile(&folder), session_title(&folder), panes, folder))
         }
         None => None,
     };
-    let recorded = resumed.as_ref().and_then(|(_, profile, _, _)| profile.as_deref());
+    let recorded = resumed.as_ref().and_then(|(_, profile, _, _, _)| profile.as_deref());
     let (loaded, profile_spec, profile_notice) = startup_profile(args.profile.as_deref(), recorded, paths)?;
     let settings = Settings::resolve(&loaded, &args.overrides())?;
     let theme = load_theme(&settings.theme, paths)?.respecting_no_color();
@@ -84,9 +84,14 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
              prompts from a file or stdin and `cohort serve` answers over HTTP"
         );
     }
-    let (session, title, restored) = match resumed {
-        Some((name, _, title, panes)) => (name, title, panes),
-        None => (reserve_session(&dir)?, None, Vec::new()),
+    // A session resumed by its path is written where it was read: its folder's parent is its
+    // home, not the data dir (a same-named local session got its turns).
+    let (session, title, restored, home) = match resumed {
+        Some((name, _, title, panes, folder)) => {
+            let home = folder.parent().map_or_else(|| dir.clone(), std::path::Path::to_path_buf);
+            (name, title, panes, home)
+        }
+        None => (reserve_session(&dir)?, None, Vec::new(), dir.clone()),
     };
     tracing::info!(%session, profile = %settings.profile, "starting the TUI");
     markdown::prewarm();
@@ -98,7 +103,8 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
         tracing::warn!("{notice}");
         app.notify_long(notice, true);
     }
-    let transcripts = TranscriptWriter::new(&dir, &session, &profile_spec, app.settings.model.clone());
+    let transcripts = TranscriptWriter::new(&home, &session, &profile_spec, app.settings.model.clone());
+    let started_in = session.clone();
     let attach = args.attach.clone().map(|url| event::Attach { url, api_key: args.api_key.clone() });
     let ctx = event::Context { paths: paths.clone(), overrides: args.overrides(), transcripts, attach };
     // All drivers: an attached TUI talks HTTP from this runtime.
@@ -107,11 +113,13 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     let (outcome, session) = runtime.block_on(event::run(app, ctx));
     // A model still loading would hold the runtime's drop; the process is ending anyway.
     runtime.shutdown_background();
-    // A session nothing was written to leaves no folder (they piled up, one per start).
-    let kept = !release_session_if_empty(&dir, &session);
+    // A session nothing was written to leaves no folder (they piled up, one per start). The one
+    // in use at the end lives in the data dir unless it is the one resumed by its path.
+    let home = if session == started_in { home } else { dir };
+    let kept = !release_session_if_empty(&home, &session);
     outcome?;
     if kept {
-        eprintln!("cohort: session {session} (transcripts in {})", dir.join(&session).display());
+        eprintln!("cohort: session {session} (transcripts in {})", home.join(&session).display());
     }
     Ok(())
 }
