@@ -310,3 +310,52 @@ fn an_empty_key_is_refused_and_an_open_bind_without_a_key_is_warned_of() {
     let (_, stderr) = serve_until_it_ends(&["--host", "127.0.0.1"], &[]);
     assert!(!stderr.contains("without --api-key"), "a loopback bind needs no warning: {stderr}");
 }
+
+/// Issue 58: after SIGTERM the server waited forever for a connection that had sent half a
+/// request, and a second SIGTERM or SIGINT was ignored. Now connections still open shortly after
+/// the drain are closed, and a second signal during a drain stops the server at once (what
+/// still runs is cancelled).
+#[test]
+fn a_half_sent_request_cannot_hold_a_stopping_server_and_a_second_signal_stops_it_at_once() {
+    use std::io::Write;
+    let Some(mut server) = Server::start("a_half_sent_request_cannot_hold_a_stopping_server", &["--grace-s", "1"])
+    else {
+        return;
+    };
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let mut half = std::net::TcpStream::connect(&address).unwrap();
+    half.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let stopped = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "a half-sent request held the stopping server for 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    assert!(stopped.elapsed() < Duration::from_secs(10), "stopped in {:?}", stopped.elapsed());
+    drop(half);
+
+    let Some(mut server) = Server::start("a_second_signal_stops_a_draining_server", &["--grace-s", "120"]) else {
+        return;
+    };
+    let running = streaming(&server, 5000);
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let drain = server.log.recv_timeout(Duration::from_secs(10)).expect("a drain message");
+    assert!(drain.contains("draining"), "{drain}");
+    let second = Instant::now();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let body = text(&running.wait_with_output().unwrap().stdout);
+    assert!(body.contains("\"finish_reason\":\"cancelled\""), "{body}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the second signal was ignored");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(second.elapsed() < Duration::from_secs(10), "stopped {:?} after the second signal", second.elapsed());
+}

@@ -81,9 +81,14 @@ async fn require_key(State(state): State<Arc<AppState>>, request: Request, next:
     next.run(request).await
 }
 
+/// How long connections may stay open once the drain has ended: enough for a client to read its
+/// last bytes; a connection that never sent its whole request would otherwise hold the server.
+const LINGER: Duration = Duration::from_secs(2);
+
 /// Serve until `stop` resolves, then drain: no new requests (503), those in flight get `grace`
 /// to finish, the rest are cancelled (their clients get what was generated, finish reason
-/// "cancelled"), and the server returns once every connection has closed.
+/// "cancelled"), and the server returns once every connection has closed, or [`LINGER`] after
+/// the drain. A second SIGTERM or SIGINT during the drain cancels what runs and returns at once.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
@@ -91,8 +96,13 @@ pub async fn serve(
     stop: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> anyhow::Result<()> {
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    let draining = state.clone();
     let drained = async move {
         stop.await;
+        let _ = stopping_tx.send(());
+        let state = draining;
         state.start_draining();
         let n = state.in_flight();
         tracing::info!(in_flight = n, grace_s = grace.as_secs_f64(), "draining");
@@ -110,8 +120,39 @@ pub async fn serve(
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+        let _ = drained_tx.send(());
     };
-    axum::serve(listener, app).with_graceful_shutdown(drained).await?;
+    let server = axum::serve(listener, app).with_graceful_shutdown(drained);
+    let lingered = async {
+        if drained_rx.await.is_ok() {
+            tokio::time::sleep(LINGER).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let second_signal = async {
+        if stopping_rx.await.is_ok() {
+            shutdown_signal().await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = server.into_future() => served?,
+        () = lingered => {
+            tracing::warn!("connections still open {} s after the drain closed", LINGER.as_secs());
+            eprintln!("cohort: closing connections that never sent a whole request");
+        }
+        () = second_signal => {
+            eprintln!("cohort: a second signal: stopping now ({} in flight cancelled)", state.in_flight());
+            state.start_draining();
+            state.cancel_all();
+            let deadline = Instant::now() + LINGER;
+            while state.in_flight() > 0 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
     Ok(())
 }
 
