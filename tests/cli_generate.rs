@@ -14,6 +14,13 @@ fn cohort() -> Command {
     cohort_command(&std::env::temp_dir().join("cohort-cli-tests"))
 }
 
+/// `cohort generate` on the MoE fixture from `input` into `output`.
+fn generate_into(input: &std::path::Path, output: &std::path::Path) -> Command {
+    let mut cmd = cohort();
+    cmd.args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(input).arg("-o").arg(output);
+    cmd
+}
+
 /// `cohort generate` on the MoE fixture reading `input`, with `var` set to `value`.
 fn generate_under(var: &str, value: &str, input: &std::path::Path) -> std::process::Output {
     cohort()
@@ -282,16 +289,8 @@ fn an_interrupted_run_keeps_every_finished_result() {
             .unwrap();
     }
     drop(f);
-    let mut child = with_default_sigint(&mut cohort())
-        .args(["generate", "-m"])
-        .arg(fixture("qwen35_moe_4bit"))
-        .arg("-i")
-        .arg(&input)
-        .arg("-o")
-        .arg(&output)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        with_default_sigint(&mut generate_into(&input, &output)).stderr(std::process::Stdio::null()).spawn().unwrap();
     let t0 = std::time::Instant::now();
     while std::fs::read_to_string(&output).map(|s| s.lines().count()).unwrap_or(0) == 0 {
         assert!(t0.elapsed().as_secs() < 60, "no result was written within 60 s");
@@ -515,16 +514,7 @@ fn append_answers_only_what_the_results_file_lacks_and_overwrite_starts_again() 
     let kept = "{\"id\":\"done\",\"finish_reason\":\"length\",\"text\":\"kept\"}\n{\"id\":\"failed\",\"finish_reason\":\"error\"}\n";
     std::fs::write(&output, format!("{kept}{{\"id\":\"torn\",\"fin")).unwrap();
     let run = |flag: &str| {
-        let out = cohort()
-            .args(["generate", "-m"])
-            .arg(fixture("qwen35_moe_4bit"))
-            .arg("-i")
-            .arg(&input)
-            .arg("-o")
-            .arg(&output)
-            .arg(flag)
-            .output()
-            .unwrap();
+        let out = generate_into(&input, &output).arg(flag).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
