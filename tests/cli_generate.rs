@@ -533,3 +533,26 @@ fn append_answers_only_what_the_results_file_lacks_and_overwrite_starts_again() 
     assert_eq!(written.lines().count(), 3, "{written}");
     assert!(!written.contains("kept"), "{written}");
 }
+
+/// Issue 58: results that cannot be written (a full disk: here /dev/full) stopped the run with
+/// "cannot write a result" and listed nowhere which requests were left without one. Now the
+/// run stops naming the output and the reason, and lists every request read that has no result
+/// written, so a rerun (`--append`) knows what is missing.
+#[test]
+fn results_that_cannot_be_written_stop_the_run_listing_the_requests_left_unanswered() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let mut f = std::fs::File::create(&input).unwrap();
+    for id in ["first", "second", "third"] {
+        writeln!(f, r#"{{"id":"{id}","prompt":"The boat","max_tokens":3,"temperature":0}}"#).unwrap();
+    }
+    drop(f);
+    let out = generate_into(&input, std::path::Path::new("/dev/full")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("/dev/full") && stderr.contains("No space left"), "{stderr}");
+    assert!(stderr.contains("3 requests have no result written"), "{stderr}");
+    for id in ["first", "second", "third"] {
+        assert!(stderr.contains(id), "{id} is not listed: {stderr}");
+    }
+}

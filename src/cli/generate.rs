@@ -4,7 +4,7 @@
 //! cycle).
 
 use std::collections::HashSet;
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
 use super::model_args::ModelArgs;
-use super::results_file::{self, Existing, Results};
+use super::results_file::{self, Existing, Results, Sink};
 use crate::engine::draft_policy::DraftPolicy;
 use crate::engine::handle::{EngineHandle, Submission};
 use crate::engine::owner::EngineSetup;
@@ -290,7 +290,7 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
         (false, true) => Existing::Overwrite,
         (false, false) => Existing::Refuse,
     };
-    let Results { mut sink, answered } = results_file::open(args.output.as_deref(), &args.input, existing)?;
+    let Results { mut sink, answered, name } = results_file::open(args.output.as_deref(), &args.input, existing)?;
     let mut scheduler = args.preset.config();
     if let Some(c) = args.prefill_chunk {
         scheduler.prefill_chunk = c.max(1);
@@ -314,8 +314,23 @@ pub fn run(args: GenerateArgs) -> Result<u8> {
     if let Some(p) = &engine.info.probe {
         eprintln!("cohort: {p}");
     }
-    let failed = stream_results(&engine, &incoming, &mut sink, &answered)?;
+    let failed = stream_results(&engine, &incoming, &mut sink, &answered).map_err(|unwritten| {
+        let n = unwritten.ids.len();
+        let s = if n == 1 { "" } else { "s" };
+        let verb = if n == 1 { "has" } else { "have" };
+        anyhow::anyhow!(
+            "cannot write a result to {name} ({}): stopped; {n} request{s} {verb} no result written: {}",
+            unwritten.error,
+            unwritten.ids.join(", ")
+        )
+    })?;
     Ok(if failed > 0 { super::exit::SOME_FAILED } else { super::exit::OK })
+}
+
+/// A result that could not be written, and every request read that has none written.
+struct Unwritten {
+    error: std::io::Error,
+    ids: Vec<String>,
 }
 
 /// How long the writer waits between looks at the input and the results while requests run.
@@ -327,24 +342,28 @@ const POLL: Duration = Duration::from_millis(2);
 fn stream_results(
     engine: &EngineHandle,
     incoming: &mpsc::Receiver<Incoming>,
-    sink: &mut dyn Write,
+    sink: &mut Sink,
     answered: &HashSet<String>,
-) -> Result<usize> {
+) -> std::result::Result<usize, Unwritten> {
     let mut live: Vec<Submission> = Vec::new();
     let mut failed = 0;
     let mut skipped = 0usize;
     let mut input_open = true;
-    let mut write = |r: &RequestResult, failed: &mut usize| -> Result<()> {
-        if r.finish_reason == FinishReason::Error {
-            *failed += 1;
-        }
-        // One write of the whole line, then a flush: a run stopped at any moment leaves whole
-        // lines only (tests/generate_signals.rs).
-        let mut line = serde_json::to_vec(r)?;
-        line.push(b'\n');
-        sink.write_all(&line).context("cannot write a result")?;
-        sink.flush().context("cannot write a result")
-    };
+    // One write of the whole line, then a flush: a run stopped at any moment leaves whole lines
+    // only (tests/generate_signals.rs). A result that cannot be written stops the run: the
+    // requests read and not written are named (the live ones are cancelled when the engine goes).
+    let mut write =
+        |r: &RequestResult, failed: &mut usize, live: &[Submission]| -> std::result::Result<(), Unwritten> {
+            if r.finish_reason == FinishReason::Error {
+                *failed += 1;
+            }
+            let mut line = serde_json::to_vec(r).expect("a result serializes");
+            line.push(b'\n');
+            sink.write_line(&line).map_err(|error| Unwritten {
+                error,
+                ids: std::iter::once(r.id.clone()).chain(live.iter().map(|s| s.id.clone())).collect(),
+            })
+        };
     while input_open || !live.is_empty() {
         // Wait for input while nothing decodes; otherwise glance at it between results, and once
         // the input has ended, pause a moment between looks (never spin: the engine needs the
@@ -370,7 +389,7 @@ fn stream_results(
                 Incoming::Line(line) => match *line {
                     Ok(req) if answered.contains(&req.id) => skipped += 1,
                     Ok(req) => live.push(engine.submit(req)),
-                    Err(refused) => write(&refused, &mut failed)?,
+                    Err(refused) => write(&refused, &mut failed, &live)?,
                 },
                 Incoming::End(error) if input_open => {
                     input_open = false;
@@ -387,7 +406,7 @@ fn stream_results(
             match try_result(&live[i]) {
                 Some(r) => {
                     live.remove(i);
-                    write(&r, &mut failed)?;
+                    write(&r, &mut failed, &live)?;
                 }
                 None => i += 1,
             }

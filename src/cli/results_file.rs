@@ -19,14 +19,50 @@ pub enum Existing {
 
 /// The opened output and the ids of the requests it already answers (`--append` only).
 pub struct Results {
-    pub sink: Box<dyn Write>,
+    pub sink: Sink,
     pub answered: HashSet<String>,
+    /// What the output is called in messages.
+    pub name: String,
+}
+
+/// Where result lines go: each line whole or not at all.
+pub struct Sink {
+    out: Box<dyn Write>,
+    /// A file output, and its length up to its last whole line: a line that fails part-way (a
+    /// full disk) is cut back to it.
+    file: Option<(std::fs::File, u64)>,
+}
+
+impl Sink {
+    fn stdout() -> Sink {
+        Sink { out: Box::new(std::io::stdout().lock()), file: None }
+    }
+
+    fn file(file: std::fs::File) -> std::io::Result<Sink> {
+        let whole = file.metadata()?.len();
+        Ok(Sink { out: Box::new(file.try_clone()?), file: Some((file, whole)) })
+    }
+
+    /// Write one line (ending in a newline) and flush it: one write of the whole line, so a run
+    /// stopped at any moment leaves whole lines only; a write that fails leaves none of it.
+    pub fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+        let written = self.out.write_all(line).and_then(|()| self.out.flush());
+        if let Some((file, whole)) = &mut self.file {
+            match &written {
+                Ok(()) => *whole += line.len() as u64,
+                Err(_) => {
+                    let _ = file.set_len(*whole);
+                }
+            }
+        }
+        written
+    }
 }
 
 /// Open `output` (stdout where None) for the results of the requests in `input` ("-": stdin).
 pub fn open(output: Option<&Path>, input: &Path, existing: Existing) -> Result<Results> {
     let Some(path) = output else {
-        return Ok(Results { sink: Box::new(std::io::stdout().lock()), answered: HashSet::new() });
+        return Ok(Results { sink: Sink::stdout(), answered: HashSet::new(), name: "stdout".into() });
     };
     if input.as_os_str() != "-" && same_file(path, input) {
         bail!(
@@ -54,7 +90,7 @@ pub fn open(output: Option<&Path>, input: &Path, existing: Existing) -> Result<R
             HashSet::new(),
         ),
     };
-    Ok(Results { sink: Box::new(std::io::BufWriter::new(file)), answered })
+    Ok(Results { sink: Sink::file(file).with_context(cannot)?, answered, name: path.display().to_string() })
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -80,4 +116,36 @@ fn keep_whole_lines(path: &Path) -> Result<HashSet<String>> {
         .filter_map(|r| r["id"].as_str().map(str::to_owned))
         .collect();
     Ok(answered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes half of what it is given into the file, then fails, as a disk that fills mid-line.
+    struct FillsUp(std::fs::File);
+
+    impl Write for FillsUp {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write_all(&buf[..buf.len() / 2])?;
+            Err(std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left on device"))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_line_that_fails_part_way_is_cut_back_to_the_last_whole_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, "{\"id\":\"a\"}\n").unwrap();
+        let file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        let mut sink = Sink::file(file.try_clone().unwrap()).unwrap();
+        sink.write_line(b"{\"id\":\"b\"}\n").unwrap();
+        sink.out = Box::new(FillsUp(file));
+        let err = sink.write_line(b"{\"id\":\"c\",\"text\":\"a long answer\"}\n").unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"id\":\"a\"}\n{\"id\":\"b\"}\n");
+    }
 }
