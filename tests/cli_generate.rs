@@ -318,7 +318,7 @@ fn a_repeated_id_is_refused_and_the_first_keeps_it() {
     let reasons: Vec<&str> = lines.iter().map(|l| l["finish_reason"].as_str().unwrap()).collect();
     assert!(reasons.contains(&"length") && reasons.contains(&"error"), "{lines:?}");
     let refused = lines.iter().find(|l| l["finish_reason"] == "error").unwrap();
-    assert_eq!(refused["id"], "dup");
+    assert_eq!(refused["id"], "line-2", "the id stays the first line's alone (issue 58)");
     let msg = refused["error"].as_str().unwrap();
     assert!(msg.contains("line 2") && msg.contains("unique"), "{msg}");
 }
@@ -326,7 +326,7 @@ fn a_repeated_id_is_refused_and_the_first_keeps_it() {
 /// A refused line keeps the id it names even where the line breaks after the id (a number JSON
 /// allows but a double cannot hold, a line cut short, trailing junk, a byte that is not UTF-8);
 /// before, each of these came back as `line-N`. A later line reusing the id of a refused line is
-/// refused too (before, it ran, and the id had a refusal and an answer).
+/// refused too (before, it ran, and the id had a refusal and an answer), as `line-N`.
 #[test]
 fn a_refused_line_keeps_its_id_wherever_the_line_breaks() {
     let dir = tempfile::tempdir().unwrap();
@@ -346,7 +346,9 @@ fn a_refused_line_keeps_its_id_wherever_the_line_breaks() {
     let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
     let mut sorted = ids.clone();
     sorted.sort_unstable();
-    assert_eq!(sorted, ["cut", "cut", "huge-number", "junk", "late", "latin1", "ok"], "{lines:?}");
+    // Line 6 reuses the id of refused line 2: its refusal goes by its line (issue 58: one result
+    // an id).
+    assert_eq!(sorted, ["cut", "huge-number", "junk", "late", "latin1", "line-6", "ok"], "{lines:?}");
     for l in &lines {
         let expected = if l["id"] == "ok" { "length" } else { "error" };
         assert_eq!(l["finish_reason"], expected, "{l}");
@@ -555,4 +557,27 @@ fn results_that_cannot_be_written_stop_the_run_listing_the_requests_left_unanswe
     for id in ["first", "second", "third"] {
         assert!(stderr.contains(id), "{id} is not listed: {stderr}");
     }
+}
+
+/// Issue 58: a valid line with id `x` and then a malformed line naming `x` gave two result lines
+/// with id `x`, so a script matching results to requests by id took the refusal for the answer or
+/// the answer for the refusal. The id belongs to the first line's request; the later refusal is
+/// reported as `line-N`, its message naming the id it repeated.
+#[test]
+fn a_malformed_line_repeating_an_earlier_id_does_not_take_that_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let good = r#"{"id":"x","prompt":"The boat","max_tokens":3,"temperature":0}"#;
+    let bad = r#"{"id":"x","prompt":"The boat","max_tokens":"three"}"#;
+    std::fs::write(&input, format!("{good}\n{bad}\n")).unwrap();
+    let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let lines = common::result_lines(&out.stdout);
+    let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.iter().filter(|&&id| id == "x").count(), 1, "{lines:?}");
+    let answer = lines.iter().find(|l| l["id"] == "x").unwrap();
+    assert_eq!(answer["finish_reason"], "length", "{lines:?}");
+    let refused = lines.iter().find(|l| l["id"] == "line-2").unwrap_or_else(|| panic!("{lines:?}"));
+    let msg = refused["error"].as_str().unwrap();
+    assert!(msg.contains("line 2") && msg.contains("\"x\""), "{msg}");
 }

@@ -168,23 +168,28 @@ fn spawn_reader(input: PathBuf, tx: mpsc::Sender<Incoming>) -> Result<()> {
                 }
             };
             let Some(mut item) = item else { continue };
-            // Results are matched to requests by id, so a second request with an id already
-            // used in this run, by a request or by a refused line, is refused (the first keeps
-            // it).
+            // Results are matched to requests by id, so a second line with an id already used in
+            // this run, by a request or by a refused line, is refused (the first keeps the id).
             let id = match &item {
                 Ok(req) => &req.id,
                 Err(refused) => &refused.id,
             };
-            if !seen.insert(id.clone())
-                && let Ok(req) = &item
-            {
-                let message = format!(
-                    "{}: line {}: the id {:?} was used by an earlier line; ids must be unique in one run",
-                    input.display(),
-                    i + 1,
-                    req.id
-                );
-                item = Err(RequestResult::error(&req.id, message));
+            if !seen.insert(id.clone()) {
+                // The id is the earlier line's: this line's refusal goes by its line number, so
+                // every id has exactly one result.
+                let message = match item {
+                    Ok(req) => format!(
+                        "{}: line {}: the id {:?} was used by an earlier line; ids must be unique in one run",
+                        input.display(),
+                        i + 1,
+                        req.id
+                    ),
+                    Err(refused) => {
+                        let why = refused.error.unwrap_or_default();
+                        format!("{why} (its id {:?} was used by an earlier line)", refused.id)
+                    }
+                };
+                item = Err(RequestResult::error(&format!("line-{}", i + 1), message));
             }
             if tx.send(Incoming::Line(Box::new(item))).is_err() {
                 return;
