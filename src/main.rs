@@ -52,12 +52,33 @@ enum Command {
 
 fn main() -> ExitCode {
     float32_means_float32();
-    match run(Cli::parse()) {
-        Ok(code) => ExitCode::from(code),
+    let code = match run(Cli::parse()) {
+        Ok(code) => code,
         Err(err) => {
             eprintln!("cohort: error: {err:#}");
-            ExitCode::from(exit::FATAL)
+            exit::FATAL
         }
+    };
+    leave_mlx_running(code);
+    ExitCode::from(code)
+}
+
+/// A model-owner thread still inside MLX when the process ends (the TUI quit while its model
+/// loaded) crashed the exit: MLX's static destructors ran under it (SIGSEGV, "double free or
+/// corruption", or a hang; issue 58). Everything of cohort's is written by now (transcripts,
+/// the log, the terminal given back), so the process leaves without running them.
+fn leave_mlx_running(code: u8) {
+    if cohort::engine::handle::owners_running() == 0 {
+        return;
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    #[cfg(unix)]
+    // SAFETY: _exit ends the process at once; nothing after it runs, and nothing of cohort's is
+    // left unwritten (above).
+    unsafe {
+        libc::_exit(i32::from(code))
     }
 }
 

@@ -4,6 +4,8 @@
 //! width 8. A pane whose answer ended sends its follow-up while another pane still answers.
 //! Skipped (with a message) when tmux is not installed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -689,4 +691,34 @@ fn a_session_resumed_by_path_gets_its_new_turns_in_that_folder() {
     let local = std::fs::read_to_string(sessions.join("trip").join("pane-1.jsonl")).unwrap();
     assert!(!local.contains("and Geneva?"), "the follow-up went to the local session of the same name: {local}");
     assert!(end.contains(&folder.display().to_string()), "the session's folder is named at exit:\n{end}");
+}
+
+/// Issue 58: ctrl+q 0.2-2 s after the screen opens, while the model still loads, ended the process
+/// with SIGSEGV, "double free or corruption" or a deadlock (4 of 12 here): the process exited while
+/// the loading thread was inside MLX, whose static state was being torn down under it. Quitting at
+/// any moment of the load now ends with exit 0. On the default model, whose load (with its exactness
+/// checks) takes long enough to quit inside it.
+#[test]
+fn quitting_while_the_model_loads_never_crashes() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: tmux is not installed (./setup.sh installs it)");
+        return;
+    }
+    let Some(model) = common::smollm2_with_head("quitting_while_the_model_loads_never_crashes") else { return };
+    let home = tempfile::tempdir().unwrap();
+    for (round, delay_ms) in
+        [200u64, 500, 800, 1100, 1400, 1700, 2000, 500, 800, 1100, 1400, 1700].into_iter().enumerate()
+    {
+        let command = format!(
+            "COHORT_HOME={} {} -m {}; echo COHORT-EXITED-$?; sleep 600",
+            home.path().display(),
+            env!("CARGO_BIN_EXE_cohort"),
+            model.path().display()
+        );
+        let tmux = Tmux::start(&format!("cohort-e2e-quit-load-{}-{round}", std::process::id()), 120, 30, &command);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        tmux.keys(&["C-q"]);
+        let end = tmux.wait_for("cohort to exit", Duration::from_secs(60), |s| s.contains("COHORT-EXITED-"));
+        assert!(end.contains("COHORT-EXITED-0"), "quit {delay_ms} ms into the load:\n{end}");
+    }
 }

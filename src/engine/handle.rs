@@ -2,6 +2,7 @@
 //! row's flag (polled by the owner), `snapshot` copies the telemetry. Everything MLX lives on the
 //! owner thread (src/engine/owner.rs).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -30,6 +31,26 @@ pub struct EngineHandle {
     pub info: super::owner::EngineInfo,
 }
 
+/// Model-owner threads that have not ended. One that runs when the process ends (a model still
+/// loading when the TUI quit) is inside MLX, and an exit that runs MLX's static destructors under
+/// it crashed (SIGSEGV, "double free or corruption") or hung: see [`owners_running`].
+static OWNERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts one owner thread for as long as it runs, ending included when it unwinds.
+struct OwnerRunning;
+
+impl Drop for OwnerRunning {
+    fn drop(&mut self) {
+        OWNERS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How many model-owner threads still run: where any does, the process must end without tearing
+/// MLX down under it (`main` then leaves through `_exit`, after everything of cohort's is flushed).
+pub fn owners_running() -> usize {
+    OWNERS.load(Ordering::SeqCst)
+}
+
 impl EngineHandle {
     /// Start the owner thread; `load` runs on it (MLX state never crosses threads). Returns once
     /// the model has loaded, or with the loader's error.
@@ -38,9 +59,16 @@ impl EngineHandle {
         let telemetry: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
         let (ready_tx, ready_rx) = mpsc::channel();
         let tel = telemetry.clone();
+        OWNERS.fetch_add(1, Ordering::SeqCst);
         let thread = std::thread::Builder::new()
             .name("cohort-model-owner".into())
-            .spawn(move || run_owner(load, setup, rx, tel, ready_tx))
+            .spawn(move || {
+                let _running = OwnerRunning;
+                run_owner(load, setup, rx, tel, ready_tx)
+            })
+            .inspect_err(|_| {
+                OWNERS.fetch_sub(1, Ordering::SeqCst);
+            })
             .context("cannot start the model-owner thread")?;
         let info = ready_rx.recv().context("the model-owner thread ended during load")??;
         Ok(Self { tx, telemetry, cancels: Default::default(), thread: Some(thread), info })
