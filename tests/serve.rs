@@ -359,3 +359,29 @@ fn a_half_sent_request_cannot_hold_a_stopping_server_and_a_second_signal_stops_i
     }
     assert!(second.elapsed() < Duration::from_secs(10), "stopped {:?} after the second signal", second.elapsed());
 }
+
+/// Issue 58: responses refused before a request reached the engine (400, 401, 404, 405, 413) were
+/// not counted in /metrics, and a wrong method got a 405 with an empty body. Every response is
+/// counted by status; the 405 says which method to use, in the error shape clients parse.
+#[test]
+fn every_response_is_counted_by_status_and_a_wrong_method_is_explained() {
+    let args = ["--api-key", "k", "--max-body-bytes", "1000"];
+    let Some(server) = Server::start("every_response_is_counted_by_status", &args) else { return };
+    let url = server.url("/v1/chat/completions");
+    let key = ["-H", "authorization: Bearer k"];
+    assert_eq!(post(&url, "{}", &[]).0, 401);
+    assert_eq!(post(&url, "{not json", &key).0, 400);
+    assert_eq!(post(&url, &format!("\"{}\"", "x".repeat(5000)), &key).0, 413);
+    assert_eq!(post(&server.url("/v1/nothing"), "{}", &key).0, 404);
+    let out = text(&curl(&["-s", "-i", "-H", "authorization: Bearer k", &url]).stdout);
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    assert!(head.starts_with("HTTP/1.1 405"), "{out}");
+    let error: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("GET is not served on /v1/chat/completions") && message.contains("POST"), "{out}");
+    let metrics = text(&curl(&["-s", &server.url("/metrics")]).stdout);
+    for status in [400, 401, 404, 405, 413] {
+        let line = format!("cohort_http_responses_total{{status=\"{status}\"}} 1");
+        assert!(metrics.contains(&line), "no {line} in:\n{metrics}");
+    }
+}

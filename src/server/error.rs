@@ -62,7 +62,10 @@ impl ApiError {
 
     fn kind(&self) -> &'static str {
         match self.status {
-            StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE | StatusCode::NOT_FOUND => "invalid_request_error",
+            StatusCode::BAD_REQUEST
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::NOT_FOUND
+            | StatusCode::METHOD_NOT_ALLOWED => "invalid_request_error",
             StatusCode::UNAUTHORIZED => "authentication_error",
             StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
             _ => "server_error",

@@ -17,6 +17,11 @@ use crate::engine::request::RequestResult;
 use crate::engine::telemetry::Telemetry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Status {
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Outcome {
     endpoint: &'static str,
     /// stop, length, cancelled, error, refused, or disconnected (the client left first).
@@ -26,6 +31,9 @@ struct Outcome {
 pub struct Metrics {
     registry: Registry,
     requests: Family<Outcome, Counter>,
+    /// Every HTTP response by status, those refused before a request reached the engine (400,
+    /// 401, 404, 405, 413, 503) included.
+    responses: Family<Status, Counter>,
     prompt_tokens: Counter,
     completion_tokens: Counter,
     queue_wait: Histogram,
@@ -47,6 +55,8 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("cohort");
         let requests = Family::<Outcome, Counter>::default();
         registry.register("requests", "Requests ended, by endpoint and outcome", requests.clone());
+        let responses = Family::<Status, Counter>::default();
+        registry.register("http_responses", "HTTP responses sent, by status", responses.clone());
         let prompt_tokens = Counter::default();
         registry.register("prompt_tokens", "Prompt tokens of ended requests", prompt_tokens.clone());
         let completion_tokens = Counter::default();
@@ -57,11 +67,26 @@ impl Default for Metrics {
         registry.register("time_to_first_token_seconds", "Arrival to the first token", ttft.clone());
         let engine = std::sync::Arc::new(Mutex::new(EngineView::default()));
         registry.register_collector(Box::new(EngineCollector(engine.clone())));
-        Self { registry, requests, prompt_tokens, completion_tokens, queue_wait, ttft, engine, scrape: Mutex::new(()) }
+        Self {
+            registry,
+            requests,
+            responses,
+            prompt_tokens,
+            completion_tokens,
+            queue_wait,
+            ttft,
+            engine,
+            scrape: Mutex::new(()),
+        }
     }
 }
 
 impl Metrics {
+    /// An HTTP response went out with `status`.
+    pub fn count_response(&self, status: u16) {
+        self.responses.get_or_create(&Status { status }).inc();
+    }
+
     /// A request ended (`gone`: its client had left before its result).
     pub fn record(&self, endpoint: Endpoint, r: &RequestResult, gone: bool) {
         let outcome = if r.refused {

@@ -43,6 +43,7 @@ pub fn router(state: Arc<AppState>, cors: &Cors) -> anyhow::Result<Router> {
         .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), every_response))
         .with_state(state);
     if !cors.0.is_empty() {
         let origins = if cors.0.iter().any(|o| o == "*") {
@@ -60,6 +61,27 @@ pub fn router(state: Arc<AppState>, cors: &Cors) -> anyhow::Result<Router> {
         app = app.layer(CorsLayer::new().allow_origin(origins).allow_methods(Any).allow_headers(Any));
     }
     Ok(app)
+}
+
+/// Every response is counted by status in /metrics, and one that would go out with an empty body
+/// (axum's 405 for a wrong method) says what went wrong in the error shape clients parse.
+async fn every_response(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let response = next.run(request).await;
+    let status = response.status();
+    state.metrics.count_response(status.as_u16());
+    if status == axum::http::StatusCode::METHOD_NOT_ALLOWED
+        && axum::body::HttpBody::size_hint(response.body()).exact() == Some(0)
+    {
+        // axum sets `Allow` outside this layer: the endpoints' methods are named here.
+        let allowed = match path.as_str() {
+            "/v1/chat/completions" | "/v1/completions" => "POST",
+            _ => "GET",
+        };
+        let message = format!("{method} is not served on {path}: use {allowed}");
+        return ApiError { status, ..ApiError::bad_request(message) }.into_response();
+    }
+    response
 }
 
 /// `Authorization: Bearer <key>` on /v1 when the server has a key.
