@@ -408,3 +408,28 @@ fn a_one_row_engine_reports_its_running_row_and_queue_while_it_decodes() {
     let t = engine.snapshot();
     assert_eq!((t.pending, t.active, t.queued.len()), (0, 0, 0), "{t:?}");
 }
+
+/// Issue 58: a prompt that leaves no room for an answer (8,190 tokens in an 8,192 window) was told
+/// to "lower max_tokens to at most 0", which no request can do. It is told to shorten the prompt,
+/// by how much; a prompt that leaves room is still told the largest max_tokens that fits.
+#[test]
+fn a_prompt_that_leaves_no_room_for_an_answer_is_told_to_shorten_the_prompt() {
+    use cohort::engine::prepare::{VERIFY_SLACK, prepare};
+    use cohort::engine::row::CancelFlag;
+    let dir = fixture("qwen35_moe_4bit");
+    let model = cohort::model::load::load(&dir, mlx_rs::Dtype::Float32).unwrap();
+    let tok = cohort::model::text::tokenizer::TextTokenizer::load(&dir).unwrap();
+    let window = model.max_context() as usize;
+    let refusal = |prompt: usize, max_tokens: usize| {
+        let mut req = request(0, max_tokens);
+        req.prompt = Prompt::Ids(vec![10; prompt]);
+        format!("{:#}", prepare(&*model, &tok, &req, CancelFlag::default()).err().expect("refused"))
+    };
+    for prompt in [window - VERIFY_SLACK, window - 1] {
+        let e = refusal(prompt, 1);
+        assert!(!e.contains("at most 0") && e.contains("shorten the prompt"), "{prompt} tokens: {e}");
+        assert!(e.contains(&format!("at most {} tokens", window - VERIFY_SLACK - 1)), "{prompt} tokens: {e}");
+    }
+    let e = refusal(window - VERIFY_SLACK - 10, 100);
+    assert!(e.contains("lower max_tokens to at most 10"), "{e}");
+}

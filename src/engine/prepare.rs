@@ -38,11 +38,19 @@ pub fn prepare(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, ca
     // Checked: a huge max_tokens must not wrap around into a small total.
     let total = ids.len().checked_add(req.max_tokens).and_then(|n| n.checked_add(VERIFY_SLACK));
     let Some(total) = total.filter(|&n| n <= window) else {
+        let room = window.saturating_sub(ids.len() + VERIFY_SLACK);
+        if room == 0 {
+            // No max_tokens fits: the prompt itself is what must give.
+            bail!(
+                "the prompt has {} tokens, which leaves no room for an answer in the context window of {window} ({VERIFY_SLACK} positions go to drafting): shorten the prompt to at most {} tokens",
+                ids.len(),
+                window - VERIFY_SLACK - 1
+            );
+        }
         bail!(
-            "prompt ({} tokens) + max_tokens ({}) exceeds the context window of {window}; lower max_tokens to at most {}",
+            "prompt ({} tokens) + max_tokens ({}) exceeds the context window of {window}; lower max_tokens to at most {room}",
             ids.len(),
             req.max_tokens,
-            window.saturating_sub(ids.len() + VERIFY_SLACK)
         );
     };
     let step = crate::model::layers::cache::KV_STEP as usize; // KV buffers grow in whole steps
