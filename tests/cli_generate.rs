@@ -581,3 +581,25 @@ fn a_malformed_line_repeating_an_earlier_id_does_not_take_that_id() {
     let msg = refused["error"].as_str().unwrap();
     assert!(msg.contains("line 2") && msg.contains("\"x\""), "{msg}");
 }
+
+/// Issue 58: `HF_HUB_OFFLINE=1` was ignored: a hub id not in the cache was downloaded anyway (or
+/// tried). Offline, it is refused naming the cache and the variable, and nothing is fetched
+/// (a proxy that answers nothing would fail any attempt with another message).
+#[test]
+fn hf_hub_offline_is_obeyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"prompt\":\"x\"}\n").unwrap();
+    let out = cohort()
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_HOME", dir.path().join("hf"))
+        .env("HTTPS_PROXY", "http://127.0.0.1:9")
+        .env("https_proxy", "http://127.0.0.1:9")
+        .args(["generate", "-m", "cohort-tests/no-such-model", "-i"])
+        .arg(&input)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("HF_HUB_OFFLINE") && stderr.contains("cohort-tests/no-such-model"), "{stderr}");
+}

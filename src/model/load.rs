@@ -52,6 +52,12 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
         if let Some(config) = cache.model(spec.to_owned()).get("config.json") {
             return Ok(config.parent().context("cached config.json has no folder")?.to_path_buf());
         }
+        if hub_offline() {
+            bail!(
+                "model \"{spec}\" is neither a local directory nor in the Hugging Face cache ({}), and HF_HUB_OFFLINE forbids downloading it",
+                cache.path().display()
+            );
+        }
         return download(spec).with_context(|| {
             format!(
                 "model \"{spec}\" is neither a local directory nor in the Hugging Face cache ({})",
@@ -64,6 +70,12 @@ pub fn resolve(spec: &str) -> Result<PathBuf> {
         path.display(),
         if looks_like_hub_id(spec) { "its first part is a local folder" } else { "it is not of the form owner/name" }
     )
+}
+
+/// `HF_HUB_OFFLINE` set to a true value, as the hub's own clients read it: nothing is fetched.
+fn hub_offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE")
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
 /// `owner/name` with the characters the hub allows.
