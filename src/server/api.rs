@@ -116,6 +116,52 @@ struct Part {
     text: Option<String>,
 }
 
+/// A field's type or value error said in the request's terms: what the field takes and what it
+/// got, never the parser's wording (an untagged enum's name, `floating point`, `usize`).
+fn in_request_terms(path: &str, serde_message: &str) -> String {
+    let message = serde_message.split(" at line ").next().unwrap_or(serde_message);
+    let takes = if message.contains("untagged enum Content") {
+        "a string or a list of content parts ({\"type\": \"text\", \"text\": ...})"
+    } else if message.contains("untagged enum Stop") {
+        "a string or a list of strings"
+    } else if message.contains("untagged enum") {
+        "one of the shapes the API documents for it"
+    } else {
+        match message.rsplit(", expected ").next().filter(|_| message.contains(", expected ")) {
+            Some("usize" | "u64" | "u32" | "u16" | "u8") => "a whole number, 0 or more, that fits 64 bits",
+            Some("i64" | "i32") => "a whole number",
+            Some("f64" | "f32") => "a number",
+            Some("a boolean") => "true or false",
+            Some("a string") => "a string",
+            Some("a sequence") => "a list",
+            Some(e) if e.starts_with("struct") || e == "a map" => "an object",
+            // Anything else (a missing or unknown field) says itself in the request's terms.
+            _ => return format!("{path}: {message}"),
+        }
+    };
+    let got = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .and_then(|rest| rest.split(", expected ").next())
+        .map(|got| {
+            let got = ["floating point ", "integer ", "boolean ", "string "]
+                .iter()
+                .find_map(|kind| got.strip_prefix(kind))
+                .unwrap_or(got)
+                .trim_matches('`');
+            match got {
+                "map" => "an object".to_owned(),
+                "sequence" => "a list".to_owned(),
+                "null" | "unit value" => "null".to_owned(),
+                other => other.to_owned(),
+            }
+        });
+    match got {
+        Some(got) => format!("{path} must be {takes} (got {got})"),
+        None => format!("{path} must be {takes}"),
+    }
+}
+
 /// Parse and check a body for `endpoint`.
 pub fn parse(endpoint: Endpoint, bytes: &[u8], defaults: &Defaults) -> Result<Parsed, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
@@ -125,7 +171,7 @@ pub fn parse(endpoint: Endpoint, bytes: &[u8], defaults: &Defaults) -> Result<Pa
         if inner.is_syntax() || inner.is_eof() || path == "." {
             ApiError::bad_request(format!("the request body is not a valid request: {inner}"))
         } else {
-            ApiError::bad_field(path.clone(), format!("{path}: {inner}"))
+            ApiError::bad_field(path.clone(), in_request_terms(&path, &inner.to_string()))
         }
     })?;
     refuse_unsupported(&body)?;
@@ -385,9 +431,38 @@ mod tests {
     fn a_wrong_type_names_its_field() {
         let e = err(Endpoint::Chat, r#"{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}"#);
         assert_eq!(e.param.as_deref(), Some("temperature"));
-        assert!(e.message.starts_with("temperature: invalid type"), "{}", e.message);
+        assert!(e.message.starts_with("temperature must be a number"), "{}", e.message);
         let e = err(Endpoint::Chat, r#"{"messages":[{"role":"user","content":5}]}"#);
         assert_eq!(e.param.as_deref(), Some("messages[0].content"), "{}", e.message);
+    }
+
+    /// Issue 58: serde's own wording reached clients ("data did not match any variant of untagged
+    /// enum Content", "floating point `1.8446744073709552e+19`, expected usize"). Each is said in
+    /// the request's terms, naming the field and what it takes.
+    #[test]
+    fn errors_say_what_the_field_takes_not_how_the_parser_failed() {
+        let m = r#""messages":[{"role":"user","content":"hi"}]"#;
+        for (body, param, says) in [
+            (
+                r#"{"messages":[{"role":"user","content":5}]}"#.to_owned(),
+                "messages[0].content",
+                "a string or a list of content parts",
+            ),
+            (format!(r#"{{{m},"stop":7}}"#), "stop", "a string or a list of strings"),
+            (format!(r#"{{{m},"max_tokens":18446744073709551616}}"#), "max_tokens", "a whole number"),
+            (format!(r#"{{{m},"max_tokens":-3}}"#), "max_tokens", "a whole number"),
+            (format!(r#"{{{m},"temperature":"hot"}}"#), "temperature", "a number"),
+            (format!(r#"{{{m},"stream":"yes"}}"#), "stream", "true or false"),
+        ] {
+            let e = err(Endpoint::Chat, &body);
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+            for leak in
+                ["untagged", "floating point", "usize", "u64", "f32", "variant", "invalid type", "invalid value"]
+            {
+                assert!(!e.message.contains(leak), "{body}: {:?} leaks {leak:?}", e.message);
+            }
+            assert!(e.message.starts_with(&format!("{param} must be {says}")), "{body}: {}", e.message);
+        }
     }
 
     #[test]
