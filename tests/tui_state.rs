@@ -1412,3 +1412,22 @@ fn a_row_can_be_drilled_into_before_its_first_report() {
     app.update(Action::Telemetry(Box::new(report)));
     assert_eq!(app.row_seen.as_ref().map(|r| r.id.as_str()), Some(id.as_str()), "the report fills it in");
 }
+
+/// Issue 58: ctrl+s was pre-filled with the current profile's name, so Enter on a built-in
+/// profile (`throughput`) wrote a user `throughput.toml` that replaced it without a word. The
+/// dialog opens empty on a built-in profile, and a built-in name is refused, saying why.
+#[test]
+fn saving_a_profile_never_takes_a_built_in_name() {
+    let mut app = fixture::app(2, "dark");
+    assert_eq!(app.settings.profile, "throughput");
+    app.handle_key(ctrl('s'));
+    assert!(matches!(&app.overlay, Some(Overlay::SaveProfile { name }) if name.text().is_empty()), "{:?}", app.overlay);
+    type_text(&mut app, "throughput");
+    assert!(app.handle_key(key(KeyCode::Enter)).is_empty(), "saved over the built-in profile");
+    assert!(matches!(&app.overlay, Some(Overlay::SaveProfile { name }) if name.text() == "throughput"));
+    let notice = app.notice.as_ref().expect("the refusal says why").text.clone();
+    assert!(notice.contains("built-in") && notice.contains("throughput"), "{notice}");
+    app.handle_key(ctrl('u'));
+    type_text(&mut app, "my-throughput");
+    assert!(matches!(&app.handle_key(key(KeyCode::Enter))[..], [Effect::SaveProfile { .. }]));
+}

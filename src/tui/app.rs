@@ -465,7 +465,8 @@ impl App {
                 self.overlay = Some(Overlay::Profiles { selected: current });
             }
             Command::SaveProfile => {
-                self.overlay = Some(Overlay::SaveProfile { name: InputLine::new(&self.settings.profile) })
+                self.overlay =
+                    Some(Overlay::SaveProfile { name: InputLine::new(suggested_profile_name(&self.settings.profile)) })
             }
             Command::Sessions => fx.push(Effect::ListSessions),
         }
@@ -956,9 +957,9 @@ impl App {
                         }
                         None
                     }
-                    KeyCode::Char('s') if key.modifiers.contains(KeyModifiers::CONTROL) => {
-                        Some(Overlay::SaveProfile { name: InputLine::new(&self.settings.profile) })
-                    }
+                    KeyCode::Char('s') if key.modifiers.contains(KeyModifiers::CONTROL) => Some(Overlay::SaveProfile {
+                        name: InputLine::new(suggested_profile_name(&self.settings.profile)),
+                    }),
                     KeyCode::Esc | KeyCode::Char('q') => None,
                     _ => Some(Overlay::Profiles { selected }),
                 }
@@ -1038,7 +1039,7 @@ impl App {
             }
             Overlay::SaveProfile { mut name } => match key.code {
                 KeyCode::Esc => None,
-                KeyCode::Enter => match check_profile_name(name.text()) {
+                KeyCode::Enter => match check_profile_name(name.text()).and_then(|()| not_built_in(name.text())) {
                     Ok(()) => {
                         // The panes open now, which may differ from the profile's count.
                         let mut profile = self.settings.to_profile();
@@ -1461,4 +1462,20 @@ pub fn numerics_name(n: Numerics) -> &'static str {
 pub fn preset_name(p: crate::engine::scheduler::Preset) -> String {
     use clap::ValueEnum as _;
     p.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_else(|| format!("{p:?}").to_lowercase())
+}
+
+/// The name ctrl+s offers: the profile in use, unless it is a built-in one, which a user profile
+/// of the same name would replace (issue 58: Enter on the offered name did so without a word).
+fn suggested_profile_name(current: &str) -> &str {
+    if crate::tui::config::profile::SHIPPED.iter().any(|(name, _)| *name == current) { "" } else { current }
+}
+
+/// A built-in profile's name is not taken by a saved one.
+fn not_built_in(name: &str) -> anyhow::Result<()> {
+    if crate::tui::config::profile::SHIPPED.iter().any(|(shipped, _)| *shipped == name) {
+        anyhow::bail!(
+            "\"{name}\" is a built-in profile: a saved profile of that name would replace it; choose another name"
+        );
+    }
+    Ok(())
 }
