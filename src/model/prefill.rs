@@ -90,7 +90,7 @@ pub fn write_history<M: LanguageModel + ?Sized>(
     };
     super::routes::reading_prompt(|| -> Result<()> {
         // On the invariant route in pieces its kernels serve, as the chunk itself was read.
-        let piece = if super::routes::reads_in_pieces() { model.invariant_piece().max(1) } else { tokens.len().max(1) };
+        let piece = piece_in_force(model).unwrap_or(tokens.len().max(1));
         for (i, part) in tokens.chunks(piece).enumerate() {
             let at = (i * piece) as i32;
             let states = slice_axis(&states, 1, at, at + part.len() as i32)?;
@@ -129,12 +129,12 @@ fn read_chunks_now<M: LanguageModel + ?Sized>(
     parts: &[&[u32]],
     last: &[bool],
 ) -> Result<Vec<ForwardOutput>> {
-    if super::routes::reads_in_pieces() {
+    if let Some(size) = piece_in_force(model) {
         return rows
             .iter_mut()
             .zip(parts)
             .zip(last)
-            .map(|((row, part), &is_last)| read_in_pieces(model, row, part, is_last))
+            .map(|((row, part), &is_last)| read_in_pieces(model, row, part, is_last, size))
             .collect();
     }
     let blocks: Vec<Option<usize>> =
@@ -181,20 +181,26 @@ fn read_padded<M: LanguageModel + ?Sized>(
     Ok(outs)
 }
 
-/// A row's chunk on the invariant route: the model's [`LanguageModel::invariant_piece`] positions
-/// at a time, each piece a block computed as a verify's is (the row-invariant products, the
-/// short-block attention kernel two queries a tile, the recurrence token by token), evaluated
-/// before the next. A verify block
-/// equals the chain of single steps it stands for, so the chunk's state, hidden states and last
-/// logits are the chain's wherever the chunk, or the prompt, is split. Several rows' chunks are
-/// read one row after another, a piece holding one row's positions.
+/// The positions a prompt read takes at once where it goes in pieces (the invariant route in force,
+/// [`super::routes::reads_in_pieces`]): the model's [`LanguageModel::invariant_piece`]. None where
+/// a chunk is read as one block.
+fn piece_in_force<M: LanguageModel + ?Sized>(model: &M) -> Option<usize> {
+    super::routes::reads_in_pieces().then(|| model.invariant_piece().max(1))
+}
+
+/// A row's chunk on the invariant route, `size` positions at a time ([`piece_in_force`]), each
+/// piece a block computed as a verify's is (the row-invariant products, the short-block attention
+/// kernel two queries a tile, the recurrence token by token), evaluated before the next. A verify
+/// block equals the chain of single steps it stands for, so the chunk's state, hidden states and
+/// last logits are the chain's wherever the chunk, or the prompt, is split. Several rows' chunks
+/// are read one row after another, a piece holding one row's positions.
 fn read_in_pieces<M: LanguageModel + ?Sized>(
     model: &M,
     row: &mut RowCache,
     part: &[u32],
     is_last: bool,
+    size: usize,
 ) -> Result<ForwardOutput> {
-    let size = model.invariant_piece().max(1);
     let pieces = part.len().div_ceil(size);
     let mut hiddens = Vec::with_capacity(pieces);
     let mut logits = None;

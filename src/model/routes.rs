@@ -67,9 +67,10 @@ pub struct Routes {
     /// [`reading_prompt`].
     pub prompt_rows: bool,
     /// The block route prompt reads take ([`reading_prompt`]): batched, except where the exactness
-    /// gate chose the invariant route ([`Routes::with_gate`]); a prompt is then read in
-    /// step-sized pieces through the row-invariant kernels (`crate::model::prefill`), so a read
-    /// split anywhere is the chain of single steps it stands for, as a verify is.
+    /// gate chose the invariant route ([`Routes::with_gate`]); a prompt is then read in pieces
+    /// through the row-invariant kernels (`crate::model::prefill`, the model's
+    /// `invariant_piece`), so a read split anywhere is the chain of single steps it stands for,
+    /// as a verify is.
     pub prompt_block: BlockRoute,
     /// Prompt reads take the invariant route where the gate chose it (off: they stay batched,
     /// faster on long prompts and split-dependent, so the prompt cache is inexact there).
