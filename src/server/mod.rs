@@ -31,10 +31,14 @@ use state::AppState;
 pub struct Cors(pub Vec<String>);
 
 /// The routes, with authentication on `/v1`, the body limit, and CORS when asked.
+/// The endpoints taken by POST (every other one by GET): routed here, and named in a 405.
+const CHAT_PATH: &str = "/v1/chat/completions";
+const COMPLETIONS_PATH: &str = "/v1/completions";
+
 pub fn router(state: Arc<AppState>, cors: &Cors) -> anyhow::Result<Router> {
     let v1 = Router::new()
-        .route("/v1/chat/completions", post(handlers::chat))
-        .route("/v1/completions", post(handlers::completions))
+        .route(CHAT_PATH, post(handlers::chat))
+        .route(COMPLETIONS_PATH, post(handlers::completions))
         .route("/v1/models", get(handlers::models))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     let mut app = Router::new()
@@ -74,10 +78,7 @@ async fn every_response(State(state): State<Arc<AppState>>, request: Request, ne
         && axum::body::HttpBody::size_hint(response.body()).exact() == Some(0)
     {
         // axum sets `Allow` outside this layer: the endpoints' methods are named here.
-        let allowed = match path.as_str() {
-            "/v1/chat/completions" | "/v1/completions" => "POST",
-            _ => "GET",
-        };
+        let allowed = if [CHAT_PATH, COMPLETIONS_PATH].contains(&path.as_str()) { "POST" } else { "GET" };
         let message = format!("{method} is not served on {path}: use {allowed}");
         return ApiError { status, ..ApiError::bad_request(message) }.into_response();
     }

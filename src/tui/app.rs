@@ -20,7 +20,9 @@ use crate::engine::row::RowEvent;
 use crate::engine::scheduler::Numerics;
 use crate::engine::telemetry::{RowState, RowTelemetry, Telemetry};
 use crate::tui::config::keymap::{Command, Keymap};
-use crate::tui::config::profile::{ChatSettings, MAX_PANES, PaneProfile, ProfileEntry, Settings, check_profile_name};
+use crate::tui::config::profile::{
+    ChatSettings, MAX_PANES, PaneProfile, ProfileEntry, Settings, check_profile_name, is_built_in,
+};
 use crate::tui::config::theme::Theme;
 
 /// Render ticks per second (the event loop's tick is 1000 / TICKS_PER_S ms).
@@ -1467,12 +1469,12 @@ pub fn preset_name(p: crate::engine::scheduler::Preset) -> String {
 /// The name ctrl+s offers: the profile in use, unless it is a built-in one, which a user profile
 /// of the same name would replace (issue 58: Enter on the offered name did so without a word).
 fn suggested_profile_name(current: &str) -> &str {
-    if crate::tui::config::profile::SHIPPED.iter().any(|(name, _)| *name == current) { "" } else { current }
+    if is_built_in(current) { "" } else { current }
 }
 
 /// A built-in profile's name is not taken by a saved one.
 fn not_built_in(name: &str) -> anyhow::Result<()> {
-    if crate::tui::config::profile::SHIPPED.iter().any(|(shipped, _)| *shipped == name) {
+    if is_built_in(name) {
         anyhow::bail!(
             "\"{name}\" is a built-in profile: a saved profile of that name would replace it; choose another name"
         );

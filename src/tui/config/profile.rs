@@ -26,6 +26,11 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ("latency", include_str!("../../../config/latency.toml")),
 ];
 
+/// Whether `name` is a built-in profile's.
+pub fn is_built_in(name: &str) -> bool {
+    SHIPPED.iter().any(|(shipped, _)| *shipped == name)
+}
+
 /// The profile used when `--profile` is not given and the user has no `default` profile.
 pub const FALLBACK_PROFILE: &str = "throughput";
 
