@@ -412,21 +412,20 @@ fn solo_tokens(model: &dyn LanguageModel, tok: &TextTokenizer, r: &Request, chun
 /// sends the history (earlier prompts and answers) plus new tokens; some turns regenerate (the
 /// same prompt again), some edit (branch from an earlier turn), and up to three conversations'
 /// turns run at once. Every answer equals the solo run that reads its prompt from scratch.
-#[allow(clippy::too_many_arguments)]
 fn conversations_equal_fresh_runs(
     model: &dyn LanguageModel,
     tok: &TextTokenizer,
-    chunk: usize,
+    cfg: LaneConfig,
     conversations: usize,
-    bytes: u64,
     seed: u64,
     least_reused: f64,
-    answers: Answers,
 ) -> Telemetry {
     let vocab = model.vocab_size() as u64;
     let mut rng = Rng::new(seed);
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
-    let mut lane = Lane::new(model, tok, lane_config(chunk, bytes, answers)).unwrap();
+    let (chunk, bytes) = (cfg.chunk, cfg.prompt_cache.bytes);
+    let answers = if cfg.prompt_cache.answers_as_decoded { Answers::AsDecoded } else { Answers::ReadBack };
+    let mut lane = Lane::new(model, tok, cfg).unwrap();
     let words = |rng: &mut Rng, n: u64| -> Vec<u32> {
         (0..1 + rng.next_u64() % n).map(|_| (rng.next_u64() % vocab) as u32).collect()
     };
@@ -528,21 +527,47 @@ fn conversations_equal_fresh_runs(
 #[test]
 fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_qwen_family() {
     let (model, tok) = qwen("qwen35_moe_4bit");
-    conversations_equal_fresh_runs(&*model, &tok, 16, 120, 1 << 30, 11, 0.5, Answers::ReadBack);
-    conversations_equal_fresh_runs(&*model, &tok, 16, 80, 1 << 30, 15, 0.5, Answers::AsDecoded);
+    conversations_equal_fresh_runs(&*model, &tok, lane_config(16, 1 << 30, Answers::ReadBack), 120, 11, 0.5);
+    conversations_equal_fresh_runs(&*model, &tok, lane_config(16, 1 << 30, Answers::AsDecoded), 80, 15, 0.5);
 }
 
 #[test]
 fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_tiny_llama() {
     let dir = tempfile::tempdir().unwrap();
     let (model, tok) = tiny_llama(dir.path());
-    conversations_equal_fresh_runs(&*model, &tok, TINY_CHUNK, 120, 1 << 30, 12, 0.5, Answers::AsDecoded);
+    conversations_equal_fresh_runs(&*model, &tok, lane_config(TINY_CHUNK, 1 << 30, Answers::AsDecoded), 120, 12, 0.5);
 }
 
 #[test]
 fn conversations_through_a_warm_lane_equal_fresh_runs_on_the_default_model() {
     let Some((_dir, model, tok)) = default_model("conversations, default model") else { return };
-    conversations_equal_fresh_runs(&*model, &tok, 512, 20, 1 << 30, 13, 0.5, Answers::AsDecoded);
+    conversations_equal_fresh_runs(&*model, &tok, lane_config(512, 1 << 30, Answers::AsDecoded), 20, 13, 0.5);
+}
+
+/// On CUDA the gate keeps the invariant route, and the lane serves conversations through it as
+/// the engine does there: every answer equals its solo run (on the same route, read from
+/// scratch), in bfloat16 and float32, with answers kept as decoded where the decode check finds
+/// that exact and read back where it does not (which the test prints).
+#[test]
+fn on_cuda_conversations_through_a_warm_lane_equal_fresh_runs() {
+    if !cuda_here("warm-lane conversations on the invariant route") {
+        return;
+    }
+    let dir = smollm2_with_head("warm-lane conversations on CUDA");
+    let dir = dir.expect("the default model is missing (COHORT_SMOLLM2_MODEL)");
+    let tok = TextTokenizer::load(dir.path()).unwrap();
+    for dtype in [Dtype::Bfloat16, Dtype::Float32] {
+        let model = cohort::model::load::load(dir.path(), dtype).unwrap();
+        routes::scoped(model.routes().with_gate(BlockRoute::Invariant), || {
+            let chunk = 512;
+            let decode = decode_read_check(&*model, &tok, chunk, GenerationMode::Mtp).unwrap();
+            let answers = if decode.exact { Answers::AsDecoded } else { Answers::ReadBack };
+            eprintln!("{dtype:?}: answers {answers:?} ({decode:?})");
+            let cfg = LaneConfig { batched: BlockRoute::Invariant, ..lane_config(chunk, 1 << 30, answers) };
+            let t = conversations_equal_fresh_runs(&*model, &tok, cfg, 24, 16, 0.5);
+            eprintln!("{dtype:?}: {:?}", t.prompt_cache);
+        });
+    }
 }
 
 /// The next turn arrives while the lane is still reading the last answer back: it takes over
@@ -584,6 +609,6 @@ fn a_small_budget_evicts_and_answers_stay_those_of_fresh_runs() {
         through_lane(&mut lane, &tel, &[request("size".into(), &[5; 40], &mut rng)]);
         tel.lock().unwrap().prompt_cache.bytes_held
     };
-    let t = conversations_equal_fresh_runs(&*model, &tok, 16, 60, 3 * one, 14, 0.0, Answers::AsDecoded);
+    let t = conversations_equal_fresh_runs(&*model, &tok, lane_config(16, 3 * one, Answers::AsDecoded), 60, 14, 0.0);
     assert!(t.prompt_cache.evictions > 0, "{:?}", t.prompt_cache);
 }

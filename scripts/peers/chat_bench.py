@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Warm conversations (issue #54): time to first token of a conversation's follow-up turns as its
-history grows, through `cohort serve` with and without its prompt cache (and with answers kept as
-decoded, `--prompt-cache-answers decoded`), llama-server (its default
+history grows, through `cohort serve` with and without its prompt cache (and with answers read
+back while idle, `--prompt-cache-answers read-back`, rather than kept as decoded), llama-server (its default
 `cache_prompt`) and mlx_lm.server (its prompt cache), one checkpoint, on this CPU.
 
   scripts/peers/run.sh chat                       # 2 rounds ABBA, every arm and scenario
@@ -37,7 +37,7 @@ sys.dont_write_bytecode = True
 import bench  # noqa: E402
 import serve_bench as sb  # noqa: E402
 
-ARMS = ["cohort serve", "cohort serve (decoded answers)", "cohort serve (no cache)", "llama-server", "mlx_lm.server"]
+ARMS = ["cohort serve", "cohort serve (answers read back)", "cohort serve (no cache)", "llama-server", "mlx_lm.server"]
 SCENARIOS = ["turns", "paste", "during"]
 QUESTIONS = [
     "Tell me about the history of the printing press.", "How did it change how people learned?",
@@ -60,8 +60,8 @@ def paste_text(root, tokens):
 def server_cmd(ctx, arm, port, slots):
     if arm.startswith("cohort serve"):
         cmd = [ctx.cohort, "serve", "--host", "127.0.0.1", "--port", str(port), "-m", ctx.model]
-        if "decoded answers" in arm:
-            cmd += ["--prompt-cache-answers", "decoded"]
+        if "answers read back" in arm:
+            cmd += ["--prompt-cache-answers", "read-back"]
         return cmd + (["--prompt-cache", "off"] if "no cache" in arm else []), "default"
     if arm == "llama-server":
         return [ctx.llama_server, "-m", ctx.gguf, "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),

@@ -15,9 +15,10 @@ pub struct PromptCacheArgs {
     /// Bytes of row state the prompt cache may hold (e.g. 512M, 2G; 0 turns it off). Default: 1G.
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub prompt_cache_bytes: Option<u64>,
-    /// How a finished answer reaches the cache: read-back (the default: read again while the
-    /// engine is idle) or decoded (kept as the row decoded it, where the engine's start-up check
-    /// finds that gives the bits of a fresh read: a turn sent at once resumes after the answer).
+    /// How a finished answer reaches the cache: decoded (the default: kept as the row decoded it,
+    /// where the engine's start-up check finds that gives the bits of a fresh read, so a turn sent
+    /// at once resumes after the answer; read back elsewhere) or read-back (always read again
+    /// while the engine is idle).
     #[arg(long, value_enum, value_name = "HOW")]
     pub prompt_cache_answers: Option<AnswerPolicy>,
 }

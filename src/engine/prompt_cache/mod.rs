@@ -68,12 +68,10 @@ pub enum ReusePolicy {
 #[serde(rename_all = "kebab-case")]
 pub enum AnswerPolicy {
     /// Read back while the engine is idle (a turn sent at once reads the last answer again).
-    #[default]
     ReadBack,
     /// Kept as the row decoded it, where the decode check finds that exact ([`decoded`]); else
-    /// read back. Opt-in for now: with it, the 400-request soak's memory not counted by the
-    /// cache drifts by 1.5-3.8 MB (tests/soak_default_model.rs), a cause not yet found; it goes
-    /// (17-36 KB) when no entry is kept from a row that ended with its first token.
+    /// read back. A turn sent the moment an answer ends resumes after it.
+    #[default]
     Decoded,
 }
 
@@ -92,7 +90,7 @@ pub const DEFAULT_BYTES: u64 = 1 << 30;
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { policy: ReusePolicy::Exact, bytes: DEFAULT_BYTES, answers: AnswerPolicy::ReadBack }
+        CacheConfig { policy: ReusePolicy::Exact, bytes: DEFAULT_BYTES, answers: AnswerPolicy::default() }
     }
 }
 
