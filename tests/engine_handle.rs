@@ -49,7 +49,7 @@ fn wait(sub: &Submission) -> (RequestResult, usize) {
         match sub.events.recv().expect("a Done event") {
             RowEvent::Done(r) => return (*r, deltas),
             RowEvent::Delta { .. } => deltas += 1,
-            RowEvent::Prefill { .. } => {}
+            RowEvent::Queued { .. } | RowEvent::Prefill { .. } => {}
         }
     }
 }
@@ -165,7 +165,7 @@ fn cancel_by_id_while_queued_or_decoding() {
                 }
             }
             RowEvent::Done(r) => break *r,
-            RowEvent::Prefill { .. } => {}
+            RowEvent::Queued { .. } | RowEvent::Prefill { .. } => {}
         }
     };
     assert_eq!(r0.finish_reason, FinishReason::Cancelled);
@@ -218,7 +218,7 @@ fn a_long_prompt_reports_prefill_progress_chunk_by_chunk() {
                 assert_eq!(r.finish_reason, FinishReason::Length, "{:?}", r.error);
                 break;
             }
-            RowEvent::Delta { .. } => {}
+            RowEvent::Queued { .. } | RowEvent::Delta { .. } => {}
         }
     }
     // 200 tokens in chunks of 64: announced at 0, then after each chunk but the last.
@@ -407,6 +407,39 @@ fn a_one_row_engine_reports_its_running_row_and_queue_while_it_decodes() {
     }
     let t = engine.snapshot();
     assert_eq!((t.pending, t.active, t.queued.len()), (0, 0, 0), "{t:?}");
+}
+
+/// A request the engine takes hears at once that it is queued, with its prompt's size, while
+/// another holds the only row (a server sends a stream's headers on it); one it cannot run is
+/// refused then, not when a row frees (issue 58, item 4).
+#[test]
+fn a_request_hears_it_is_queued_and_a_refusal_needs_no_free_row() {
+    use std::time::Duration;
+    let engine = engine_with(Preset::Latency, Numerics::Throughput);
+    let long = engine.submit(request(0, 4000));
+    loop {
+        match long.events.recv().expect("q0's events") {
+            RowEvent::Delta { .. } => break,
+            RowEvent::Done(r) => panic!("q0 ended before the check: {r:?}"),
+            _ => {}
+        }
+    }
+    let queued = engine.submit(request(1, 2));
+    match queued.events.recv_timeout(Duration::from_secs(5)) {
+        Ok(RowEvent::Queued { id, prompt_tokens }) => assert_eq!((id.as_str(), prompt_tokens), ("q1", 2)),
+        other => panic!("not told it was queued: {other:?}"),
+    }
+    let mut bad = request(2, 2);
+    bad.sampler.top_p = 0.0;
+    let refused = engine.submit(bad);
+    match refused.events.recv_timeout(Duration::from_secs(5)) {
+        Ok(RowEvent::Done(r)) => assert!(r.refused && r.error.as_deref().unwrap_or("").contains("top_p"), "{r:?}"),
+        other => panic!("not refused at once: {other:?}"),
+    }
+    assert!(long.events.try_iter().all(|e| !matches!(e, RowEvent::Done(_))), "q0 ended: the check meant nothing");
+    engine.cancel("q0");
+    assert_eq!(wait(&long).0.finish_reason, FinishReason::Cancelled);
+    assert_eq!(wait(&queued).0.finish_reason, FinishReason::Length);
 }
 
 /// Issue 58: a prompt that leaves no room for an answer (8,190 tokens in an 8,192 window) was told

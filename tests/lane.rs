@@ -177,7 +177,7 @@ fn run_scenario(
                         seen[i].done_at = step;
                         seen[i].result = Some(*r);
                     }
-                    RowEvent::Prefill { .. } | RowEvent::Delta { .. } => {}
+                    RowEvent::Queued { .. } | RowEvent::Prefill { .. } | RowEvent::Delta { .. } => {}
                 }
             }
         }

@@ -72,7 +72,7 @@ impl<'e> Client<'e> {
                         w.tokens.push((now, n));
                     }
                     RowEvent::Done(r) => w.done = Some((now, *r)),
-                    RowEvent::Prefill { .. } => {}
+                    RowEvent::Queued { .. } | RowEvent::Prefill { .. } => {}
                 }
             }
         }

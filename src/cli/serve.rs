@@ -13,6 +13,7 @@ use crate::engine::owner::EngineSetup;
 use crate::engine::scheduler::SchedulerConfig;
 use crate::platform::paths::Paths;
 use crate::server::api::Defaults;
+use crate::server::connections::default_max_connections;
 use crate::server::state::{AppState, EngineSlot, Limits};
 use crate::server::{Cors, router, serve, shutdown_signal};
 use crate::tui::config::profile::{Overrides, Settings, load_startup_profile};
@@ -47,6 +48,17 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
+    /// Seconds a connection may take to send a request's whole header, counted from when it
+    /// opened or its last response ended (so idle keep-alive connections close after it too).
+    #[arg(long, default_value_t = 15.0)]
+    header_timeout_s: f64,
+    /// Seconds a request's body may take to arrive once its header has (408 after).
+    #[arg(long, default_value_t = 30.0)]
+    body_timeout_s: f64,
+    /// Connections held at once; past it the one idle longest is closed to make room. Default:
+    /// the descriptor limit (raised to its hard limit) less 64.
+    #[arg(long)]
+    max_connections: Option<usize>,
     /// Seconds requests in flight get to finish after SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 30.0)]
     grace_s: f64,
@@ -72,10 +84,12 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
         ..Default::default()
     };
     let settings = Settings::resolve(&loaded, &overrides)?;
-    // NaN, negatives and values no Duration holds (1e300: it panicked once the server listened).
-    let grace = Duration::try_from_secs_f64(args.grace_s)
-        .ok()
-        .with_context(|| format!("--grace-s {}: must be a number of seconds from 0 to {}", args.grace_s, u64::MAX))?;
+    let grace = seconds("--grace-s", args.grace_s, 0.0)?;
+    let header_timeout = seconds("--header-timeout-s", args.header_timeout_s, 0.001)?;
+    let body_timeout = seconds("--body-timeout-s", args.body_timeout_s, 0.001)?;
+    if args.max_connections == Some(0) {
+        anyhow::bail!("--max-connections 0: the server needs at least one connection");
+    }
     let scheduler = SchedulerConfig { drafts: args.drafts, ..settings.scheduler() };
     let capacity = scheduler
         .lane_width()
@@ -87,7 +101,14 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
     let state = Arc::new(AppState::new(
         model_id,
         Defaults { sampler: settings.sampler, max_tokens: settings.max_tokens },
-        Limits { capacity, max_body_bytes: args.max_body_bytes, retry_after_s: 1 },
+        Limits {
+            capacity,
+            max_body_bytes: args.max_body_bytes,
+            retry_after_s: 1,
+            header_timeout,
+            body_timeout,
+            max_connections: args.max_connections.unwrap_or_else(default_max_connections),
+        },
         args.api_key.clone(),
     ));
     let app = router(state.clone(), &Cors(args.cors.clone()))?;
@@ -162,4 +183,13 @@ fn model_name(args: &ModelArgs) -> String {
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "cohort-default".into()),
     }
+}
+
+/// A flag's seconds as a Duration, refusing NaN, values below `least` and values no Duration
+/// holds (1e300 once panicked after the server was listening).
+fn seconds(flag: &str, value: f64, least: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| d.as_secs_f64() >= least)
+        .with_context(|| format!("{flag} {value}: must be a number of seconds from {least} to {}", u64::MAX))
 }

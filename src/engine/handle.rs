@@ -10,8 +10,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
+use super::intake::run_intake;
 use super::loader::Loaded;
-use super::owner::{EngineSetup, OwnerCommand, run_owner};
+use super::owner::{EngineSetup, OwnerCommand, Ready, run_owner};
 use super::request::Request;
 use super::row::{CancelFlag, CancelRegistry, RowEvent};
 use super::telemetry::{SharedTelemetry, Telemetry};
@@ -27,7 +28,9 @@ pub struct EngineHandle {
     tx: mpsc::Sender<OwnerCommand>,
     telemetry: SharedTelemetry,
     cancels: CancelRegistry,
-    thread: Option<JoinHandle<()>>,
+    /// The intake, then the owner: joined in that order, so the owner sees every command the
+    /// intake passed on before its sender goes.
+    threads: Vec<JoinHandle<()>>,
     pub info: super::owner::EngineInfo,
 }
 
@@ -70,8 +73,14 @@ impl EngineHandle {
                 OWNERS.fetch_sub(1, Ordering::SeqCst);
             })
             .context("cannot start the model-owner thread")?;
-        let info = ready_rx.recv().context("the model-owner thread ended during load")??;
-        Ok(Self { tx, telemetry, cancels: Default::default(), thread: Some(thread), info })
+        let Ready { info, tokenizer, limits } =
+            ready_rx.recv().context("the model-owner thread ended during load")??;
+        let (intake_tx, intake_rx) = mpsc::channel();
+        let intake = std::thread::Builder::new()
+            .name("cohort-intake".into())
+            .spawn(move || run_intake(tokenizer, limits, intake_rx, tx))
+            .context("cannot start the intake thread")?;
+        Ok(Self { tx: intake_tx, telemetry, cancels: Default::default(), threads: vec![intake, thread], info })
     }
 
     pub fn submit(&self, req: Request) -> Submission {
@@ -128,7 +137,10 @@ impl EngineHandle {
 impl Drop for EngineHandle {
     fn drop(&mut self) {
         let _ = self.tx.send(OwnerCommand::Shutdown);
-        if let Some(t) = self.thread.take() {
+        // The intake ends when this sender goes, after passing the shutdown on.
+        let (dead, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.tx, dead));
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }

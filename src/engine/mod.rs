@@ -12,6 +12,7 @@ pub mod draft_policy;
 #[cfg(feature = "lab")]
 pub mod graph_stats;
 pub mod handle;
+pub mod intake;
 pub mod lane;
 pub mod loader;
 pub mod owner;

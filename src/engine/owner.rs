@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -14,7 +14,7 @@ use super::cohort::{CohortConfig, FIXED_WIDTH, run_cohort};
 use super::construction::{check_batched, packed_prompt_check};
 use super::lane::{Lane, LaneConfig, Pending, PromptCacheSetup};
 use super::loader::Loaded;
-use super::prepare::prepare;
+use super::prepare::{PromptLimits, prepare};
 use super::probe;
 use super::prompt_cache::check::split_read_check;
 use super::prompt_cache::decoded::decode_read_check;
@@ -56,6 +56,14 @@ pub struct EngineInfo {
     pub weights: crate::model::layers::linear::WeightPolicy,
 }
 
+/// What the owner thread hands back once the model is loaded and checked: what the engine is,
+/// and what the intake checks prompts with ([`super::intake`]).
+pub struct Ready {
+    pub info: EngineInfo,
+    pub tokenizer: Arc<TextTokenizer>,
+    pub limits: PromptLimits,
+}
+
 pub enum OwnerCommand {
     Submit {
         req: Request,
@@ -76,7 +84,7 @@ pub fn run_owner(
     mut setup: EngineSetup,
     rx: mpsc::Receiver<OwnerCommand>,
     tel: SharedTelemetry,
-    ready: mpsc::Sender<Result<EngineInfo>>,
+    ready: mpsc::Sender<Result<Ready>>,
 ) {
     let started = (|| -> Result<(Loaded, EngineInfo, BlockRoute)> {
         let loaded = load()?;
@@ -151,6 +159,8 @@ pub fn run_owner(
             return;
         }
     };
+    let tokenizer = Arc::new(loaded.tokenizer.clone());
+    let limits = PromptLimits::of(loaded.model.as_ref());
     // Everything this thread runs from here on runs under the model's routes and the gate's
     // verdict (a cycle narrows its block route where its numerics ask; prompt reads keep theirs).
     let _in_force = routes::enter(loaded.model.routes().with_gate(info.block_route));
@@ -222,10 +232,10 @@ pub fn run_owner(
                 return;
             }
         };
-        let _ = ready.send(Ok(info));
+        let _ = ready.send(Ok(Ready { info, tokenizer, limits }));
         return run_continuous(lane, &setup, &rx, &tel);
     }
-    let _ = ready.send(Ok(info));
+    let _ = ready.send(Ok(Ready { info, tokenizer, limits }));
     let model = loaded.model.as_ref();
     let tok = &loaded.tokenizer;
     let mut serial = setup.serial;
@@ -399,7 +409,7 @@ fn run_group(
         members.iter().map(|(p, r)| (r.id.clone(), p.events.clone())).collect();
     let mut route = |ev: RowEvent| {
         let id = match &ev {
-            RowEvent::Prefill { id, .. } | RowEvent::Delta { id, .. } => id.clone(),
+            RowEvent::Queued { id, .. } | RowEvent::Prefill { id, .. } | RowEvent::Delta { id, .. } => id.clone(),
             RowEvent::Done(r) => r.id.clone(),
         };
         if let Some(tx) = senders.get(&id) {

@@ -23,15 +23,29 @@ pub fn prompt_ids(tok: &TextTokenizer, prompt: &Prompt) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-/// Build the row for `req`, or say why it cannot run.
-pub fn prepare(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, cancel: CancelFlag) -> Result<RowRun> {
+/// What a prompt is checked against before it is queued: the model's vocabulary and window.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptLimits {
+    pub vocab: u32,
+    pub window: usize,
+}
+
+impl PromptLimits {
+    pub fn of(model: &dyn LanguageModel) -> Self {
+        Self { vocab: model.vocab_size() as u32, window: model.max_context() as usize }
+    }
+}
+
+/// The prompt's token ids, or why the request cannot run whatever the engine holds: sampler
+/// values, token ids outside the vocabulary, a prompt and `max_tokens` over the window. Checked
+/// where the request comes in ([`super::intake`]) and again when it gets a row.
+pub fn checked_prompt(tok: &TextTokenizer, limits: PromptLimits, req: &Request) -> Result<(Vec<u32>, usize)> {
     req.sampler.validate()?;
     let ids = prompt_ids(tok, &req.prompt)?;
-    let vocab = model.vocab_size() as u32;
+    let PromptLimits { vocab, window } = limits;
     if let Some(bad) = ids.iter().find(|&&i| i >= vocab) {
         bail!("prompt token id {bad} is outside the model's vocabulary of {vocab}");
     }
-    let window = model.max_context() as usize;
     if ids.len() >= window {
         bail!("the prompt has {} tokens, over the context window of {window}", ids.len());
     }
@@ -53,6 +67,12 @@ pub fn prepare(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, ca
             req.max_tokens,
         );
     };
+    Ok((ids, total))
+}
+
+/// Build the row for `req`, or say why it cannot run.
+pub fn prepare(model: &dyn LanguageModel, tok: &TextTokenizer, req: &Request, cancel: CancelFlag) -> Result<RowRun> {
+    let (ids, total) = checked_prompt(tok, PromptLimits::of(model), req)?;
     let step = crate::model::layers::cache::KV_STEP as usize; // KV buffers grow in whole steps
     let positions = total.div_ceil(step) * step;
     crate::platform::memory::ensure_fits(

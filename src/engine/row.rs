@@ -18,6 +18,9 @@ use crate::platform::rng::Rng;
 /// Streamed to whoever submitted the request.
 #[derive(Debug, Clone)]
 pub enum RowEvent {
+    /// The prompt was tokenized and checked, and the request waits for a row (always the first
+    /// event of a request the engine takes; a refused one gets only its `Done`).
+    Queued { id: String, prompt_tokens: usize },
     /// The row started prefilling (`done` of `total` prompt tokens so far).
     Prefill { id: String, done: usize, total: usize },
     /// New text and the ids that produced it.

@@ -51,6 +51,16 @@ impl ApiError {
         )
     }
 
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within this server's {} s (--body-timeout-s)",
+                limit.as_secs_f64()
+            ),
+        )
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }

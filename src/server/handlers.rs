@@ -34,6 +34,7 @@ async fn complete(state: Arc<AppState>, endpoint: Endpoint, body: Result<Bytes, 
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return ApiError::too_large(state.limits.max_body_bytes).into_response();
         }
+        Err(e) if timed_out(&e) => return ApiError::body_timeout(state.limits.body_timeout).into_response(),
         Err(e) => return ApiError::bad_request(format!("cannot read the request body: {e}")).into_response(),
     };
     let parsed = match api::parse(endpoint, &bytes, &state.defaults) {
@@ -45,6 +46,19 @@ async fn complete(state: Arc<AppState>, endpoint: Endpoint, body: Result<Bytes, 
         Ok(response) => response,
         Err(e) => e.with_id(&id).into_response(),
     }
+}
+
+/// Whether the body stopped arriving for longer than `--body-timeout-s` (tower-http's timeout,
+/// somewhere in the rejection's chain of causes).
+fn timed_out(e: &BytesRejection) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Submit the request and wait for the engine to take it (its first event): a request it
@@ -218,7 +232,13 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         EngineSlot::Ready(engine) => Some(engine.snapshot()),
         _ => None,
     };
-    let text = state.metrics.render(telemetry, state.in_flight());
+    let server = super::metrics::ServerView {
+        in_flight: state.in_flight(),
+        connections_open: state.connections.count(),
+        connections_max: state.connections.max(),
+        connections_shed: state.connections.shed_total(),
+    };
+    let text = state.metrics.render(telemetry, server);
     let content_type = HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8");
     ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }

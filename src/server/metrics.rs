@@ -46,8 +46,17 @@ pub struct Metrics {
 #[derive(Debug, Default, Clone)]
 struct EngineView {
     telemetry: Telemetry,
-    in_flight: usize,
+    server: ServerView,
     ready: bool,
+}
+
+/// The server's side of a scrape: requests and connections it holds.
+#[derive(Debug, Clone, Default)]
+pub struct ServerView {
+    pub in_flight: usize,
+    pub connections_open: usize,
+    pub connections_max: usize,
+    pub connections_shed: u64,
 }
 
 impl Default for Metrics {
@@ -106,13 +115,13 @@ impl Metrics {
     }
 
     /// The text exposition, with the engine as `telemetry` shows it now.
-    pub fn render(&self, telemetry: Option<Telemetry>, in_flight: usize) -> String {
+    pub fn render(&self, telemetry: Option<Telemetry>, server: ServerView) -> String {
         let _one_at_a_time = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
         {
             let mut view = self.engine.lock().unwrap_or_else(|e| e.into_inner());
             view.ready = telemetry.is_some();
             view.telemetry = telemetry.unwrap_or_default();
-            view.in_flight = in_flight;
+            view.server = server;
         }
         let mut out = String::new();
         // Writing to a String cannot fail.
@@ -134,7 +143,12 @@ impl Collector for EngineCollector {
         let view = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let t = &view.telemetry;
         let pc = &t.prompt_cache;
-        let counters: [(&str, &str, u64); 17] = [
+        let counters: [(&str, &str, u64); 18] = [
+            (
+                "http_connections_shed",
+                "Idle connections closed to make room for new ones (--max-connections)",
+                view.server.connections_shed,
+            ),
             ("engine_cycles", "Decode cycles the lane has run", t.lane_cycles),
             (
                 "plain_cycles",
@@ -169,9 +183,15 @@ impl Collector for EngineCollector {
             let c = ConstCounter::new(value);
             c.encode(encoder.encode_descriptor(name, help, None, c.metric_type())?)?;
         }
-        let gauges: [(&str, &str, i64); 12] = [
+        let gauges: [(&str, &str, i64); 14] = [
             ("ready", "1 once the model has loaded", i64::from(view.ready)),
-            ("requests_in_flight", "Requests the server holds (decoding or waiting)", view.in_flight as i64),
+            ("requests_in_flight", "Requests the server holds (decoding or waiting)", view.server.in_flight as i64),
+            ("http_connections_open", "Connections the server holds", view.server.connections_open as i64),
+            (
+                "http_connections_max",
+                "Connections held at most (--max-connections)",
+                view.server.connections_max as i64,
+            ),
             ("queue_depth", "Requests waiting for a row", t.pending as i64),
             ("active_rows", "Rows reading their prompt or decoding", t.active as i64),
             ("lane_width", "Physical width of the lane's latest cycle (0 when idle)", t.width_now as i64),

@@ -5,6 +5,7 @@
 
 pub mod api;
 mod bridge;
+pub mod connections;
 pub mod error;
 mod handlers;
 mod health;
@@ -47,6 +48,7 @@ pub fn router(state: Arc<AppState>, cors: &Cors) -> anyhow::Result<Router> {
         .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.limits.body_timeout))
         .layer(middleware::from_fn_with_state(state.clone(), every_response))
         .with_state(state);
     if !cors.0.is_empty() {
@@ -112,6 +114,8 @@ const LINGER: Duration = Duration::from_secs(2);
 /// to finish, the rest are cancelled (their clients get what was generated, finish reason
 /// "cancelled"), and the server returns once every connection has closed, or [`LINGER`] after
 /// the drain. A second SIGTERM or SIGINT during the drain cancels what runs and returns at once.
+/// Connections are served by hyper with the header timeout of `state.limits`, counted in
+/// `state.connections`, and shed longest-idle first when the table is full.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
@@ -120,7 +124,6 @@ pub async fn serve(
     grace: Duration,
 ) -> anyhow::Result<()> {
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
     let draining = state.clone();
     let drained = async move {
         stop.await;
@@ -143,16 +146,10 @@ pub async fn serve(
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        let _ = drained_tx.send(());
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(drained);
-    let lingered = async {
-        if drained_rx.await.is_ok() {
-            tokio::time::sleep(LINGER).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let accepting = accept(listener, app, state.clone(), &graceful);
+    // A second signal while draining (or while connections close) stops the server at once.
     let second_signal = async {
         if stopping_rx.await.is_ok() {
             shutdown_signal().await;
@@ -160,23 +157,91 @@ pub async fn serve(
             std::future::pending::<()>().await;
         }
     };
+    tokio::pin!(second_signal);
     tokio::select! {
-        served = server.into_future() => served?,
-        () = lingered => {
+        served = accepting => served?,
+        () = drained => {}
+        () = &mut second_signal => {
+            stop_now(&state).await;
+            return Ok(());
+        }
+    }
+    // No more connections are taken; those open finish their responses and close.
+    state.connections.close_idle();
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(LINGER) => {
             tracing::warn!("connections still open {} s after the drain closed", LINGER.as_secs());
             eprintln!("cohort: closing connections that never sent a whole request");
         }
-        () = second_signal => {
-            eprintln!("cohort: a second signal: stopping now ({} in flight cancelled)", state.in_flight());
-            state.start_draining();
-            state.cancel_all();
-            let deadline = Instant::now() + LINGER;
-            while state.in_flight() > 0 && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+        () = &mut second_signal => stop_now(&state).await,
     }
     Ok(())
+}
+
+/// A second signal: cancel what runs, give its clients [`LINGER`] to hear it, and stop.
+async fn stop_now(state: &AppState) {
+    eprintln!("cohort: a second signal: stopping now ({} in flight cancelled)", state.in_flight());
+    state.start_draining();
+    state.cancel_all();
+    let deadline = Instant::now() + LINGER;
+    while state.in_flight() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Take connections until the caller stops polling: each served on a task of its own under
+/// hyper's header timeout, its requests through `app` with its place marked busy until the
+/// response's last byte. Out of descriptors, the longest-idle connection is closed to make room.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    state: Arc<AppState>,
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
+) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(state.limits.header_timeout);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) if connections::out_of_descriptors(&e) => {
+                if !state.connections.shed_one(None) {
+                    tracing::warn!("out of descriptors with every connection busy: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!("accepting a connection failed: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (open, close) = state.connections.open();
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let busy = open.busy();
+            let app = app.clone();
+            async move {
+                let response = tower::ServiceExt::oneshot(app, request.map(axum::body::Body::new)).await?;
+                Ok::<_, std::convert::Infallible>(response.map(|body| connections::BusyBody::wrap(body, busy)))
+            }
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            tokio::select! {
+                served = connection => {
+                    if let Err(e) = served {
+                        tracing::debug!("a connection ended: {e}");
+                    }
+                }
+                // Shed: closed where it stands (it had no request running).
+                () = close.notified() => {}
+            }
+        });
+    }
 }
 
 /// SIGTERM or Ctrl-C.

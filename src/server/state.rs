@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::api::Defaults;
+use super::connections::Connections;
 use super::error::ApiError;
 use super::metrics::Metrics;
 use crate::engine::handle::EngineHandle;
@@ -26,6 +27,13 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Seconds a 503 asks the client to wait.
     pub retry_after_s: u64,
+    /// A connection must send a request's whole header within this, counted from when it
+    /// opened or its last response ended (so it also bounds keep-alive idling).
+    pub header_timeout: std::time::Duration,
+    /// A request's body must have arrived whole within this once its header has.
+    pub body_timeout: std::time::Duration,
+    /// Connections held at once; past it the longest-idle one is closed ([`Connections`]).
+    pub max_connections: usize,
 }
 
 pub struct AppState {
@@ -44,6 +52,7 @@ pub struct AppState {
     /// Makes ids unique across restarts of the server.
     epoch: u64,
     pub metrics: Metrics,
+    pub connections: Arc<Connections>,
 }
 
 impl AppState {
@@ -52,13 +61,14 @@ impl AppState {
             engine: RwLock::new(EngineSlot::Loading),
             model_id,
             defaults,
-            limits,
             api_key,
             in_flight: Mutex::new(HashMap::new()),
             draining: AtomicBool::new(false),
             next: AtomicU64::new(0),
             epoch: unix_now(),
             metrics: Metrics::default(),
+            connections: Connections::new(limits.max_connections),
+            limits,
         }
     }
 

@@ -1277,6 +1277,8 @@ impl App {
         let Some(pane) = self.panes.iter_mut().find(|p| p.id == pane_id) else { return };
         let Some(flight) = pane.in_flight.as_mut() else { return };
         match event {
+            // The prompt's size is known while the request waits for a row.
+            RowEvent::Queued { id, prompt_tokens } if id == flight.id => flight.prefill = (0, prompt_tokens),
             RowEvent::Prefill { id, done, total } if id == flight.id => {
                 flight.prefill = (done, total);
                 if pane.state == RowState::Queued {

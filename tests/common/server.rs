@@ -22,6 +22,11 @@ impl Server {
     /// The default model (with its MTP head, as setup installs it) behind `cohort serve ARGS`;
     /// None when the GGUF is absent (the test says it is skipped).
     pub fn start(test: &str, args: &[&str]) -> Option<Server> {
+        Self::start_with(test, args, |_| {})
+    }
+
+    /// [`Server::start`], with `adjust` applied to the command first (a descriptor limit).
+    pub fn start_with(test: &str, args: &[&str], adjust: impl FnOnce(&mut Command)) -> Option<Server> {
         let model = super::smollm2_imported(test)?;
         std::fs::copy(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors"),
@@ -29,14 +34,10 @@ impl Server {
         )
         .unwrap();
         let home = tempfile::tempdir().unwrap();
-        let mut child = super::cohort_command(home.path())
-            .args(["serve", "--port", "0", "-m"])
-            .arg(model.path())
-            .args(args)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut command = super::cohort_command(home.path());
+        command.args(["serve", "--port", "0", "-m"]).arg(model.path()).args(args);
+        adjust(&mut command);
+        let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
         let (tx, log) = mpsc::channel();
         let stderr = child.stderr.take().unwrap();
         std::thread::spawn(move || {

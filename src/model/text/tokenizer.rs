@@ -22,6 +22,7 @@ impl ChatMessage {
     }
 }
 
+#[derive(Clone)]
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
     chat_template: Option<String>,
