@@ -555,3 +555,25 @@ fn a_queued_stream_gets_its_headers_at_once() {
         let _ = c.wait();
     }
 }
+
+/// A request still running `--request-timeout-s` after it came is cancelled and its client told
+/// why: 504 for a whole answer, an error event before `[DONE]` for a stream (issue 58, item 4).
+#[test]
+fn a_request_past_the_request_timeout_is_cancelled_and_told_why() {
+    let test = "a_request_past_the_request_timeout_is_cancelled_and_told_why";
+    let Some(server) = Server::start(test, &["--request-timeout-s", "1"]) else { return };
+    let url = server.url("/v1/chat/completions");
+    let started = Instant::now();
+    let (status, _, body) = post(&url, &chat(3000, false), &[]);
+    assert_eq!(status, 504, "{body}");
+    assert!(body.contains("--request-timeout-s"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(10), "cancelled after {:?}", started.elapsed());
+    let (status, _, body) = post(&url, &chat(3000, true), &["-N"]);
+    assert_eq!(status, 200, "{body}");
+    let data: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    assert!(data[data.len() - 2].contains("--request-timeout-s"), "{body}");
+    assert!(data.len() > 4, "no tokens came before the timeout: {body}");
+    let h = server.wait_idle(Duration::from_secs(10));
+    assert_eq!(h["queue"]["in_flight"], 0, "{h}");
+}

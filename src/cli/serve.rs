@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// Seconds a request's body may take to arrive once its header has (408 after).
     #[arg(long, default_value_t = 30.0)]
     body_timeout_s: f64,
+    /// Seconds a request may run, waiting for a row included; past it, it is cancelled and its
+    /// client told why (a whole answer: 504; a stream: an error event before `[DONE]`).
+    #[arg(long, default_value_t = 1800.0)]
+    request_timeout_s: f64,
     /// Connections held at once; past it the one idle longest is closed to make room. Default:
     /// the descriptor limit (raised to its hard limit) less 64.
     #[arg(long)]
@@ -87,6 +91,7 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
     let grace = seconds("--grace-s", args.grace_s, 0.0)?;
     let header_timeout = seconds("--header-timeout-s", args.header_timeout_s, 0.001)?;
     let body_timeout = seconds("--body-timeout-s", args.body_timeout_s, 0.001)?;
+    let request_timeout = seconds("--request-timeout-s", args.request_timeout_s, 0.001)?;
     if args.max_connections == Some(0) {
         anyhow::bail!("--max-connections 0: the server needs at least one connection");
     }
@@ -107,6 +112,7 @@ pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {
             retry_after_s: 1,
             header_timeout,
             body_timeout,
+            request_timeout,
             max_connections: args.max_connections.unwrap_or_else(default_max_connections),
         },
         args.api_key.clone(),

@@ -5,26 +5,34 @@
 
 use std::sync::Arc;
 use std::sync::mpsc::RecvTimeoutError;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::api::Endpoint;
 use super::state::AppState;
 use crate::engine::handle::Submission;
-use crate::engine::request::RequestResult;
+use crate::engine::request::{FinishReason, RequestResult};
 use crate::engine::row::RowEvent;
 
 /// How often a quiet request checks whether its client is still there. A cycle on the CPU takes
 /// 10-40 ms, so a disconnect is seen within a cycle or two.
 const LISTEN: Duration = Duration::from_millis(20);
 
-/// Forward `sub`'s events; the last one is always a `Done`.
+/// Forward `sub`'s events; the last one is always a `Done`. A request still running
+/// `--request-timeout-s` after it came is cancelled, and its result says so in `error`.
 pub fn forward(sub: Submission, endpoint: Endpoint, state: Arc<AppState>) -> UnboundedReceiver<RowEvent> {
     let (tx, rx) = unbounded_channel();
+    let limit = state.limits.request_timeout;
     tokio::task::spawn_blocking(move || {
         let mut listening = true;
+        let deadline = Instant::now().checked_add(limit);
+        let mut timed_out = false;
         loop {
+            if !timed_out && deadline.is_some_and(|d| Instant::now() >= d) {
+                timed_out = true;
+                sub.cancel.cancel();
+            }
             let ev = match sub.events.recv_timeout(LISTEN) {
                 Ok(ev) => ev,
                 Err(RecvTimeoutError::Timeout) => {
@@ -39,13 +47,22 @@ pub fn forward(sub: Submission, endpoint: Endpoint, state: Arc<AppState>) -> Unb
                     "the engine stopped before finishing this request".into(),
                 ))),
             };
-            if let RowEvent::Done(r) = &ev {
-                // Accounted for before the client hears, so whoever it tells sees it gone.
-                state.metrics.record(endpoint, r, !listening);
-                state.release(&sub.id);
-                let _ = tx.send(ev);
-                return;
-            }
+            let ev = match ev {
+                RowEvent::Done(mut r) => {
+                    if timed_out && r.finish_reason == FinishReason::Cancelled && r.error.is_none() {
+                        r.error = Some(format!(
+                            "the request ran past this server's limit of {} s (--request-timeout-s) and was cancelled",
+                            limit.as_secs_f64()
+                        ));
+                    }
+                    // Accounted for before the client hears, so whoever it tells sees it gone.
+                    state.metrics.record(endpoint, &r, !listening);
+                    state.release(&sub.id);
+                    let _ = tx.send(RowEvent::Done(r));
+                    return;
+                }
+                other => other,
+            };
             if listening && tx.send(ev).is_err() {
                 listening = false;
                 sub.cancel.cancel();

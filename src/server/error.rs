@@ -61,6 +61,11 @@ impl ApiError {
         )
     }
 
+    /// A request that ran past `--request-timeout-s`.
+    pub fn timed_out(message: String) -> Self {
+        Self::new(StatusCode::GATEWAY_TIMEOUT, message)
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }

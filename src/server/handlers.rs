@@ -124,6 +124,16 @@ fn refusal(endpoint: Endpoint, r: &RequestResult) -> ApiError {
     }
 }
 
+/// What a request that ended without its answer tells its client: the refusal or failure, or the
+/// request timeout that cancelled it (504). None for an answer (cancelled ones included).
+fn failure(endpoint: Endpoint, r: &RequestResult) -> Option<ApiError> {
+    match r.finish_reason {
+        FinishReason::Error => Some(refusal(endpoint, r)),
+        FinishReason::Cancelled => r.error.as_ref().map(|why| ApiError::timed_out(why.clone())),
+        _ => None,
+    }
+}
+
 struct Answer {
     endpoint: Endpoint,
     id: String,
@@ -140,8 +150,8 @@ impl Answer {
         let mut ev = first;
         loop {
             if let RowEvent::Done(r) = ev {
-                if r.finish_reason == FinishReason::Error {
-                    return Err(refusal(self.endpoint, &r));
+                if let Some(e) = failure(self.endpoint, &r) {
+                    return Err(e);
                 }
                 return Ok(axum::Json(api::completion(self.endpoint, &self.id, &self.model, self.created, &r)));
             }
@@ -154,8 +164,8 @@ impl Answer {
         match ev {
             RowEvent::Delta { text, .. } if !text.is_empty() => out.push(self.chunk(json!({"content": text}), None)),
             RowEvent::Done(r) => {
-                if r.finish_reason == FinishReason::Error {
-                    out.push(Event::default().data(refusal(self.endpoint, &r).body().to_string()));
+                if let Some(e) = failure(self.endpoint, &r) {
+                    out.push(Event::default().data(e.body().to_string()));
                 } else {
                     out.push(self.chunk(json!({}), Some(api::finish_reason(r.finish_reason))));
                     if include_usage {

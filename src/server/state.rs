@@ -32,6 +32,8 @@ pub struct Limits {
     pub header_timeout: std::time::Duration,
     /// A request's body must have arrived whole within this once its header has.
     pub body_timeout: std::time::Duration,
+    /// A request still running this long after it came is cancelled (`--request-timeout-s`).
+    pub request_timeout: std::time::Duration,
     /// Connections held at once; past it the longest-idle one is closed ([`Connections`]).
     pub max_connections: usize,
 }
