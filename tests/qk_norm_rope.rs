@@ -1,21 +1,20 @@
 //! The attention layers' q/k norm and RoPE kernel (kernels/qk_norm_rope.cu) against a float64
 //! reference of RMSNorm and RoPE (src/model/cuda/qk_norm_rope.rs, whose unit test holds that
 //! reference to the model's ops route on any backend), against itself row by row, and inside the
-//! model against the ops route it replaces. The kernel needs MLX's CUDA backend; elsewhere these
-//! tests say so and pass (`COHORT_REQUIRE_CUDA=1` makes that a failure on the GPU machine).
+//! model against the ops route it replaces. The kernel needs MLX's CUDA backend: these tests are
+//! ignored elsewhere, and fail on a wrong backend when run on purpose (`--include-ignored`).
 
 mod common;
 
-use common::cuda_here;
+use common::require_cuda;
 
 use cohort::model::cuda::qk_norm_rope::{check, rows_differing};
 use mlx_rs::Dtype;
 
+#[ignore = "needs MLX's CUDA backend: scripts/gpu/exact.sh tests runs it (--include-ignored)"]
 #[test]
 fn the_kernel_matches_the_float64_reference() {
-    if !cuda_here("the q/k norm and RoPE kernel") {
-        return;
-    }
+    require_cuda("the q/k norm and RoPE kernel");
     let verify: Vec<i32> = (0..8).map(|r| 3 + 90 * r).collect();
     for (offsets, t) in [(vec![37], 1), (verify, 2), (vec![0], 64)] {
         // float32's angle is position x frequency in float32, hence its looser bound.
@@ -26,11 +25,10 @@ fn the_kernel_matches_the_float64_reference() {
     }
 }
 
+#[ignore = "needs MLX's CUDA backend: scripts/gpu/exact.sh tests runs it (--include-ignored)"]
 #[test]
 fn a_rows_heads_are_the_same_alone_in_a_block_and_as_a_step() {
-    if !cuda_here("the q/k norm and RoPE kernel") {
-        return;
-    }
+    require_cuda("the q/k norm and RoPE kernel");
     let offsets: Vec<i32> = (0..8).map(|r| 3 + 90 * r).collect();
     for dtype in [Dtype::Bfloat16, Dtype::Float32] {
         assert_eq!(rows_differing(&offsets, 2, dtype, 47).unwrap(), 0, "{dtype:?}");
@@ -42,13 +40,12 @@ fn a_rows_heads_are_the_same_alone_in_a_block_and_as_a_step() {
 /// two-token block, each way; the logits must agree. This covers what the float64 check cannot:
 /// which columns of the stacked product the layer hands the kernel, the gates and values beside
 /// it, and the rows' positions.
+#[ignore = "needs MLX's CUDA backend: scripts/gpu/exact.sh tests runs it (--include-ignored)"]
 #[test]
 fn the_kernel_gives_the_ops_routes_logits_in_the_model() {
     use cohort::model::forward::{LanguageModel, Logits};
     use cohort::model::routes;
-    if !cuda_here("the q/k norm and RoPE kernel") {
-        return;
-    }
+    require_cuda("the q/k norm and RoPE kernel");
     let cfg = cohort::model::synth::geometry("qwen36-35b-a3b", Some(4), Some(512)).unwrap();
     let mut weights = cohort::model::synth::make_weights(&cfg, Dtype::Float32, 9).unwrap();
     let model = cohort::model::families::qwen3_5::Qwen35Model::from_weights(cfg, &mut weights, Dtype::Float32).unwrap();

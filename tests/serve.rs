@@ -48,7 +48,7 @@ fn chat(max_tokens: usize, stream: bool) -> String {
 
 #[test]
 fn the_openai_client_chats_streams_and_gets_its_errors() {
-    let Some(server) = Server::start("the_openai_client_chats_streams_and_gets_its_errors", &[]) else { return };
+    let server = Server::start("the_openai_client_chats_streams_and_gets_its_errors", &[]);
     python(&["basic", &server.url("/v1")]);
     let h = server.wait_idle(Duration::from_secs(10));
     assert_eq!(h["status"], "ready");
@@ -57,9 +57,7 @@ fn the_openai_client_chats_streams_and_gets_its_errors() {
 
 #[test]
 fn eight_concurrent_streams_each_get_their_own_answer_in_one_cohort() {
-    let Some(server) = Server::start("eight_concurrent_streams_each_get_their_own_answer_in_one_cohort", &[]) else {
-        return;
-    };
+    let server = Server::start("eight_concurrent_streams_each_get_their_own_answer_in_one_cohort", &[]);
     let said = python(&["concurrent", &server.url("/v1"), "8"]);
     let h = server.wait_idle(Duration::from_secs(10));
     // The eight decoded as rows of one lane: cycles ran wider than one.
@@ -69,9 +67,7 @@ fn eight_concurrent_streams_each_get_their_own_answer_in_one_cohort() {
 
 #[test]
 fn raw_http_gets_sse_json_errors_and_metrics() {
-    let Some(server) = Server::start("raw_http_gets_sse_json_errors_and_metrics", &["--max-body-bytes", "2000"]) else {
-        return;
-    };
+    let server = Server::start("raw_http_gets_sse_json_errors_and_metrics", &["--max-body-bytes", "2000"]);
     let chat_url = server.url("/v1/chat/completions");
     // Server-sent events as curl sees them: data lines of JSON, then [DONE].
     let (status, head, body) = post(&chat_url, &chat(8, true), &["-N"]);
@@ -116,7 +112,7 @@ fn raw_http_gets_sse_json_errors_and_metrics() {
 
 #[test]
 fn a_client_that_disconnects_frees_its_row() {
-    let Some(server) = Server::start("a_client_that_disconnects_frees_its_row", &[]) else { return };
+    let server = Server::start("a_client_that_disconnects_frees_its_row", &[]);
     // A long answer, abandoned after its first second.
     let out =
         curl(&["-s", "-N", "--max-time", "1", "--data-binary", &chat(3000, true), &server.url("/v1/chat/completions")]);
@@ -137,12 +133,10 @@ fn a_client_that_disconnects_frees_its_row() {
 
 #[test]
 fn a_key_is_required_when_set_and_a_full_queue_answers_503() {
-    let Some(server) = Server::start(
+    let server = Server::start(
         "a_key_is_required_when_set_and_a_full_queue_answers_503",
         &["--api-key", "s3cret", "--max-waiting", "0"],
-    ) else {
-        return;
-    };
+    );
     let chat_url = server.url("/v1/chat/completions");
     let (status, _, body) = post(&chat_url, &chat(4, false), &[]);
     assert_eq!(status, 401, "{body}");
@@ -198,11 +192,7 @@ fn streaming(server: &Server, max_tokens: usize) -> Child {
 
 #[test]
 fn sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0() {
-    let Some(mut server) =
-        Server::start("sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0", &["--grace-s", "60"])
-    else {
-        return;
-    };
+    let mut server = Server::start("sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0", &["--grace-s", "60"]);
     let chat_url = server.url("/v1/chat/completions");
     let running = streaming(&server, 150);
     let pid = server.child.id().to_string();
@@ -222,11 +212,7 @@ fn sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0() {
 
 #[test]
 fn after_the_grace_period_a_drain_cancels_what_still_runs() {
-    let Some(mut server) =
-        Server::start("after_the_grace_period_a_drain_cancels_what_still_runs", &["--grace-s", "0.5"])
-    else {
-        return;
-    };
+    let mut server = Server::start("after_the_grace_period_a_drain_cancels_what_still_runs", &["--grace-s", "0.5"]);
     let running = streaming(&server, 5000);
     let stopped = Instant::now();
     assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap().success());
@@ -318,10 +304,7 @@ fn an_empty_key_is_refused_and_an_open_bind_without_a_key_is_warned_of() {
 #[test]
 fn a_half_sent_request_cannot_hold_a_stopping_server_and_a_second_signal_stops_it_at_once() {
     use std::io::Write;
-    let Some(mut server) = Server::start("a_half_sent_request_cannot_hold_a_stopping_server", &["--grace-s", "1"])
-    else {
-        return;
-    };
+    let mut server = Server::start("a_half_sent_request_cannot_hold_a_stopping_server", &["--grace-s", "1"]);
     let address = server.base.trim_start_matches("http://").to_owned();
     let mut half = std::net::TcpStream::connect(&address).unwrap();
     half.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le").unwrap();
@@ -340,9 +323,7 @@ fn a_half_sent_request_cannot_hold_a_stopping_server_and_a_second_signal_stops_i
     assert!(stopped.elapsed() < Duration::from_secs(10), "stopped in {:?}", stopped.elapsed());
     drop(half);
 
-    let Some(mut server) = Server::start("a_second_signal_stops_a_draining_server", &["--grace-s", "120"]) else {
-        return;
-    };
+    let mut server = Server::start("a_second_signal_stops_a_draining_server", &["--grace-s", "120"]);
     let running = streaming(&server, 5000);
     let pid = server.child.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
@@ -366,7 +347,7 @@ fn a_half_sent_request_cannot_hold_a_stopping_server_and_a_second_signal_stops_i
 #[test]
 fn every_response_is_counted_by_status_and_a_wrong_method_is_explained() {
     let args = ["--api-key", "k", "--max-body-bytes", "1000"];
-    let Some(server) = Server::start("every_response_is_counted_by_status", &args) else { return };
+    let server = Server::start("every_response_is_counted_by_status", &args);
     let url = server.url("/v1/chat/completions");
     let key = ["-H", "authorization: Bearer k"];
     assert_eq!(post(&url, "{}", &[]).0, 401);
@@ -436,7 +417,7 @@ fn a_thousand_idle_connections_at_a_descriptor_limit_do_not_keep_a_request_out()
     ];
     for (name, args, least_shed) in arms {
         let test = "a_thousand_idle_connections_at_a_descriptor_limit_do_not_keep_a_request_out";
-        let Some(server) = Server::start_with(test, &args, descriptor_limit(1024)) else { return };
+        let server = Server::start_with(test, &args, descriptor_limit(1024));
         let addr = server.base.trim_start_matches("http://").to_owned();
         let idle: Vec<std::net::TcpStream> =
             (0..1100).map(|i| std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("{i}: {e}"))).collect();
@@ -475,7 +456,7 @@ fn read_until_closed(stream: &mut std::net::TcpStream, within: Duration) -> (Str
 fn slow_headers_idle_connections_and_stalled_bodies_time_out() {
     use std::io::Write;
     let test = "slow_headers_idle_connections_and_stalled_bodies_time_out";
-    let Some(server) = Server::start(test, &["--header-timeout-s", "1", "--body-timeout-s", "1"]) else { return };
+    let server = Server::start(test, &["--header-timeout-s", "1", "--body-timeout-s", "1"]);
     let addr = server.base.trim_start_matches("http://").to_owned();
     let connect = || std::net::TcpStream::connect(&addr).unwrap();
 
@@ -504,7 +485,7 @@ fn slow_headers_idle_connections_and_stalled_bodies_time_out() {
 /// header timeout gave up after 15.9 s), and its tokens when a row frees.
 #[test]
 fn a_queued_stream_gets_its_headers_at_once() {
-    let Some(server) = Server::start("a_queued_stream_gets_its_headers_at_once", &[]) else { return };
+    let server = Server::start("a_queued_stream_gets_its_headers_at_once", &[]);
     let chat_url = server.url("/v1/chat/completions");
     let long = chat(600, true);
     let busy: Vec<Child> = (0..8)
@@ -561,7 +542,7 @@ fn a_queued_stream_gets_its_headers_at_once() {
 #[test]
 fn a_request_past_the_request_timeout_is_cancelled_and_told_why() {
     let test = "a_request_past_the_request_timeout_is_cancelled_and_told_why";
-    let Some(server) = Server::start(test, &["--request-timeout-s", "1"]) else { return };
+    let server = Server::start(test, &["--request-timeout-s", "1"]);
     let url = server.url("/v1/chat/completions");
     let started = Instant::now();
     let (status, _, body) = post(&url, &chat(3000, false), &[]);

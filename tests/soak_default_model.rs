@@ -12,7 +12,7 @@ use soak_driver::{SoakSpec, soak};
 
 #[test]
 fn four_hundred_requests_on_the_default_model() {
-    let Some(dir) = common::smollm2_imported("four_hundred_requests_on_the_default_model") else { return };
+    let dir = common::smollm2_imported("four_hundred_requests_on_the_default_model");
     let spec = SoakSpec {
         requests: 400,
         seed: 2027,

@@ -46,10 +46,7 @@ async fn pump(app: &mut App, bridge: &mut Bridge, until: impl Fn(&App) -> bool) 
 
 #[test]
 fn attached_panes_chat_through_the_server_and_the_inspector_shows_its_engine() {
-    let Some(server) = Server::start("attached_panes_chat_through_the_server_and_the_inspector_shows_its_engine", &[])
-    else {
-        return;
-    };
+    let server = Server::start("attached_panes_chat_through_the_server_and_the_inspector_shows_its_engine", &[]);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let remote = RemoteEngine::connect(&server.base, None).await.unwrap();

@@ -704,7 +704,7 @@ fn quitting_while_the_model_loads_never_crashes() {
         eprintln!("SKIPPED: tmux is not installed (./setup.sh installs it)");
         return;
     }
-    let Some(model) = common::smollm2_with_head("quitting_while_the_model_loads_never_crashes") else { return };
+    let model = common::smollm2_with_head("quitting_while_the_model_loads_never_crashes");
     let home = tempfile::tempdir().unwrap();
     for (round, delay_ms) in
         [200u64, 500, 800, 1100, 1400, 1700, 2000, 500, 800, 1100, 1400, 1700].into_iter().enumerate()

