@@ -192,7 +192,8 @@ fn streaming(server: &Server, max_tokens: usize) -> Child {
 
 #[test]
 fn sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0() {
-    let mut server = Server::start("sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0", &["--grace-s", "60"]);
+    let mut server =
+        Server::start("sigterm_lets_running_answers_finish_refuses_new_ones_and_exits_0", &["--grace-s", "60"]);
     let chat_url = server.url("/v1/chat/completions");
     let running = streaming(&server, 150);
     let pid = server.child.id().to_string();
@@ -557,4 +558,36 @@ fn a_request_past_the_request_timeout_is_cancelled_and_told_why() {
     assert!(data.len() > 4, "no tokens came before the timeout: {body}");
     let h = server.wait_idle(Duration::from_secs(10));
     assert_eq!(h["queue"]["in_flight"], 0, "{h}");
+}
+
+/// Where `max_tokens` cuts a multi-byte character (three tokens an emoji here), the stream says
+/// what the whole answer says: the decoder's held-back tail (U+FFFD) goes out before the closing
+/// chunk (issue 58, item 12: the stream dropped it).
+#[test]
+fn a_character_cut_by_max_tokens_reads_the_same_whole_and_streamed() {
+    let server = Server::start("a_character_cut_by_max_tokens_reads_the_same_whole_and_streamed", &[]);
+    let url = server.url("/v1/completions");
+    let body = |n: usize, stream: bool| {
+        format!(
+            r#"{{"prompt":"Reply with five emoji only: 🙂🎉","max_tokens":{n},"temperature":0,"ignore_eos":true,"stream":{stream}}}"#
+        )
+    };
+    let mut cut = 0;
+    for n in 1..=5 {
+        let (status, _, whole) = post(&url, &body(n, false), &[]);
+        assert_eq!(status, 200, "{whole}");
+        let whole: Value = serde_json::from_str(&whole).unwrap();
+        let whole = whole["choices"][0]["text"].as_str().unwrap().to_owned();
+        let (_, _, streamed) = post(&url, &body(n, true), &["-N"]);
+        let text: String = streamed
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter_map(|c| c["choices"][0]["text"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(text, whole, "max_tokens {n}");
+        cut += usize::from(whole.ends_with('\u{FFFD}'));
+    }
+    assert!(cut > 0, "no max_tokens cut a character: the check meant nothing");
 }

@@ -160,13 +160,22 @@ impl Answer {
     }
 
     /// What one engine event sends: a text chunk, or the closing chunks and `[DONE]`.
-    fn events_for(&self, ev: RowEvent, include_usage: bool, out: &mut Vec<Event>) {
+    /// `sent` counts the answer's bytes streamed so far: text the decoder held back to the end (a
+    /// character `max_tokens` cut short comes out as U+FFFD) goes out before the closing chunk,
+    /// so the stream says what the whole answer says.
+    fn events_for(&self, ev: RowEvent, include_usage: bool, sent: &mut usize, out: &mut Vec<Event>) {
         match ev {
-            RowEvent::Delta { text, .. } if !text.is_empty() => out.push(self.chunk(json!({"content": text}), None)),
+            RowEvent::Delta { text, .. } if !text.is_empty() => {
+                *sent += text.len();
+                out.push(self.chunk(json!({"content": text}), None))
+            }
             RowEvent::Done(r) => {
                 if let Some(e) = failure(self.endpoint, &r) {
                     out.push(Event::default().data(e.body().to_string()));
                 } else {
+                    if let Some(rest) = r.text.get(*sent..).filter(|rest| !rest.is_empty()) {
+                        out.push(self.chunk(json!({"content": rest}), None));
+                    }
                     out.push(self.chunk(json!({}), Some(api::finish_reason(r.finish_reason))));
                     if include_usage {
                         let mut usage = api::chunk(self.endpoint, &self.id, &self.model, self.created, json!({}), None);
@@ -202,6 +211,7 @@ impl Answer {
                 out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
             }
             let mut next = Some(first);
+            let mut sent = 0;
             loop {
                 let ev = match next.take() {
                     Some(ev) => Some(ev),
@@ -209,7 +219,7 @@ impl Answer {
                 };
                 let Some(ev) = ev else { return };
                 let done = matches!(ev, RowEvent::Done(_));
-                self.events_for(ev, include_usage, &mut out);
+                self.events_for(ev, include_usage, &mut sent, &mut out);
                 for e in out.drain(..) {
                     if tx.send(Ok(e)).await.is_err() {
                         return;

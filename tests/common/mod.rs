@@ -119,11 +119,8 @@ pub fn smollm2_with_head(test: &str) -> tempfile::TempDir {
 /// cohort's kernel), with its tokenizer; the folder is kept alive beside them.
 pub fn smollm2_loaded(
     test: &str,
-) -> (
-    tempfile::TempDir,
-    Box<dyn cohort::model::forward::LanguageModel>,
-    cohort::model::text::tokenizer::TextTokenizer,
-) {
+) -> (tempfile::TempDir, Box<dyn cohort::model::forward::LanguageModel>, cohort::model::text::tokenizer::TextTokenizer)
+{
     let dir = smollm2_with_head(test);
     let model = cohort::model::load::load_with_policy(
         dir.path(),
