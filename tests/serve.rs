@@ -591,3 +591,30 @@ fn a_character_cut_by_max_tokens_reads_the_same_whole_and_streamed() {
     }
     assert!(cut > 0, "no max_tokens cut a character: the check meant nothing");
 }
+
+/// A request naming a model this server does not serve gets 404 naming `model` (as OpenAI and
+/// vLLM answer it; it was served whatever it named), and one naming the served model, "default"
+/// or nothing is answered (issue 58, item 12).
+#[test]
+fn a_model_this_server_does_not_serve_is_404_naming_it() {
+    let server = Server::start("a_model_this_server_does_not_serve_is_404_naming_it", &[]);
+    let url = server.url("/v1/chat/completions");
+    let served = text(&curl(&["-s", &server.url("/v1/models")]).stdout);
+    let served: Value = serde_json::from_str(&served).unwrap();
+    let served = served["data"][0]["id"].as_str().unwrap().to_owned();
+    let ask = |model: &str| {
+        let body = format!(r#"{{{model}"messages":[{{"role":"user","content":"Hi"}}],"max_tokens":2}}"#);
+        post(&url, &body, &[])
+    };
+    let (status, _, body) = ask(r#""model":"gpt-4o","#);
+    assert_eq!(status, 404, "{body}");
+    let e: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((e["error"]["param"].as_str(), e["error"]["code"].as_str()), (Some("model"), Some("model_not_found")));
+    assert!(e["error"]["message"].as_str().unwrap().contains(&served), "{body}");
+    for named in
+        [format!(r#""model":"{served}","#), r#""model":"default","#.into(), r#""model":"","#.into(), String::new()]
+    {
+        let (status, _, body) = ask(&named);
+        assert_eq!(status, 200, "{named}: {body}");
+    }
+}

@@ -45,6 +45,15 @@ pub struct Parsed {
     pub request: Request,
     pub stream: bool,
     pub include_usage: bool,
+    /// The model the client asked for, if it named one ([`answers_to`] decides).
+    pub model: Option<String>,
+}
+
+/// Whether a request naming `asked` is for the model this server serves (`served`, as
+/// `/v1/models` lists it): that name, or a placeholder clients send when any model will do
+/// (`""`, `"default"`).
+pub fn answers_to(asked: &str, served: &str) -> bool {
+    asked.is_empty() || asked == "default" || asked == served
 }
 
 /// Both endpoints' fields; which of `messages` / `prompt` is required depends on the endpoint.
@@ -52,6 +61,7 @@ pub struct Parsed {
 /// when they ask for something other than the default.
 #[derive(Debug, Deserialize)]
 struct Body {
+    model: Option<String>,
     messages: Option<Vec<MessageIn>>,
     prompt: Option<Value>,
     max_tokens: Option<u64>,
@@ -224,7 +234,7 @@ pub fn parse(endpoint: Endpoint, bytes: &[u8], defaults: &Defaults) -> Result<Pa
     if include_usage && !body.stream {
         return Err(ApiError::bad_field("stream_options", "stream_options is only allowed with stream: true"));
     }
-    Ok(Parsed { request, stream: body.stream, include_usage })
+    Ok(Parsed { request, stream: body.stream, include_usage, model: body.model })
 }
 
 fn refuse_unsupported(body: &Body) -> Result<(), ApiError> {

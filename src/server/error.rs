@@ -61,6 +61,21 @@ impl ApiError {
         )
     }
 
+    /// A request for a model this server does not serve: 404 naming `model`, as OpenAI and vLLM
+    /// answer it.
+    pub fn model_not_found(asked: &str, served: &str) -> Self {
+        Self {
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+            ..Self::new(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "the model {asked:?} is not served here: this server serves {served:?} (\"default\" also names it)"
+                ),
+            )
+        }
+    }
+
     /// A request that ran past `--request-timeout-s`.
     pub fn timed_out(message: String) -> Self {
         Self::new(StatusCode::GATEWAY_TIMEOUT, message)

@@ -41,6 +41,9 @@ async fn complete(state: Arc<AppState>, endpoint: Endpoint, body: Result<Bytes, 
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
+    if let Some(asked) = parsed.model.as_deref().filter(|m| !api::answers_to(m, &state.model_id)) {
+        return ApiError::model_not_found(asked, &state.model_id).into_response();
+    }
     let id = state.next_id(endpoint.id_prefix());
     match start(&state, endpoint, &id, parsed).await {
         Ok(response) => response,
@@ -64,7 +67,7 @@ fn timed_out(e: &BytesRejection) -> bool {
 /// Submit the request and wait for the engine to take it (its first event): a request it
 /// refuses is answered 400 before any stream begins.
 async fn start(state: &Arc<AppState>, endpoint: Endpoint, id: &str, parsed: Parsed) -> Result<Response, ApiError> {
-    let Parsed { mut request, stream, include_usage } = parsed;
+    let Parsed { mut request, stream, include_usage, .. } = parsed;
     request.id = id.to_owned();
     state.admit(id)?;
     let submission = {
