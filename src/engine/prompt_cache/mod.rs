@@ -6,8 +6,9 @@
 //! keys and values, every Gated DeltaNet tail and recurrent state, the MTP history, and the last
 //! position's hidden state and logits (so a prompt equal to an entry reads nothing). A Gated
 //! DeltaNet state cannot be trimmed back to an earlier position, so an entry serves only prompts
-//! that contain all of its tokens; the longest such entry wins. Entries are kept within a byte
-//! budget, the least recently used leaving first.
+//! that contain all of its tokens; the longest such entry wins. Entries are filed in a token
+//! trie ([`trie`]), so a lookup walks the prompt once whatever the cache holds, and kept within a
+//! byte budget, the least recently used leaving first.
 //!
 //! An answer's entry (the state after a turn's prompt and answer) is handed over, not shared, to
 //! the prompt that extends it (the conversation's next turn): a row that writes into buffers the
@@ -21,11 +22,13 @@
 
 pub mod check;
 pub mod decoded;
+mod trie;
 
 use mlx_rs::Array;
 use serde::{Deserialize, Serialize};
 
 use crate::model::layers::cache::RowCache;
+use trie::{EntryId, TokenTrie};
 
 /// Whether cached prefixes are served, and how exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -194,6 +197,7 @@ pub enum Kept {
 }
 
 struct Entry {
+    id: EntryId,
     tokens: Vec<u32>,
     snap: Snapshot,
     kept: Kept,
@@ -205,6 +209,9 @@ struct Entry {
 /// The entries and their counters.
 pub struct PromptCache {
     entries: Vec<Entry>,
+    /// The entries by their tokens, for lookups.
+    trie: TokenTrie,
+    next_id: EntryId,
     clock: u64,
     stats: CacheStats,
 }
@@ -212,7 +219,7 @@ pub struct PromptCache {
 impl PromptCache {
     pub fn new(reuse: Reuse, budget_bytes: u64, inexact_because: Option<String>, answers_as_decoded: bool) -> Self {
         let stats = CacheStats { reuse, budget_bytes, inexact_because, answers_as_decoded, ..CacheStats::default() };
-        PromptCache { entries: Vec::new(), clock: 0, stats }
+        PromptCache { entries: Vec::new(), trie: TokenTrie::default(), next_id: 0, clock: 0, stats }
     }
 
     pub fn serves(&self) -> bool {
@@ -232,21 +239,22 @@ impl PromptCache {
         if !self.serves() {
             return None;
         }
-        // (entry, tokens served, whole) of the best candidate.
-        let mut best: Option<(usize, usize, bool)> = None;
-        for (i, e) in self.entries.iter().enumerate() {
-            let common = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-            let candidate = if common == e.tokens.len() {
-                (i, common, true)
-            } else if common >= 2 && e.snap.row.cuts_back() {
-                (i, common - 1, false)
-            } else {
-                continue;
-            };
-            if best.is_none_or(|(_, len, whole)| (candidate.1, candidate.2) > (len, whole)) {
-                best = Some(candidate);
-            }
-        }
+        // (entry, tokens served, whole) of the best candidate: the longest entry that begins the
+        // prompt, or one that shares more with it cut back to one short of the shared part (all
+        // of one model's rows cut back or none do); a whole entry wins a tie.
+        let walk = self.trie.walk(prompt);
+        let index = |id: EntryId| self.entries.iter().position(|e| e.id == id);
+        let whole = walk.prefix.and_then(|(len, id)| index(id).map(|i| (i, len, true)));
+        let cut = walk
+            .through
+            .filter(|_| walk.depth >= 2)
+            .and_then(index)
+            .filter(|&i| self.entries[i].snap.row.cuts_back())
+            .map(|i| (i, walk.depth - 1, false));
+        let best = match (whole, cut) {
+            (Some(w), Some(c)) => Some(if (c.1, c.2) > (w.1, w.2) { c } else { w }),
+            (w, c) => w.or(c),
+        };
         let Some((i, len, whole)) = best else {
             self.stats.misses += 1;
             return None;
@@ -256,6 +264,7 @@ impl PromptCache {
         let snap = if hand_over {
             self.stats.handed_over += 1;
             let entry = self.entries.swap_remove(i);
+            self.trie.remove(&entry.tokens);
             self.refresh();
             entry.snap
         } else {
@@ -322,10 +331,14 @@ impl PromptCache {
         }
         self.entries.retain(|e| e.tokens != tokens);
         self.clock += 1;
-        self.entries.push(Entry { tokens: tokens.to_vec(), snap, kept, bytes, used: self.clock });
+        self.next_id += 1;
+        let id = self.next_id;
+        self.trie.insert(tokens, id);
+        self.entries.push(Entry { id, tokens: tokens.to_vec(), snap, kept, bytes, used: self.clock });
         while self.held() > self.stats.budget_bytes {
             let oldest = (0..self.entries.len()).min_by_key(|&i| self.entries[i].used).expect("over budget, not empty");
-            self.entries.swap_remove(oldest);
+            let gone = self.entries.swap_remove(oldest);
+            self.trie.remove(&gone.tokens);
             self.stats.evictions += 1;
         }
         self.refresh();
