@@ -88,7 +88,15 @@ fn inspector_rows_panel_of_a_running_lane() {
         (r.admission_wait_s, r.joined_at_cycle) = (0.05 * i as f64, 40 * i as u64);
     }
     t.queued = vec![queued.id, "script-7".into()];
-    insta::assert_snapshot!(draw(&app, 200, 30).backend());
+    let screen = draw(&app, 200, 30);
+    insta::assert_snapshot!(screen.backend());
+    // Issue 58, item 15: the abbreviated headers are spelled out under the rows.
+    let text = screen.backend().to_string();
+    for legend in
+        ["commit: positions committed", "phys: positions written", "mtp c/p: MTP history", "t/cyc: tokens per cycle"]
+    {
+        assert!(text.contains(legend), "no {legend:?} in\n{text}");
+    }
 }
 
 #[test]
@@ -993,4 +1001,24 @@ fn a_search_with_no_match() {
     let screen = draw(&app, 60, 14);
     insta::assert_snapshot!(screen.backend());
     assert!(screen.backend().to_string().contains("find: python  no match"), "{}", screen.backend());
+}
+
+/// Issue 58, item 15: a pane's title names the cohort row its request runs in only while it runs;
+/// once the answer ends (here cancelled) the row is another request's, and `row N` goes.
+#[test]
+fn a_pane_names_its_row_only_while_its_request_runs() {
+    let mut app = fixture::app(2, "dark");
+    fixture::play(&mut app, 0, "Count to ten", fixture::PARTIAL_ANSWER, None, std::time::Instant::now());
+    let t = fixture::telemetry(&app);
+    app.update(Action::Telemetry(Box::new(t)));
+    // The panes' titles are the only place `row N` shows with no inspector open.
+    let title = |app: &App| draw(app, 100, 14).backend().to_string();
+    assert!(title(&app).contains("row 0"), "{}", title(&app));
+    let pane = app.panes[0].id;
+    let id = app.panes[0].in_flight.as_ref().unwrap().id.clone();
+    let done = cohort::engine::request::RequestResult::ended(&id, FinishReason::Cancelled);
+    let event = cohort::engine::row::RowEvent::Done(Box::new(done));
+    app.update(Action::Row { pane, event, at: std::time::Instant::now() });
+    assert!(app.panes[0].in_flight.is_none());
+    assert!(!title(&app).contains("row 0"), "{}", title(&app));
 }

@@ -174,7 +174,8 @@ fn title<'a>(pane: &Pane, index: usize, focused: bool, width: usize, app: &App) 
     if let Some(tps) = pane.tokens_per_s() {
         parts.push((format!("{tps:.1} tok/s"), styles.muted));
     }
-    if let Some(row) = pane.row {
+    // Only while the request runs: once it ends, the row is another request's.
+    if let Some(row) = pane.row.filter(|_| pane.in_flight.is_some()) {
         parts.push((format!("row {row}"), styles.muted));
     }
     if !full && let Some(p) = context {

@@ -15,34 +15,59 @@ use crate::tui::style::state_label;
 
 struct Column {
     header: &'static str,
+    /// What an abbreviated header means, spelled out under the rows ("" where it says itself).
+    legend: &'static str,
     width: usize,
     cell: fn(&App, usize, &RowTelemetry) -> String,
 }
 
 /// In priority order; `recent` (the sparkline) takes whatever width is left.
 const COLUMNS: &[Column] = &[
-    Column { header: "row", width: 3, cell: |_, i, _| i.to_string() },
-    Column { header: "state", width: 9, cell: |_, _, r| state_label(r.state).to_owned() },
-    Column { header: "commit", width: 6, cell: |_, _, r| r.committed_offset.to_string() },
-    Column { header: "tok", width: 5, cell: |_, _, r| r.tokens.to_string() },
+    Column { header: "row", legend: "", width: 3, cell: |_, i, _| i.to_string() },
+    Column { header: "state", legend: "", width: 9, cell: |_, _, r| state_label(r.state).to_owned() },
+    Column {
+        header: "commit",
+        legend: "commit: positions committed",
+        width: 6,
+        cell: |_, _, r| r.committed_offset.to_string(),
+    },
+    Column { header: "tok", legend: "tok: tokens generated", width: 5, cell: |_, _, r| r.tokens.to_string() },
     Column {
         header: "acc",
+        legend: "acc: drafts accepted",
         width: 4,
         cell: |_, _, r| acceptance(r).map(|a| format!("{:.0}%", a * 100.0)).unwrap_or("-".into()),
     },
     Column {
         header: "pane",
+        legend: "",
         width: 4,
         cell: |app, _, r| pane_of(app, &r.id).map(|p| (p + 1).to_string()).unwrap_or("-".into()),
     },
-    Column { header: "phys", width: 6, cell: |_, _, r| r.physical_offset.to_string() },
-    Column { header: "t/cyc", width: 5, cell: |_, _, r| format!("{:.2}", r.tokens_per_cycle) },
+    Column {
+        header: "phys",
+        legend: "phys: positions written",
+        width: 6,
+        cell: |_, _, r| r.physical_offset.to_string(),
+    },
+    Column {
+        header: "t/cyc",
+        legend: "t/cyc: tokens per cycle",
+        width: 5,
+        cell: |_, _, r| format!("{:.2}", r.tokens_per_cycle),
+    },
     Column {
         header: "mtp c/p",
+        legend: "mtp c/p: MTP history committed/written",
         width: 9,
         cell: |_, _, r| format!("{}/{}", r.mtp_committed_offset, r.mtp_physical_offset),
     },
-    Column { header: "wait", width: 6, cell: |_, _, r| format!("{:.2}s", r.admission_wait_s) },
+    Column {
+        header: "wait",
+        legend: "wait: time waited for a row",
+        width: 6,
+        cell: |_, _, r| format!("{:.2}s", r.admission_wait_s),
+    },
 ];
 
 /// Narrowest sparkline worth showing.
@@ -124,6 +149,20 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             Span::styled("▁", s.spark),
             Span::styled(format!(" rejected, newest right (last {RECENT})"), s.muted),
         ]));
+    }
+    if !t.rows.is_empty() {
+        // The shown columns' abbreviations spelled out, as many to a line as fit.
+        let mut line = String::new();
+        for legend in columns.iter().map(|c| c.legend).filter(|l| !l.is_empty()) {
+            if !line.is_empty() && line.chars().count() + 3 + legend.chars().count() > width {
+                lines.push(Line::from(Span::styled(std::mem::take(&mut line), s.muted)));
+            }
+            line.push_str(if line.is_empty() { " " } else { " · " });
+            line.push_str(legend);
+        }
+        if !line.is_empty() {
+            lines.push(Line::from(Span::styled(line, s.muted)));
+        }
     }
     frame.render_widget(Paragraph::new(lines), inner);
 }
