@@ -1431,3 +1431,19 @@ fn saving_a_profile_never_takes_a_built_in_name() {
     type_text(&mut app, "my-throughput");
     assert!(matches!(&app.handle_key(key(KeyCode::Enter))[..], [Effect::SaveProfile { .. }]));
 }
+
+/// Issue 58, item 15: drilling into a row while none runs said "the lane has had no request" even
+/// seconds after rows had run. It says so only before any request; after, that no row runs now.
+#[test]
+fn drilling_in_with_no_row_running_says_whether_any_has_run() {
+    let mut app = fixture::app(1, "dark");
+    app.update(Action::Command(Command::InspectRow));
+    let before = app.notice.as_ref().expect("a notice").text.clone();
+    assert!(before.contains("has had no request"), "{before}");
+    fixture::play(&mut app, 0, "Hi", "Hello there", Some(FinishReason::Stop), Instant::now());
+    app.update(Action::Telemetry(Box::default())); // the lane emptied
+    app.notice = None;
+    app.update(Action::Command(Command::InspectRow));
+    let after = app.notice.as_ref().expect("a notice").text.clone();
+    assert!(!after.contains("has had no request") && after.contains("no row is running now"), "{after}");
+}

@@ -1365,7 +1365,12 @@ impl App {
             (Some(row), None) => row.id.clone(),
             (None, None) => {
                 let send = self.keymap.describe_keys(Command::Send);
-                let text = format!("no row to inspect yet: the lane has had no request ({send} sends one)");
+                let any_ran = self.panes.iter().any(|p| !p.turns.is_empty()) || self.telemetry.lane_cycles > 0;
+                let text = if any_ran {
+                    format!("no row is running now: a row shows here while its request runs ({send} sends one)")
+                } else {
+                    format!("no row to inspect yet: the lane has had no request ({send} sends one)")
+                };
                 return self.notify(text, true);
             }
         };

@@ -74,8 +74,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             lines.push(line(vec![
                 pair("width now", t.width_now.to_string(), s.accent),
                 pair("cycles", t.lane_cycles.to_string(), s.base),
-                pair("joined", t.joins.to_string(), s.base),
-                pair("left", t.leaves.to_string(), s.base),
+                // Counted only while other rows decode: the row that starts a lane did not join it.
+                pair("joined mid-run", t.joins.to_string(), s.base),
+                pair("left mid-run", t.leaves.to_string(), s.base),
                 pair("queued", t.pending.to_string(), s.base),
                 pair("weights", weights, s.base),
             ]));
