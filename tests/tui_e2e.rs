@@ -722,3 +722,24 @@ fn quitting_while_the_model_loads_never_crashes() {
         assert!(end.contains("COHORT-EXITED-0"), "quit {delay_ms} ms into the load:\n{end}");
     }
 }
+
+/// Issue 58, item 16: on an 80x24 terminal the profile's eight panes were 18 columns each, their
+/// hints cut. The start-up count opens as many as fit at 36x8 (four here, the top bar says so);
+/// `--panes 8` still opens eight.
+#[test]
+fn an_80x24_terminal_opens_the_panes_that_fit() {
+    let launched = launch(Launch { tag: "fit", size: (80, 24), max_tokens: 12, env: "", args: "", after: "" });
+    let Some((_home, tmux)) = launched else { return };
+    let slow = Duration::from_secs(30);
+    let screen = tmux.wait_for("the fitted panes", slow, |s| s.contains("┌ 4 ·"));
+    assert!(!screen.contains("┌ 5 ·"), "more panes than fit:\n{screen}");
+    assert!(screen.contains("│ 4 panes │"), "{screen}");
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+    let launched =
+        launch(Launch { tag: "fit8", size: (80, 24), max_tokens: 12, env: "", args: "--panes 8", after: "" });
+    let Some((_home, tmux)) = launched else { return };
+    tmux.wait_for("eight panes as asked", slow, |s| s.contains("┌ 8 ·"));
+    tmux.keys(&["C-q"]);
+    tmux.wait_for("cohort to exit", slow, |s| s.contains("COHORT-EXITED-0"));
+}

@@ -16,6 +16,23 @@ pub fn grid_shape(n: usize) -> (usize, usize) {
     }
 }
 
+/// The smallest pane the start-up count opens: room for a title, a few lines of answer and a
+/// hint line that is not cut.
+pub const MIN_PANE: (u16, u16) = (36, 8);
+
+/// The most panes, up to `wanted`, whose grid cells in a `columns` x `rows` pane area are each at
+/// least [`MIN_PANE`] (one at the least): a profile's eight panes on an 80x24 terminal would be
+/// 18 columns wide each.
+pub fn panes_that_fit(columns: u16, rows: u16, wanted: usize) -> usize {
+    (1..=wanted.max(1))
+        .rev()
+        .find(|&n| {
+            let (cols, rws) = grid_shape(n);
+            usize::from(columns) / cols >= usize::from(MIN_PANE.0) && usize::from(rows) / rws >= usize::from(MIN_PANE.1)
+        })
+        .unwrap_or(1)
+}
+
 /// The pane a direction leads to from `from` (None at the grid's edge or an empty cell).
 pub fn neighbour(from: usize, n: usize, dx: i32, dy: i32) -> Option<usize> {
     let (cols, rows) = grid_shape(n);
@@ -88,6 +105,17 @@ fn split_inspector(main: Rect, inspector: bool) -> (Rect, Option<Rect>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminal_opens_as_many_of_the_profiles_panes_as_fit() {
+        // 80x24 less the two bars: four panes of 40x11, not eight of 20x11.
+        assert_eq!(panes_that_fit(80, 22, 8), 4);
+        assert_eq!(panes_that_fit(120, 28, 8), 6);
+        assert_eq!(panes_that_fit(200, 48, 8), 8);
+        assert_eq!(panes_that_fit(200, 48, 3), 3, "never more than the profile asks");
+        assert_eq!(panes_that_fit(40, 10, 8), 1, "one at the least");
+        assert_eq!(panes_that_fit(20, 5, 8), 1);
+    }
 
     #[test]
     fn neighbours_follow_the_grid() {

@@ -69,7 +69,7 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     };
     let recorded = resumed.as_ref().and_then(|(_, profile, _, _, _)| profile.as_deref());
     let (loaded, profile_spec, profile_notice) = startup_profile(args.profile.as_deref(), recorded, paths)?;
-    let settings = Settings::resolve(&loaded, &args.overrides())?;
+    let mut settings = Settings::resolve(&loaded, &args.overrides())?;
     let theme = load_theme(&settings.theme, paths)?.respecting_no_color();
     let keymap = Keymap::with_overrides(&settings.keys, &settings.origin)?;
     // Fail before taking the screen over: a missing model is the most likely first-run error
@@ -93,6 +93,22 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
         }
         None => (reserve_session(&dir)?, None, Vec::new(), dir.clone()),
     };
+    // The profile's pane count, on a terminal too small for it, opens as many as fit (the bars
+    // take two lines); `--panes` and a resumed session's panes are taken as they are.
+    let mut fitted = None;
+    if args.overrides().panes.is_none()
+        && restored.is_empty()
+        && let Ok((columns, rows)) = crossterm::terminal::size()
+    {
+        let fit = layout::panes_that_fit(columns, rows.saturating_sub(2), settings.panes);
+        if fit < settings.panes {
+            fitted = Some(format!(
+                "{fit} of the profile's {} panes fit this {columns}x{rows} terminal (--panes {} opens them all)",
+                settings.panes, settings.panes
+            ));
+            settings.panes = fit;
+        }
+    }
     tracing::info!(%session, profile = %settings.profile, "starting the TUI");
     markdown::prewarm();
     let mut app = App::new(settings, theme, keymap, &session);
@@ -102,6 +118,9 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     if let Some(notice) = profile_notice {
         tracing::warn!("{notice}");
         app.notify_long(notice, true);
+    } else if let Some(notice) = fitted {
+        tracing::info!("{notice}");
+        app.notify_long(notice, false);
     }
     let transcripts = TranscriptWriter::new(&home, &session, &profile_spec, app.settings.model.clone());
     let started_in = session.clone();
