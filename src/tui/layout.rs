@@ -20,16 +20,14 @@ pub fn grid_shape(n: usize) -> (usize, usize) {
 /// hint line that is not cut.
 pub const MIN_PANE: (u16, u16) = (36, 8);
 
-/// The most panes, up to `wanted`, whose grid cells in a `columns` x `rows` pane area are each at
-/// least [`MIN_PANE`] (one at the least): a profile's eight panes on an 80x24 terminal would be
-/// 18 columns wide each.
-pub fn panes_that_fit(columns: u16, rows: u16, wanted: usize) -> usize {
+/// The most panes, up to `wanted`, whose cells are each at least [`MIN_PANE`] on a terminal of
+/// `area` laid out as [`screen`] lays it out (one at the least): a profile's eight panes on an
+/// 80x24 terminal would be 18 columns wide each.
+pub fn panes_that_fit(area: Rect, wanted: usize) -> usize {
+    let panes_area = screen(area, 1, 0, false, false).panes_area;
     (1..=wanted.max(1))
         .rev()
-        .find(|&n| {
-            let (cols, rws) = grid_shape(n);
-            usize::from(columns) / cols >= usize::from(MIN_PANE.0) && usize::from(rows) / rws >= usize::from(MIN_PANE.1)
-        })
+        .find(|&n| pane_rects(panes_area, n).iter().all(|r| r.width >= MIN_PANE.0 && r.height >= MIN_PANE.1))
         .unwrap_or(1)
 }
 
@@ -108,13 +106,14 @@ mod tests {
 
     #[test]
     fn a_terminal_opens_as_many_of_the_profiles_panes_as_fit() {
+        let terminal = |w, h| Rect::new(0, 0, w, h);
         // 80x24 less the two bars: four panes of 40x11, not eight of 20x11.
-        assert_eq!(panes_that_fit(80, 22, 8), 4);
-        assert_eq!(panes_that_fit(120, 28, 8), 6);
-        assert_eq!(panes_that_fit(200, 48, 8), 8);
-        assert_eq!(panes_that_fit(200, 48, 3), 3, "never more than the profile asks");
-        assert_eq!(panes_that_fit(40, 10, 8), 1, "one at the least");
-        assert_eq!(panes_that_fit(20, 5, 8), 1);
+        assert_eq!(panes_that_fit(terminal(80, 24), 8), 4);
+        assert_eq!(panes_that_fit(terminal(120, 30), 8), 6);
+        assert_eq!(panes_that_fit(terminal(200, 50), 8), 8);
+        assert_eq!(panes_that_fit(terminal(200, 50), 3), 3, "never more than the profile asks");
+        assert_eq!(panes_that_fit(terminal(40, 12), 8), 1, "one at the least");
+        assert_eq!(panes_that_fit(terminal(20, 7), 8), 1);
     }
 
     #[test]

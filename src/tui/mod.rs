@@ -93,14 +93,14 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
         }
         None => (reserve_session(&dir)?, None, Vec::new(), dir.clone()),
     };
-    // The profile's pane count, on a terminal too small for it, opens as many as fit (the bars
-    // take two lines); `--panes` and a resumed session's panes are taken as they are.
+    // The profile's pane count, on a terminal too small for it, opens as many as fit; `--panes`
+    // and a resumed session's panes are taken as they are.
     let mut fitted = None;
     if args.overrides().panes.is_none()
         && restored.is_empty()
         && let Ok((columns, rows)) = crossterm::terminal::size()
     {
-        let fit = layout::panes_that_fit(columns, rows.saturating_sub(2), settings.panes);
+        let fit = layout::panes_that_fit(ratatui::layout::Rect::new(0, 0, columns, rows), settings.panes);
         if fit < settings.panes {
             fitted = Some(format!(
                 "{fit} of the profile's {} panes fit this {columns}x{rows} terminal (--panes {} opens them all)",
