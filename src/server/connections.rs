@@ -51,14 +51,14 @@ impl Connections {
     /// close. Returns the connection's place (dropped when it ends) and what tells it to close.
     pub fn open(self: &Arc<Self>) -> (Open, Arc<Notify>) {
         let close = Arc::new(Notify::new());
-        let id = {
+        let (id, over) = {
             let mut t = self.table();
             t.next += 1;
             let id = t.next;
             t.open.insert(id, Entry { busy: 0, idle_since: Instant::now(), close: close.clone() });
-            id
+            (id, t.open.len() > self.max)
         };
-        if self.count() > self.max {
+        if over {
             self.shed_one(Some(id));
         }
         (Open { conns: self.clone(), id }, close)
