@@ -28,6 +28,10 @@
 #          with 24 tokens more 3 s later (from the prompt cache), once under each setting in
 #          $ENVS (default: the invariant route's pieces against COHORT_PROMPT_PIECES=0), mirrored:
 #          each turn's tokens reused, read time and time to first token (issue 54);
+#   chat   `cohort serve -m /tmp/smol` in chat_bench.py's scenarios (a 9-turn chat, a paste and
+#          three follow-ups): follow-ups' time to first token with and without the prompt cache,
+#          and mlx_lm.server on MLX CUDA with "mlx_lm.server" in $CHAT_ARMS (wheels as peerprep's);
+#          $CHAT_ROUNDS, $CHAT_ANSWER, $CHAT_THINK, $CHAT_SCENARIOS; the table to $OUT/chat/;
 #   envs   `cohort bench-step --synthetic qwen36-35b-a3b --layers $LAYERS (default 40) --iters 10`
 #          once under each setting in $ENVS (space-separated; a setting is VAR=VALUE[,VAR=VALUE...]
 #          or `default`), in order and then mirrored, one process each: library settings such as
@@ -76,6 +80,18 @@ ncu_step() {
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda-*/bin/ncu 2>/dev/null | head -1)
   timeout "$limit" "$ncu" --profile-from-start off "$@" $B bench-step --synthetic qwen36-35b-a3b \
     --layers "${LAYERS:-40}" --iters 2 --prefill "${PREFILL:-64}" --steps $kinds --profile-step "$step" ${BSARGS:-}
+}
+# install_mlx_lm: mlx-lm's side from the wheels in /tmp/x (calls carrying .gpu/w3a and .gpu/w3b):
+# MLX CUDA 0.32.3, mlx and mlx-lm into /tmp/site3, its JIT cache seeded when .gpu/ptx3 is carried.
+install_mlx_lm() {
+  local w3=/tmp/x/mlx_cuda_13-0.32.3-py3-none-manylinux_2_35_x86_64.whl
+  [ -f /tmp/site3/mlx_lm/__init__.py ] && return 0
+  cat /tmp/x/w3.a /tmp/x/w3.b > $w3
+  echo "$(cat /tmp/x/w3.sha256)  $w3" | sha256sum -c --quiet || { echo "mlx-cuda 0.32.3 wheel: sha256 differs"; return 1; }
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site3 $w3 /tmp/x/mlx-0.32.3-*.whl /tmp/x/mlx_lm-*.whl 2>&1 | tail -2
+  mkdir -p /tmp/ptx3
+  [ -f .gpu/ptx3/ptx3.tar.xz ] && tar -xJf .gpu/ptx3/ptx3.tar.xz -C /tmp/ptx3
+  return 0
 }
 # mirrored WORDS: the space-separated words in order and then reversed, as the array `order`
 # (arms timed A B B A, so drift over a call weighs on each alike).
@@ -157,6 +173,23 @@ gen.wait(timeout=60)
 PY
         )
       done ;;
+    chat)
+      # Warm conversations through `cohort serve` on the device (issue 54): chat_bench.py's
+      # scenarios ($CHAT_SCENARIOS, default turns,paste) on $CHAT_ARMS (default cohort with and
+      # without its prompt cache), $CHAT_ROUNDS rounds ABBA, answers of $CHAT_ANSWER tokens; with
+      # "mlx_lm.server" in $CHAT_ARMS, mlx-lm on MLX CUDA 0.32.3 (install_mlx_lm) serves the same
+      # import as loaded. The table and receipt to $OUT/chat/.
+      arms=${CHAT_ARMS:-cohort serve,cohort serve (no cache)}
+      mlx_py=python3
+      if [[ $arms == *mlx_lm.server* ]]; then
+        install_mlx_lm || continue
+        . scripts/gpu/peer_env.sh
+        mlx_py=$PY
+      fi
+      timeout "${CHAT_S:-560}" python3 scripts/peers/chat_bench.py --model /tmp/smol --cohort "$B" \
+        --peers /tmp/chatpeers --out "$OUT/chat" --rounds "${CHAT_ROUNDS:-2}" --answer "${CHAT_ANSWER:-128}" \
+        --think "${CHAT_THINK:-0}" --arms "$arms" --scenarios "${CHAT_SCENARIOS:-turns,paste}" \
+        --mlx-python "$mlx_py" --mlx-weights stock 2>&1 | grep -v TMA ;;
     envs)
       mirrored "${ENVS:-default}"
       for arm in "${order[@]}"; do
@@ -189,12 +222,7 @@ PY
         --set full > "$OUT/ncuk.txt" 2>&1
       grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|One or More Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit" "$OUT/ncuk.txt" | head -60 ;;
     peerprep)
-      W3=/tmp/x/mlx_cuda_13-0.32.3-py3-none-manylinux_2_35_x86_64.whl
-      cat /tmp/x/w3.a /tmp/x/w3.b > $W3
-      echo "$(cat /tmp/x/w3.sha256)  $W3" | sha256sum -c --quiet || { echo "mlx-cuda 0.32.3 wheel: sha256 differs"; exit 4; }
-      python3 -m pip install -q --no-index --no-deps --target /tmp/site3 $W3 /tmp/x/mlx-0.32.3-*.whl /tmp/x/mlx_lm-*.whl 2>&1 | tail -2
-      mkdir -p /tmp/ptx3
-      [ -f .gpu/ptx3/ptx3.tar.xz ] && tar -xJf .gpu/ptx3/ptx3.tar.xz -C /tmp/ptx3
+      install_mlx_lm || exit 4
       rm -f /tmp/peer.done
       setsid bash -c '. scripts/gpu/peer_env.sh
         time (timeout 200 $PY scripts/gpu/q36_mlx_lm.py make --out /tmp/q36 2>&1 | grep -v TMA | tail -3)

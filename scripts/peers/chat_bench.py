@@ -20,7 +20,8 @@ arm's own answers in it:
           tokens) from another client: the question's TTFT (llama-server with two slots)
 
 llama-server runs with -c 8192 (one slot; two for `during`); mlx_lm.server through serve_bench's
-launcher (EOS no stop, float32 weights). Output: a table of medians (min-max) over rounds per
+launcher (EOS no stop, float32 weights unless --mlx-weights). On a lent GPU, `exact.sh chat` runs it
+with --cohort and --mlx-python (scripts/gpu/README.md). Output: a table of medians (min-max) over rounds per
 arm and request, and receipt.json beside it under .runtime/peers/chat-results/<time>/.
 """
 import argparse
@@ -68,8 +69,8 @@ def server_cmd(ctx, arm, port, slots):
                 "-c", str(8192 * slots), "-t", str(ctx.threads), "-tb", str(ctx.threads), "--no-webui"] + (
                     ["--no-repack"] if sb.has_amx() else []), "default"
     if arm == "mlx_lm.server":
-        return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_bench.py"),
-                "mlx-server", "--weights", "f32", "--", "--model", ctx.model, "--host", "127.0.0.1",
+        return ctx.mlx_python + [os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_bench.py"),
+                "mlx-server", "--weights", ctx.mlx_weights, "--", "--model", ctx.model, "--host", "127.0.0.1",
                 "--port", str(port), "--max-tokens", str(ctx.answer), "--log-level", "WARNING"], "default_model"
     raise KeyError(arm)
 
@@ -188,7 +189,7 @@ def parse(argv):
     ap.add_argument("--root", default=root)
     ap.add_argument("--peers", default=os.path.join(root, ".runtime/peers"))
     ap.add_argument("--model", required=True)
-    ap.add_argument("--gguf", required=True)
+    ap.add_argument("--gguf", default="", help="the GGUF llama-server reads (needed by that arm only)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--turns", type=int, default=9)
     ap.add_argument("--answer", type=int, default=256, help="tokens of each long answer")
@@ -200,6 +201,11 @@ def parse(argv):
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--out")
+    ap.add_argument("--cohort", help="the cohort binary to serve (default: a copy of target/release/cohort)")
+    ap.add_argument("--mlx-python", default=sys.executable,
+                    help="the command that runs mlx_lm.server's Python, split at spaces (default: this Python)")
+    ap.add_argument("--mlx-weights", choices=["f32", "q4", "stock"], default="f32",
+                    help="mlx_lm.server's weights (serve_bench.py mlx-server --weights; f32 matches cohort on the CPU)")
     return ap.parse_args(argv)
 
 
@@ -209,6 +215,7 @@ class Ctx:
         self.turns, self.answer, self.cohort = args.turns, args.answer, cohort
         self.paste = paste_text(args.root, args.paste)
         self.llama_server = os.path.join(args.peers, "llama.cpp/bin/llama-server")
+        self.mlx_python, self.mlx_weights = args.mlx_python.split(), args.mlx_weights
 
 
 def main(argv):
@@ -218,10 +225,11 @@ def main(argv):
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     sb.check(all(a in ARMS for a in arms), f"--arms: known arms are {ARMS}")
     sb.check(all(s in SCENARIOS for s in scenarios), f"--scenarios: known scenarios are {SCENARIOS}")
+    sb.check("llama-server" not in arms or os.path.exists(args.gguf), "the llama-server arm needs --gguf FILE")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = os.path.abspath(args.out or os.path.join(args.peers, "chat-results", stamp))
     os.makedirs(out, exist_ok=True)
-    cohort = bench.snapshot_cohort(args.root, args.peers)
+    cohort = os.path.abspath(args.cohort) if args.cohort else bench.snapshot_cohort(args.root, args.peers)
     ctx = Ctx(args, cohort)
     runs = []
     for rnd in range(args.rounds):
