@@ -18,6 +18,7 @@ use cohort::engine::prepare::prepare;
 use cohort::engine::prompt_cache::Reuse;
 use cohort::engine::prompt_cache::check::{first_difference, split_read_check, state_of};
 use cohort::engine::prompt_cache::decoded::{decode_read_check, settle_decoded};
+use cohort::engine::prompt_cache::persist::{self, MadeBy, Restored};
 use cohort::engine::request::{Prompt, Request, RequestResult};
 use cohort::engine::row::{CancelFlag, RowEvent};
 use cohort::engine::sampler::SamplerConfig;
@@ -604,4 +605,93 @@ fn a_small_budget_evicts_and_answers_stay_those_of_fresh_runs() {
     };
     let t = conversations_equal_fresh_runs(&*model, &tok, lane_config(16, 3 * one, Answers::AsDecoded), 60, 14, 0.0);
     assert!(t.prompt_cache.evictions > 0, "{:?}", t.prompt_cache);
+}
+
+fn made_by(model: &str) -> MadeBy {
+    MadeBy {
+        build: "this test".into(),
+        device: "this machine".into(),
+        model: model.into(),
+        routes: "the defaults".into(),
+    }
+}
+
+/// Conversations through one lane, its cache saved to disk when it stops; a second lane (an
+/// engine started again, a resumed TUI session) reads the file, and every conversation's next
+/// turn resumes after its last answer (nothing read again) and answers as a fresh run does. A
+/// file made by another model is refused and reads nothing; a damaged one is an error.
+fn saved_conversations_resume_warm(model: &dyn LanguageModel, tok: &TextTokenizer, chunk: usize, seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(persist::FILE_NAME);
+    let vocab = model.vocab_size() as u64;
+    let mut rng = Rng::new(seed);
+    let words = |rng: &mut Rng, n: u64| -> Vec<u32> {
+        (0..2 + rng.next_u64() % n).map(|_| (rng.next_u64() % vocab) as u32).collect()
+    };
+    let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
+    // Each conversation's history: its prompts and answers so far.
+    let mut histories: Vec<Vec<u32>> = (0..4).map(|_| words(&mut rng, 30)).collect();
+    {
+        let mut lane = Lane::new(model, tok, lane_config(chunk, 1 << 30, Answers::AsDecoded)).unwrap();
+        for turn in 0..2 {
+            let reqs: Vec<Request> = histories
+                .iter()
+                .enumerate()
+                .map(|(i, h)| Request { mode: None, ..request(format!("a{turn}.{i}"), h, &mut rng) })
+                .collect();
+            for (h, r) in histories.iter_mut().zip(through_lane(&mut lane, &tel, &reqs)) {
+                assert_eq!(r.error, None);
+                h.extend(&r.token_ids);
+                h.extend(words(&mut rng, 8));
+            }
+        }
+        // The next turns' new words are not in the cache: cut them off for the resume below.
+        let saved = lane.save_cache(&path, &made_by("model A")).unwrap().expect("the cache held entries");
+        assert_eq!(saved.entries, histories.len(), "one entry a conversation: its last answer ({saved:?})");
+    }
+    let mut lane = Lane::new(model, tok, lane_config(chunk, 1 << 30, Answers::AsDecoded)).unwrap();
+    assert!(
+        matches!(lane.restore_cache(&path, &made_by("model B")).unwrap(), Restored::Refused(why) if why.contains("another model")),
+        "a file made by another model is refused"
+    );
+    let restored = lane.restore_cache(&path, &made_by("model A")).unwrap();
+    assert!(matches!(restored, Restored::Added { entries: 4, .. }), "{restored:?}");
+    let reqs: Vec<Request> = histories
+        .iter()
+        .enumerate()
+        .map(|(i, h)| Request { mode: None, ..request(format!("b{i}"), h, &mut rng) })
+        .collect();
+    let results = through_lane(&mut lane, &tel, &reqs);
+    for (req, res) in reqs.iter().zip(&results) {
+        let Prompt::Ids(prompt) = &req.prompt else { unreachable!() };
+        assert_eq!(res.error, None, "{}", req.id);
+        assert_eq!(res.stats.reuse, Some(Reuse::Exact), "{}", req.id);
+        assert!(
+            res.stats.cached_tokens + 10 > prompt.len() && res.stats.cached_tokens < prompt.len(),
+            "{}: resumed after the saved answer ({} of {} prompt tokens from the cache)",
+            req.id,
+            res.stats.cached_tokens,
+            prompt.len()
+        );
+        assert_eq!(res.token_ids, solo_tokens(model, tok, req, chunk), "{}: as a fresh run answers", req.id);
+    }
+    // A damaged file: an error that names it, not a crash or a silent cold start.
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let mut lane = Lane::new(model, tok, lane_config(chunk, 1 << 30, Answers::AsDecoded)).unwrap();
+    let err = lane.restore_cache(&path, &made_by("model A")).unwrap_err();
+    assert!(format!("{err:#}").contains(persist::FILE_NAME), "{err:#}");
+}
+
+#[test]
+fn saved_conversations_resume_warm_on_the_qwen_family() {
+    let (model, tok) = qwen("qwen35_moe_4bit");
+    saved_conversations_resume_warm(&*model, &tok, 16, 31);
+}
+
+#[test]
+fn saved_conversations_resume_warm_on_the_tiny_llama() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, tok) = tiny_llama(dir.path());
+    saved_conversations_resume_warm(&*model, &tok, TINY_CHUNK, 32);
 }

@@ -122,6 +122,16 @@ impl EngineHandle {
         let _ = self.tx.send(OwnerCommand::SetSerial(on));
     }
 
+    /// Keep the prompt cache in `path` (a TUI session's folder): the entries saved there are
+    /// added now, where this engine made them alike, and the cache is written there when the
+    /// engine stops. The receiver hears a sentence for the user once the file was read (None:
+    /// nothing to say).
+    pub fn keep_cache_in(&self, path: std::path::PathBuf) -> mpsc::Receiver<Option<String>> {
+        let (reply, said) = mpsc::channel();
+        let _ = self.tx.send(OwnerCommand::CacheFile { path, reply });
+        said
+    }
+
     /// Requests the handle still keeps an entry for.
     pub fn tracked(&self) -> usize {
         self.cancels.len()

@@ -10,6 +10,7 @@
 //! new set of rows, each row keeping its own offsets.
 
 use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -21,6 +22,7 @@ use super::cycle::{self, Inert, Untimed};
 use super::draft_policy::{CycleKind, DraftChooser, DraftPolicy};
 use super::prepare::prepare;
 use super::prompt_cache::decoded::settle_decoded;
+use super::prompt_cache::persist::{self, MadeBy, Restored, Saved};
 use super::prompt_cache::{Hit, Kept, PromptCache, Reuse, Snapshot};
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
@@ -237,6 +239,16 @@ impl<'m> Lane<'m> {
     /// Rows admitted and not yet ended (reading or decoding).
     pub fn live(&self) -> usize {
         self.readers.len() + self.runs.len()
+    }
+
+    /// Add the prompt cache entries saved in `path` ([`persist::load`]).
+    pub fn restore_cache(&mut self, path: &Path, made_by: &MadeBy) -> Result<Restored> {
+        persist::load(path, made_by, self.model, &mut self.cache)
+    }
+
+    /// Write the prompt cache's conversations to `path` ([`persist::save`]).
+    pub fn save_cache(&self, path: &Path, made_by: &MadeBy) -> Result<Option<Saved>> {
+        persist::save(&self.cache, path, made_by)
     }
 
     pub fn is_idle(&self) -> bool {

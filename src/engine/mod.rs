@@ -26,3 +26,4 @@ pub mod sampler;
 pub mod scheduler;
 pub mod solo;
 pub mod telemetry;
+pub mod warm_up;

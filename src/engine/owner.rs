@@ -18,6 +18,7 @@ use super::prepare::{PromptLimits, prepare};
 use super::probe;
 use super::prompt_cache::check::split_read_check;
 use super::prompt_cache::decoded::decode_read_check;
+use super::prompt_cache::persist::{MadeBy, Restored};
 use super::prompt_cache::{AnswerPolicy, Reuse};
 use super::request::{Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
@@ -76,6 +77,14 @@ pub enum OwnerCommand {
     InjectFault(usize),
     /// Seal every request alone (the benchmark's serial arm) or batch again.
     SetSerial(bool),
+    /// Keep the prompt cache in this file from now on: add the entries it holds (where they
+    /// were made as this engine makes them) and write the cache there when the engine stops
+    /// ([`super::prompt_cache::persist`]). `reply` hears a sentence for the user, or None where
+    /// there is nothing to say (no file yet; an engine without a prompt cache).
+    CacheFile {
+        path: PathBuf,
+        reply: mpsc::Sender<Option<String>>,
+    },
     Shutdown,
 }
 
@@ -169,6 +178,18 @@ pub fn run_owner(
         t.construction_check = info.construction.clone();
     }
     let mode = info.mode;
+    if super::warm_up::wanted() {
+        // A failure here costs the first long read its load time, nothing else.
+        match super::warm_up::warm_long_reads(
+            loaded.model.as_ref(),
+            &loaded.tokenizer,
+            setup.scheduler.prefill_chunk.max(1),
+            mode,
+        ) {
+            Ok(took) => tracing::info!(?took, "the first long prompt read paid at start-up"),
+            Err(e) => tracing::warn!("the start-up read of a long prompt failed: {e:#}"),
+        }
+    }
     if setup.scheduler.admission == Admission::Continuous {
         // The lane starts before the engine reports ready: one that cannot start fails the
         // engine's start with the reason, rather than an engine that takes requests and fails each.
@@ -232,8 +253,9 @@ pub fn run_owner(
                 return;
             }
         };
+        let made_by = made_by(&loaded, &info);
         let _ = ready.send(Ok(Ready { info, tokenizer, limits }));
-        return run_continuous(lane, &setup, &rx, &tel);
+        return run_continuous(lane, &setup, &rx, &tel, &made_by);
     }
     let _ = ready.send(Ok(Ready { info, tokenizer, limits }));
     let model = loaded.model.as_ref();
@@ -293,6 +315,10 @@ fn apply(cmd: OwnerCommand, queue: &mut VecDeque<Pending>, serial: &mut bool, sh
         OwnerCommand::InjectFault(n) => super::cohort::inject_fault_at_cycle(n),
         OwnerCommand::SetSerial(on) => *serial = on,
         OwnerCommand::Shutdown => *shutting_down = true,
+        // Only the continuous lane keeps a prompt cache (it takes the command before this).
+        OwnerCommand::CacheFile { reply, .. } => {
+            let _ = reply.send(None);
+        }
     }
 }
 
@@ -306,12 +332,92 @@ fn drop_cancelled(pending: &mut VecDeque<Pending>) {
     });
 }
 
+/// What made this engine's prompt cache entries: a saved cache is served again only by an
+/// engine made alike ([`MadeBy`]).
+fn made_by(loaded: &Loaded, info: &EngineInfo) -> MadeBy {
+    let report = crate::platform::backend::RuntimeReport::collect();
+    let model = loaded.model.as_ref();
+    MadeBy {
+        build: MadeBy::this_build(),
+        device: format!(
+            "MLX {} on {} ({}; {})",
+            report.mlx_version, report.backend, report.device, report.float32_matmuls
+        ),
+        model: MadeBy::model_files(&loaded.dir),
+        routes: format!("{:?}; {:?}; gate {:?}; {:?}", model.routes(), model.dtype(), info.block_route, info.mode),
+    }
+}
+
+/// The continuous lane, until the engine stops; then its prompt cache goes to the file it was
+/// given ([`OwnerCommand::CacheFile`]), if any.
+fn run_continuous(
+    mut lane: Lane,
+    setup: &EngineSetup,
+    rx: &mpsc::Receiver<OwnerCommand>,
+    tel: &SharedTelemetry,
+    made_by: &MadeBy,
+) {
+    let mut file = None;
+    drive_lane(&mut lane, setup, rx, tel, made_by, &mut file);
+    if let Some(path) = file {
+        let started = Instant::now();
+        match lane.save_cache(&path, made_by) {
+            Ok(Some(saved)) => {
+                tracing::info!(?saved, path = %path.display(), took = ?started.elapsed(), "prompt cache saved")
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("the prompt cache was not saved to {}: {e:#}", path.display()),
+        }
+    }
+}
+
+/// Take a prompt cache file: add what it holds, and keep it as the file to save to.
+fn cache_file(lane: &mut Lane, path: PathBuf, made_by: &MadeBy) -> Option<String> {
+    let said = match lane.restore_cache(&path, made_by) {
+        Ok(Restored::Nothing) => None,
+        Ok(Restored::Added { entries, tokens }) => {
+            let plural = if entries == 1 { "" } else { "s" };
+            Some(format!(
+                "resumed warm: the state of {entries} conversation{plural} ({tokens} positions) read from disk"
+            ))
+        }
+        Ok(Restored::Refused(why)) => Some(format!(
+            "the saved conversation state was not used ({why}): each conversation is read again on its next turn"
+        )),
+        Err(e) => Some(format!(
+            "the saved conversation state could not be read ({e:#}): each conversation is read again on its next turn"
+        )),
+    };
+    if let Some(said) = &said {
+        tracing::info!(path = %path.display(), "{said}");
+    }
+    said
+}
+
 /// The continuous lane's loop: between every two cycles, take what arrived, end what was
 /// cancelled while queued, give free rows to the oldest waiting requests, and run one step.
-fn run_continuous(mut lane: Lane, setup: &EngineSetup, rx: &mpsc::Receiver<OwnerCommand>, tel: &SharedTelemetry) {
+fn drive_lane(
+    lane: &mut Lane,
+    setup: &EngineSetup,
+    rx: &mpsc::Receiver<OwnerCommand>,
+    tel: &SharedTelemetry,
+    made_by: &MadeBy,
+    file: &mut Option<PathBuf>,
+) {
     let mut serial = setup.serial;
     let mut queue: VecDeque<Pending> = VecDeque::new();
     let mut shutting_down = false;
+    let mut take = |cmd: OwnerCommand,
+                    lane: &mut Lane,
+                    queue: &mut VecDeque<Pending>,
+                    serial: &mut bool,
+                    shutting_down: &mut bool| match cmd {
+        OwnerCommand::CacheFile { path, reply } => {
+            let _ = reply.send(cache_file(lane, path.clone(), made_by));
+            *file = Some(path);
+        }
+        other => apply(other, queue, serial, shutting_down),
+    };
     loop {
         if lane.is_idle() && queue.is_empty() {
             if shutting_down {
@@ -332,11 +438,11 @@ fn run_continuous(mut lane: Lane, setup: &EngineSetup, rx: &mpsc::Receiver<Owner
                 }
             };
             if let Some(cmd) = next {
-                apply(cmd, &mut queue, &mut serial, &mut shutting_down);
+                take(cmd, lane, &mut queue, &mut serial, &mut shutting_down);
             }
         }
         while let Ok(cmd) = rx.try_recv() {
-            apply(cmd, &mut queue, &mut serial, &mut shutting_down);
+            take(cmd, lane, &mut queue, &mut serial, &mut shutting_down);
         }
         drop_cancelled(&mut queue);
         // b1-exact numerics and the serial arm decode one request at a time.

@@ -110,6 +110,11 @@ impl Bridge {
         self.engine.take()
     }
 
+    /// The engine in use, once it has loaded.
+    pub fn backend(&self) -> Option<&Backend> {
+        self.engine.as_ref()
+    }
+
     pub fn is_remote(&self) -> bool {
         matches!(self.engine, Some(Backend::Remote(_)))
     }

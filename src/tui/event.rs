@@ -103,7 +103,7 @@ async fn drive(
                 Some(event) => input_actions(app, event, area),
                 None => vec![Action::Command(crate::tui::config::keymap::Command::Quit)],
             },
-            Some(msg) = engine_rx.recv() => engine_actions(msg, bridge),
+            Some(msg) = engine_rx.recv() => engine_actions(msg, bridge, &ctx.transcripts.dir, &engine_tx),
             // SIGTERM, or SIGHUP from a closed terminal: quit as the key does (answers are
             // cancelled and their final records written, the terminal is given back).
             () = &mut stop_signal, if !signalled => {
@@ -146,11 +146,19 @@ fn input_actions(app: &App, event: Event, area: ratatui::layout::Rect) -> Vec<Ac
     }
 }
 
-fn engine_actions(msg: EngineMsg, bridge: &mut Bridge) -> Vec<Action> {
+fn engine_actions(
+    msg: EngineMsg,
+    bridge: &mut Bridge,
+    session: &std::path::Path,
+    engine_tx: &UnboundedSender<EngineMsg>,
+) -> Vec<Action> {
     match msg {
         EngineMsg::Ready(engine, summary) => {
             if let Some(p) = &summary.probe {
                 tracing::info!("{p}");
+            }
+            if let Backend::Local(handle) = engine.as_ref() {
+                keep_cache_in(handle, session, engine_tx);
             }
             bridge.attach(*engine);
             vec![Action::EngineReady(summary)]
@@ -162,6 +170,19 @@ fn engine_actions(msg: EngineMsg, bridge: &mut Bridge) -> Vec<Action> {
         }
         EngineMsg::Action(action) => vec![*action],
     }
+}
+
+/// Have a local engine keep its prompt cache in the session's folder (what a resumed session
+/// saved there is read back, so its conversations continue warm); what it says of the file
+/// comes back as a notice.
+fn keep_cache_in(engine: &EngineHandle, session: &std::path::Path, tx: &UnboundedSender<EngineMsg>) {
+    let said = engine.keep_cache_in(session.join(crate::engine::prompt_cache::persist::FILE_NAME));
+    let tx = tx.clone();
+    tokio::task::spawn_blocking(move || {
+        if let Ok(Some(text)) = said.recv() {
+            let _ = tx.send(EngineMsg::Action(Box::new(Action::Notice { text, error: false })));
+        }
+    });
 }
 
 /// Carry out one effect; returns follow-up actions (results to show).
@@ -287,6 +308,9 @@ fn perform(
             let left = ctx.transcripts.session.clone();
             ctx.transcripts.switch(&name);
             tracing::info!(session = %name, "opened in the app");
+            if let Some(Backend::Local(engine)) = bridge.backend() {
+                keep_cache_in(engine, &ctx.transcripts.dir, engine_tx);
+            }
             // The session left behind goes if nothing was written to it, as at exit.
             release_session_if_empty(&ctx.transcripts.root, &left);
         }

@@ -22,6 +22,7 @@
 
 pub mod check;
 pub mod decoded;
+pub mod persist;
 mod trie;
 
 use mlx_rs::Array;
@@ -128,6 +129,13 @@ impl Snapshot {
     pub fn new(row: RowCache, hidden: &Array, logits: &Array) -> mlx_rs::error::Result<Self> {
         use crate::model::ops::own_copy;
         Ok(Snapshot { row, hidden: own_copy(hidden)?, logits: own_copy(logits)? })
+    }
+
+    /// Every array the snapshot holds.
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut all = self.row.arrays();
+        all.extend([&self.hidden, &self.logits]);
+        all
     }
 
     /// Bytes the snapshot holds: every buffer of the row (whole, as allocated) and the last
@@ -342,6 +350,16 @@ impl PromptCache {
             self.stats.evictions += 1;
         }
         self.refresh();
+    }
+
+    /// The entries no other entry extends (a conversation's latest turn, a lone request), the
+    /// least recently used first: what is worth keeping across a restart ([`persist`]).
+    pub fn tips(&self) -> Vec<(&[u32], &Snapshot, Kept)> {
+        let extended =
+            |e: &Entry| self.entries.iter().any(|o| o.tokens.len() > e.tokens.len() && o.tokens.starts_with(&e.tokens));
+        let mut tips: Vec<&Entry> = self.entries.iter().filter(|e| !extended(e)).collect();
+        tips.sort_by_key(|e| e.used);
+        tips.into_iter().map(|e| (e.tokens.as_slice(), &e.snap, e.kept)).collect()
     }
 
     fn held(&self) -> u64 {

@@ -184,6 +184,25 @@ impl KvCache {
     pub fn arrays(&self) -> Vec<&Array> {
         self.keys.iter().chain(self.values.iter()).collect()
     }
+
+    /// The row's own buffers, whole (capacity and all), as a saved cache entry keeps them; None
+    /// where nothing was written or the storage is a cohort's slot.
+    pub fn stored(&self) -> Option<(Array, Array)> {
+        match (&self.slot, &self.keys, &self.values) {
+            (None, Some(k), Some(v)) => Some((k.clone(), v.clone())),
+            _ => None,
+        }
+    }
+
+    /// A cache holding `keys` and `values` ([1, kv_heads, capacity, head_dim]) with its first
+    /// `offset` positions committed: a saved entry's buffers read back ([`Self::stored`]).
+    pub fn restored(keys: Array, values: Array, offset: i32) -> Result<Self> {
+        let fits = |a: &Array| a.ndim() == 4 && a.shape()[2] >= offset;
+        if offset < 0 || !fits(&keys) || !fits(&values) || keys.shape() != values.shape() {
+            bail!("saved keys {:?} and values {:?} cannot hold {offset} positions", keys.shape(), values.shape());
+        }
+        Ok(KvCache { keys: Some(keys), values: Some(values), offset, physical: offset, slot: None })
+    }
 }
 
 /// One row's Gated DeltaNet state for one layer: nothing before the row's first block, else
