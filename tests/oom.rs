@@ -16,7 +16,7 @@ use mlx_rs::Dtype;
 fn on_cpu(test: &str) -> bool {
     let cpu = Backend::detect() == Backend::Cpu;
     if !cpu {
-        eprintln!("SKIPPED {test}: characterised on MLX's CPU backend only");
+        common::skip(test, "characterised on MLX's CPU backend only");
     }
     cpu
 }

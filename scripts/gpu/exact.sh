@@ -59,8 +59,8 @@
 #   peers  cohort against mlx-lm on that checkpoint, fresh processes back to back ($PEER_ARMS,
 #          default "cohort mlx-lm cohort"; $PEER_ROUNDS mlx-lm rounds a process, default 3);
 #          writes mlx-lm's JIT cache to $OUT/ptx3.tar.xz (keep it in .gpu/ptx3/).
-#   tests  each CUDA test binary this call carries in .gpu/tbin (`prepare.sh moe_router
-#          qk_norm_rope` makes them), one test at a time, the CUDA-only ones included (they are
+#   tests  each test binary this call carries in .gpu/tbin (`prepare.sh kernels engine` makes
+#          the area binaries; set $TESTS, e.g. "cuda", or their CPU tests run too), one test at a time, the CUDA-only ones included (they are
 #          #[ignore]d elsewhere, and fail here on a wrong backend) and TF32 off, within $TEST_S s each (default 300); $TESTS filters them by
 #          name (default all); each binary's lines to $OUT/test_<name>.txt.
 #   checkm, probem, synthm, benchm: check, probe, synth and bench with COHORT_MMA_PRODUCTS=1 (the

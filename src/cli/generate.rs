@@ -355,7 +355,7 @@ fn stream_results(
     let mut skipped = 0usize;
     let mut input_open = true;
     // One write of the whole line, then a flush: a run stopped at any moment leaves whole lines
-    // only (tests/generate_signals.rs). A result that cannot be written stops the run: the
+    // only (tests/cli/generate_signals.rs). A result that cannot be written stops the run: the
     // requests read and not written are named (the live ones are cancelled when the engine goes).
     let mut write =
         |r: &RequestResult, failed: &mut usize, live: &[Submission]| -> std::result::Result<(), Unwritten> {

@@ -1,7 +1,7 @@
 //! Every environment switch the engine reads, in one table: its name, the values it takes, its
 //! default and what it does. The table is what `check_environment` validates at start-up, what
 //! `cohort device --routes` lists with the values in force, and what docs/configuration.md's
-//! switch table is generated from (tests/switches.rs keeps the three, and every `COHORT_` name
+//! switch table is generated from (tests/models/switches.rs keeps the three, and every `COHORT_` name
 //! the engine's source reads, in step). A route switch names the field of [`Routes`] it sets:
 //! [`Routes::from_env`] builds the one value from the backend's defaults and this table.
 

@@ -1,7 +1,7 @@
 //! The MTP head as a pure function of its parameter map, for autograd. It is the inference
 //! `LlamaModel::mtp_forward` on a fresh MTP history (positions from 0, causal attention over the
 //! sequence): fc(concat(norm_e(embed(token)), norm_h(hidden))) -> one Llama decoder layer -> norm
-//! -> the shared LM head. `tests/train_mtp.rs` checks the two agree.
+//! -> the shared LM head. `tests/models/train_mtp.rs` checks the two agree.
 
 use anyhow::{Context, Result};
 use mlx_rs::Array;

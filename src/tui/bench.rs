@@ -1,6 +1,6 @@
 //! Frame render time with eight panes streaming and the inspector open, on ratatui's
 //! `TestBackend` (the same drawing and diffing as a real terminal, minus the terminal's write).
-//! Run by `cargo test --release --test tui_bench -- --ignored --nocapture`.
+//! Run by `cargo test --release --test tui tui_bench -- --ignored --nocapture`.
 
 use std::time::{Duration, Instant};
 

@@ -355,7 +355,7 @@ fn perform(
     Vec::new()
 }
 
-/// Test hook (tests/tui_e2e.rs): a prompt equal to `COHORT_TUI_PANIC_ON` panics the UI
+/// Test hook (tests/tui/tui_e2e.rs): a prompt equal to `COHORT_TUI_PANIC_ON` panics the UI
 /// thread, to show that the panic hook gives the terminal back and transcripts survive. Built
 /// only with the `testing` feature: the product neither reads the variable nor holds the hook.
 #[cfg(feature = "testing")]

@@ -7,7 +7,7 @@
 pub mod action;
 pub mod app;
 pub mod args;
-/// The frame-time measurement (`cargo test --release --test tui_bench -- --ignored`): lab code.
+/// The frame-time measurement (`cargo test --release --test tui tui_bench -- --ignored`): lab code.
 #[cfg(feature = "lab")]
 pub mod bench;
 pub mod bridge;

@@ -1,7 +1,7 @@
 //! `cohort bench` refuses what it cannot measure before the model loads, and never reports a
 //! run whose requests failed as a measurement.
 
-mod common;
+use crate::common;
 
 use common::{cohort_command, fixture};
 

@@ -3,14 +3,14 @@
 //! inside a step, after minutes of building random weights); and it says which route the engine
 //! would serve before timing it.
 
-mod common;
+use crate::common;
 
 use common::cohort_command;
 
 #[test]
 fn forcing_a_cuda_kernel_off_cuda_is_refused_by_name() {
     if cohort::platform::backend::Backend::detect() == cohort::platform::backend::Backend::Cuda {
-        eprintln!("skipped: this backend has the CUDA kernels");
+        common::skip("forcing_a_cuda_kernel_off_cuda_is_refused_by_name", "this backend has the CUDA kernels");
         return;
     }
     let home = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 //! requests are read as they arrive and results written as each ends, an unwritable output is
 //! refused before any model work, and an interrupted run keeps every finished result.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::Command;
@@ -150,7 +150,10 @@ fn openblas_runs_kernels_that_use_the_cpus_vector_units() {
     };
     let (line, stdout) = device(None);
     let Some(line) = line else {
-        eprintln!("SKIPPED: the products do not go through OpenBLAS here:\n{stdout}");
+        common::skip(
+            "cli_generate (OpenBLAS kernels)",
+            &format!("the products do not go through OpenBLAS here:\n{stdout}"),
+        );
         return;
     };
     let kernels = line.split_whitespace().nth(2).unwrap_or_default().to_owned();

@@ -1,7 +1,7 @@
 //! Logging is not a reason to refuse work: a data dir where the log cannot be written (its
 //! `logs` is a file, or today's log file is a folder) leaves every command running, quietly.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! request; errors go to stderr with exit code 1; a prompt named like a subcommand goes after
 //! `--`, and `-` reads the prompt from stdin.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! do, quietly, instead of panicking with "failed printing to stdout: Broken pipe" (exit 101;
 //! issue 37).
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 

@@ -3,7 +3,7 @@
 //! and recorded with their run time in docs/reliability.md. The config parsers (profiles, themes,
 //! keymaps) must also name the file, and for a well-formed TOML document the key, in every error.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

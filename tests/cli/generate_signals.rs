@@ -2,7 +2,7 @@
 //! requests it had not answered: across the runs every request is answered exactly once and no
 //! result line is torn, because each result is written whole and flushed the moment it ends.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};

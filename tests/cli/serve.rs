@@ -2,7 +2,7 @@
 //! `./setup.sh test` into .runtime/pyclients), curl for raw HTTP and SSE, on the default model.
 //! Every test starts its own server process on a free port.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

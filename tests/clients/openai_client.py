@@ -1,4 +1,4 @@
-"""The official `openai` package against `cohort serve` (driven by tests/serve.rs).
+"""The official `openai` package against `cohort serve` (driven by tests/cli/serve.rs).
 
     python3 openai_client.py basic BASE_URL
     python3 openai_client.py concurrent BASE_URL N

@@ -1,4 +1,4 @@
-//! A real `cohort serve` process for tests (tests/serve.rs, tests/tui_attach.rs), and curl.
+//! A real `cohort serve` process for tests (tests/cli/serve.rs, tests/tui/tui_attach.rs), and curl.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! own solo run produces, cancellation must leave survivors untouched, offsets must stay what
 //! was committed, and memory must not grow from cohort to cohort.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

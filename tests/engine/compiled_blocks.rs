@@ -3,9 +3,9 @@
 //! they must serve (plans get compiled, the verify's capturing mixer among them) and give
 //! mlx-lm's logits and greedy tokens, by AR and by greedy MTP (whose T=2 verify and per-position
 //! state capture run through the compiled mixer), as the plain route does in
-//! tests/qwen35_reference.rs and tests/mtp_solo.rs. Each case runs under its own `Routes` value.
+//! tests/models/qwen35_reference.rs and tests/engine/mtp_solo.rs. Each case runs under its own `Routes` value.
 
-mod common;
+use crate::common;
 
 use cohort::engine::ar;
 use cohort::engine::prepare::prepare;

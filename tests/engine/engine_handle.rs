@@ -3,7 +3,7 @@
 //! together, a faulted cycle poisons only the rows it ran, and the engine then serves new
 //! requests without a restart.
 
-mod common;
+use crate::common;
 
 use cohort::cli::model_args::ModelArgs;
 use cohort::engine::handle::{EngineHandle, Submission};

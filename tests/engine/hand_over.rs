@@ -3,7 +3,7 @@
 //! inputs, so every logit and every row's state after the step keeps its bits. Runs on any
 //! backend (MLX evaluates asynchronously on the CPU too).
 
-mod common;
+use crate::common;
 
 use cohort::model::families::qwen3_5::Qwen35Model;
 use cohort::model::forward::{LanguageModel, Logits};

@@ -3,7 +3,7 @@
 //! row must produce what its own solo run produces (a cancelled row: a prefix of it), deliver
 //! exactly one result, and deliver it when it ends rather than when its peers do.
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -402,7 +402,7 @@ fn packed_prompt_reads_keep_every_row_equal_to_its_solo_run() {
     let test = "packed_prompt_reads_keep_every_row_equal_to_its_solo_run";
     let (_dir, model, tok) = smollm2_loaded(test);
     if model.prefill_block(0, 64).is_none() {
-        eprintln!("SKIPPED {test}: this backend reads prompt chunks as they are");
+        common::skip(test, "this backend reads prompt chunks as they are");
         return;
     }
     assert!(cohort::engine::construction::packed_prompt_check(&*model).unwrap(), "the start-up check");

@@ -4,7 +4,7 @@
 //! target computed exactly here from the model's own logits (softmax and top-k written in this
 //! test). The same harness is shown to reject a sampler biased by 2%.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -2,7 +2,7 @@
 //! tokens, and after any mix of accepted and rejected drafts the row's state must equal a fresh
 //! prefill of the committed tokens.
 
-mod common;
+use crate::common;
 
 use cohort::engine::prepare::prepare;
 use cohort::engine::request::{Prompt, Request};

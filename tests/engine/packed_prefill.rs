@@ -4,7 +4,7 @@
 //! values. Skipped (with a message) where the default model's GGUF is absent or the backend does
 //! not pad prompt chunks.
 
-mod common;
+use crate::common;
 
 use cohort::model::forward::{LanguageModel, prefill_chunk};
 use cohort::model::layers::cache::{LayerState, RowCache};
@@ -45,7 +45,7 @@ fn padding_model(test: &str) -> Option<(tempfile::TempDir, Box<dyn LanguageModel
     let dir = smollm2_imported(test);
     let model = cohort::model::load::load_with_policy(dir.path(), Dtype::Float32, WeightPolicy::Kernel).unwrap();
     if model.prefill_block(0, 45).is_none() {
-        eprintln!("SKIPPED {test}: this backend reads prompt chunks as they are (no packed reads)");
+        common::skip(test, "this backend reads prompt chunks as they are (no packed reads)");
         return None;
     }
     Some((dir, model))
@@ -56,7 +56,7 @@ fn a_packed_prompt_read_gives_every_row_its_lone_state() {
     let Some((_dir, model)) = padding_model("a_packed_prompt_read_gives_every_row_its_lone_state") else { return };
     assert_eq!(model.prefill_block(0, 45), Some(48));
     // A prompt read never takes the host path: short chunks are padded too, so where a read
-    // splits does not change a row's bits (tests/prompt_cache.rs).
+    // splits does not change a row's bits (tests/engine/prompt_cache.rs).
     assert_eq!(model.prefill_block(0, 16), Some(16));
     assert_eq!(model.prefill_block(0, 5), Some(8));
     // Eight prompts of different lengths (one a whole number of blocks), each read alone.

@@ -3,7 +3,7 @@
 //! history exactly as drafting cycles would have left it, so that drafts after them are the
 //! drafts of a row that never stopped drafting.
 
-mod common;
+use crate::common;
 
 use cohort::engine::cycle::run_kind;
 use cohort::engine::draft_policy::CycleKind;

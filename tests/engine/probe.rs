@@ -1,6 +1,6 @@
 //! The exactness gate.
 
-mod common;
+use crate::common;
 
 use cohort::model::families::qwen3_5::Qwen35Model;
 use common::*;

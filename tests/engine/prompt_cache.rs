@@ -6,7 +6,7 @@
 //! regenerations, concurrent conversations, evictions; greedy and seeded sampling; MTP and AR
 //! rows) against solo runs that read every prompt from scratch.
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, mpsc};

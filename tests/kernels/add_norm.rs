@@ -3,7 +3,7 @@
 //! add and rms_norm. The kernel needs MLX's CUDA backend; its reference is checked against MLX's
 //! ops on whatever backend runs, so the device check rests on a checked reference.
 
-mod common;
+use crate::common;
 
 use common::require_cuda;
 

@@ -5,7 +5,7 @@
 //! storage, and storage whose elements are strided. Each query's result must also be the same bit
 //! for bit whatever else is in its block: the property that makes a T=2 verify equal two steps.
 
-mod common;
+use crate::common;
 
 use cohort::model::cpu::attention_cpu::{self, HostBlock, RowKv};
 use common::Lcg;

@@ -3,7 +3,7 @@
 //! the reference is checked against MLX's masked SDPA, as the cohort attends without the kernel,
 //! on whatever backend runs, so the device check rests on a checked reference.
 
-mod common;
+use crate::common;
 
 use common::require_cuda;
 

@@ -5,7 +5,7 @@
 //! says which route it checks. Its own test binary: the weight policy a load uses and the host
 //! path switch are process-wide, so tests take turns.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,7 @@
 //! The CPU kernel's quantized products (`model::cpu::cpu_qmm`) against a float64 reference written
 //! here, and against MLX's own quantize/dequantize for the packed layout it reads.
 
-mod common;
+use crate::common;
 
 use cohort::model::config::QuantSpec;
 use cohort::model::cpu::cpu_qmm::{Isa, PackedMatrix, simd_available};
@@ -138,7 +138,7 @@ fn several_matrices_in_one_dispatch_give_each_matrix_s_own_product() {
 #[test]
 fn the_simd_and_portable_routes_agree_bit_for_bit() {
     if !simd_available() {
-        eprintln!("SKIPPED the_simd_and_portable_routes_agree_bit_for_bit: no AVX2/FMA on this CPU");
+        common::skip("the_simd_and_portable_routes_agree_bit_for_bit", "no AVX2/FMA on this CPU");
         return;
     }
     for (bits, group) in [(4, 64), (8, 32)] {

@@ -3,7 +3,7 @@
 //! plain-ops route runs everywhere; the fused CUDA kernel only where the loaded MLX drives CUDA
 //! (on the GPU machine the same check runs as `cohort device --check-kernels`).
 
-mod common;
+use crate::common;
 
 use common::require_cuda;
 

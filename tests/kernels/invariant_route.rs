@@ -5,7 +5,7 @@
 //! run on purpose); elsewhere the route must serve exactly what the batched route serves. Its own test
 //! binary: the route is process-wide.
 
-mod common;
+use crate::common;
 
 use cohort::engine::probe::{self, Verdict};
 use cohort::model::config::QuantSpec;
@@ -88,7 +88,10 @@ fn the_gate_keeps_mtp_exact_on_the_invariant_route_in_bf16() {
 #[test]
 fn without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves() {
     if cohort::platform::backend::Backend::is_cuda() {
-        eprintln!("skipped: on CUDA the invariant route's kernels serve (the tests above hold them)");
+        common::skip(
+            "without_its_kernels_the_invariant_route_serves_what_the_batched_route_serves",
+            "on CUDA the invariant route's kernels serve (the tests above hold them)",
+        );
         return;
     }
     let dir = fixture("llama").join("tiny_llama_mlx");

@@ -5,7 +5,7 @@
 //! `cohort device --check-kernels`), and the MoE products it feeds against a float64 product
 //! over weights dequantized on the host (src/model/checks/moe_check.rs), on whatever backend runs.
 
-mod common;
+use crate::common;
 
 use common::require_cuda;
 

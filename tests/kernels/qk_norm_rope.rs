@@ -4,7 +4,7 @@
 //! model against the ops route it replaces. The kernel needs MLX's CUDA backend: these tests are
 //! ignored elsewhere, and fail on a wrong backend when run on purpose (`--include-ignored`).
 
-mod common;
+use crate::common;
 
 use common::require_cuda;
 

@@ -1,7 +1,7 @@
 //! RoPE on the host (`model::layers::rope`, the CPU backend's route) against a float64 reference
 //! written here and against MLX's own `fast::rope` / `rope_dynamic`.
 
-mod common;
+use crate::common;
 
 use cohort::model::layers::attention::RopeSpec;
 use cohort::model::layers::rope::{mlx_rope, rope};

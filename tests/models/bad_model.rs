@@ -1,6 +1,6 @@
 //! Broken checkpoints get errors that name the file and the tensor, never a panic.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Model files that are missing, truncated or corrupt, other than the safetensors and GGUF files
-//! (tests/bad_model.rs, tests/gguf.rs): `cohort generate` exits 1 with an error naming the file.
+//! (tests/models/bad_model.rs, tests/models/gguf.rs): `cohort generate` exits 1 with an error naming the file.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! gigabytes or builds one huge value is stopped with a clear error instead of taking the
 //! process's memory and the owner thread with it.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! the `half` crate), tiny_llama.gguf (written by llama.cpp's gguf-py, see
 //! tests/fixtures/llama/README.md) and, when present, the real SmolLM2 Q4_1 file.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
@@ -727,7 +727,7 @@ fn chat_template_renders_chatml() {
     assert_eq!(GgufFile::open(&p).unwrap().get_str("tokenizer.chat_template"), Some(template.as_str()));
 }
 
-/// `cargo test --release --test gguf -- --ignored import_smollm2_to` with COHORT_IMPORT_OUT set
+/// `cargo test --release --test models gguf -- --ignored import_smollm2_to` with COHORT_IMPORT_OUT set
 /// (and optionally COHORT_IMPORT_SRC): writes an imported checkpoint there (used by
 /// tests/fixtures/llama/make_llama_fixtures.py).
 #[test]

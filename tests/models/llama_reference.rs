@@ -7,7 +7,7 @@
 //! - SmolLM2-135M-Instruct (when its GGUF is present): cohort's import, greedy tokens equal
 //!   mlx-lm's on the same imported directory.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! cohort's Qwen3.5 forward against mlx-lm's own outputs on the same checkpoints
 //! (tests/fixtures/references, made by tests/fixtures/make_fixtures.py with mlx-lm 0.32.2).
 
-mod common;
+use crate::common;
 
 use cohort::engine::ar;
 use cohort::model::families::qwen3_5::Qwen35Model;

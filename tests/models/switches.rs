@@ -7,7 +7,8 @@ use std::path::Path;
 use cohort::model::switches::{SWITCHES, markdown_table};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const BEGIN: &str = "<!-- switches: generated from src/model/switches.rs, kept in step by tests/switches.rs -->\n";
+const BEGIN: &str =
+    "<!-- switches: generated from src/model/switches.rs, kept in step by tests/models/switches.rs -->\n";
 const END: &str = "<!-- /switches -->";
 
 /// Names that look like switches but are not read from the environment: a kernel template

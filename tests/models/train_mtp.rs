@@ -3,7 +3,7 @@
 //! through the engine's loader and mean the same thing, and a head for another model is refused
 //! with the offending tensor named.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

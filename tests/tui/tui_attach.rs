@@ -3,7 +3,7 @@
 //! the default model; the app and the event loop's bridge as `cohort` runs them, views drawn on
 //! ratatui's TestBackend.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

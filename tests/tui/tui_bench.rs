@@ -1,6 +1,6 @@
 //! Frame render time with eight panes streaming and the inspector open (goal: under 5 ms per
 //! frame). Ignored by default; run with
-//! `cargo test --release --test tui_bench -- --ignored --nocapture`.
+//! `cargo test --release --test tui tui_bench -- --ignored --nocapture`.
 
 use cohort::tui::bench;
 

@@ -4,7 +4,7 @@
 //! width 8. A pane whose answer ended sends its follow-up while another pane still answers.
 //! Skipped (with a message) when tmux is not installed.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -104,8 +104,7 @@ struct Launch<'a> {
 /// Start cohort on the fixture in a tmux session of its own with a fresh home, and wait for the
 /// model to load; None (after saying the test is skipped) when tmux is not installed.
 fn launch(l: Launch) -> Option<(tempfile::TempDir, Tmux)> {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed (./setup.sh installs it)");
+    if !common::tmux_or_skip(&format!("tui_e2e ({})", l.tag)) {
         return None;
     }
     let home = tempfile::tempdir().unwrap();
@@ -700,8 +699,7 @@ fn a_session_resumed_by_path_gets_its_new_turns_in_that_folder() {
 /// checks) takes long enough to quit inside it.
 #[test]
 fn quitting_while_the_model_loads_never_crashes() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed (./setup.sh installs it)");
+    if !common::tmux_or_skip("quitting_while_the_model_loads_never_crashes") {
         return;
     }
     let model = common::smollm2_with_head("quitting_while_the_model_loads_never_crashes");
@@ -750,8 +748,7 @@ fn an_80x24_terminal_opens_the_panes_that_fit() {
 /// (the fixture's, on its quantized kernel, do not: its cache stays off).
 #[test]
 fn a_resumed_session_continues_warm_from_the_state_saved_at_quit() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed (./setup.sh installs it)");
+    if !common::tmux_or_skip("a_resumed_session_continues_warm_from_the_state_saved_at_quit") {
         return;
     }
     let model = common::smollm2_with_head("a_resumed_session_continues_warm_from_the_state_saved_at_quit");

@@ -2,7 +2,7 @@
 //! running: the app builds the requests, the event loop's bridge submits them to a real engine
 //! (the fixture model) and drains the engine's events back into the app, as `cohort` does.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! that make room (a second enter does it, marked in the pane and the transcript; esc keeps
 //! everything), and a message too long on its own is refused with the text kept in the box.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

@@ -87,7 +87,7 @@ const ANSWERS: [usize; 2] = [9, 10];
 /// rows), make each finished row's entry with [`settle_decoded`], and compare it with a fresh
 /// read of the prompt and answer: every piece of state, the last hidden state and the logits, bit
 /// for bit. (Rows of the other mode in an MTP lane write their histories through the same MTP
-/// module calls; tests/prompt_cache.rs runs both kinds through a warm lane against fresh runs.)
+/// module calls; tests/engine/prompt_cache.rs runs both kinds through a warm lane against fresh runs.)
 pub fn decode_read_check(
     model: &dyn LanguageModel,
     tok: &TextTokenizer,

@@ -1,6 +1,6 @@
 //! Checks a Gated DeltaNet recurrence route (the fused CUDA kernel or the plain-ops loop) against
 //! a float64 host reference written here from the delta rule itself, on random inputs of a given
-//! geometry. Used by `cohort device --check-kernels` and by `tests/gdn_kernel.rs`.
+//! geometry. Used by `cohort device --check-kernels` and by `tests/kernels/gdn_kernel.rs`.
 
 use anyhow::Result;
 use mlx_rs::{Array, Dtype};

@@ -10,7 +10,7 @@
 //! by side (docs/benchmarks.md, session 28). `COHORT_ADD_NORM_KERNEL=1` turns it on; the ops
 //! route (`add`, then `fast::rms_norm`) serves otherwise, and for mixed dtypes and rows wider
 //! than the kernel holds. [`check`] compares the kernel with a float64 host reference and with
-//! the ops route (`cohort device --check-kernels`, tests/add_norm.rs).
+//! the ops route (`cohort device --check-kernels`, tests/kernels/add_norm.rs).
 
 use std::sync::OnceLock;
 

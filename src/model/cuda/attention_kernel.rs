@@ -12,7 +12,7 @@
 //! **Off by default, not yet run on the GPU**: `COHORT_ATTENTION_KERNEL=1` turns it on (CUDA
 //! only). [`check`] holds it to a float64 host attention, and the same check runs MLX's masked
 //! SDPA as the cohort takes it on any backend, which checks the reference on the CPU
-//! (tests/attention_kernel.rs; `scripts/gpu/r63.sh` runs the CUDA side and times it).
+//! (tests/kernels/attention_kernel.rs; `scripts/gpu/r63.sh` runs the CUDA side and times it).
 
 use std::sync::OnceLock;
 

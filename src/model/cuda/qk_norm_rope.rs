@@ -7,7 +7,7 @@
 //! On by default where MLX drives CUDA (`Routes::qk_norm_rope_kernel`; bench-step's
 //! `--qk-kernel on,off` times both in one process: docs/benchmarks.md). [`check`] holds it to a
 //! float64 reference, [`rows_differing`] to giving a row's heads the same bits alone and in a
-//! block (`cohort device --check-kernels`, `--check-invariance`, tests/qk_norm_rope.rs).
+//! block (`cohort device --check-kernels`, `--check-invariance`, tests/kernels/qk_norm_rope.rs).
 
 use std::sync::OnceLock;
 

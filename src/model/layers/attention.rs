@@ -2,7 +2,7 @@
 //! batch over its shared slots (`kv_slots`), a host-path block attends on the host
 //! (`cpu::attention_cpu`), a short block on the invariant CUDA route goes through the short-block
 //! kernel (`cuda::attention_kernel`), and anything else attends row by row through MLX's SDPA.
-//! Every route gives a row the attention it gets alone (tests/kv_slots.rs).
+//! Every route gives a row the attention it gets alone (tests/kernels/kv_slots.rs).
 
 use anyhow::Result;
 use mlx_rs::Array;
@@ -92,7 +92,7 @@ pub fn attend(caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
 /// The whole-cohort step: rotate every row at its own offset, write every slot with one scatter
 /// for keys and one for values, and attend with one masked SDPA. Masked-out positions add exact
 /// zeros, so on MLX's CPU backend a row's output equals its own-length attention bit for bit
-/// (tests/kv_slots.rs).
+/// (tests/kernels/kv_slots.rs).
 fn attend_cohort(buffer: &SlotHandle, caches: &mut [&mut KvCache], block: &Block) -> Result<Array> {
     let Block { q, k, v, rope, scale } = *block;
     let t = k.shape()[2];
