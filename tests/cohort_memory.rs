@@ -14,7 +14,7 @@ use cohort::engine::prepare::prepare;
 use cohort::engine::request::{Prompt, Request};
 use cohort::engine::row::{CancelFlag, RowEvent};
 use cohort::engine::sampler::SamplerConfig;
-use cohort::engine::scheduler::{Numerics, WidthPolicy};
+use cohort::engine::scheduler::{Numerics, ReadOrder, WidthPolicy};
 use cohort::engine::solo::GenerationMode;
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::families::qwen3_5::Qwen35Model;
@@ -99,6 +99,7 @@ fn a_lane_that_reports_itself_idle_has_already_let_go_of_its_rows() {
         packed_prefill: false,
         drafts: DraftPolicy::Measured,
         split_exact: false,
+        read_order: ReadOrder::ShortestFirst,
         prompt_cache: Default::default(),
     };
     let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));

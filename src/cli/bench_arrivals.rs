@@ -4,7 +4,10 @@
 //! - pair: a long answer beside one short question: the long answer's pace once the short one
 //!   has ended, against the same answer decoded alone (tokens over the same window);
 //! - staggered: eight requests of 128 tokens arriving 0.5 s apart: aggregate tok/s and mean time
-//!   to first token.
+//!   to first token;
+//! - reads: four prompts of about 1,500, 600, 150 and 30 tokens sent together: the short
+//!   question's time to first token and the mean over the four (the `round-robin` arm reads them
+//!   in turns, the others shortest first).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,7 +22,7 @@ use crate::engine::owner::EngineSetup;
 use crate::engine::request::{Prompt, Request, RequestResult};
 use crate::engine::row::RowEvent;
 use crate::engine::sampler::SamplerConfig;
-use crate::engine::scheduler::{Numerics, Preset, SchedulerConfig, WidthPolicy};
+use crate::engine::scheduler::{Numerics, Preset, ReadOrder, SchedulerConfig, WidthPolicy};
 use crate::engine::solo::GenerationMode;
 use crate::model::text::tokenizer::ChatMessage;
 
@@ -132,6 +135,8 @@ pub enum Arm {
     Drafting,
     /// The sealed fixed-B8 lane.
     Sealed,
+    /// Continuous admission, waiting prompts read in turns rather than shortest first.
+    RoundRobin,
 }
 
 impl Arm {
@@ -141,6 +146,7 @@ impl Arm {
             Arm::PowerOfTwo => SchedulerConfig { width: WidthPolicy::PowerOfTwo, ..Preset::Throughput.config() },
             Arm::Drafting => SchedulerConfig { drafts: DraftPolicy::Always, ..Preset::Throughput.config() },
             Arm::Sealed => Preset::Sealed.config(),
+            Arm::RoundRobin => SchedulerConfig { read_order: ReadOrder::RoundRobin, ..Preset::Throughput.config() },
         }
     }
 
@@ -150,6 +156,7 @@ impl Arm {
             Arm::PowerOfTwo => "power-of-two",
             Arm::Drafting => "drafting",
             Arm::Sealed => "sealed",
+            Arm::RoundRobin => "round-robin",
         }
     }
 }
@@ -164,6 +171,8 @@ struct ArmFigures {
     pair_ratio: f64,
     staggered_tok_s: f64,
     staggered_mean_ttft_s: f64,
+    reads_question_ttft_s: f64,
+    reads_mean_ttft_s: f64,
 }
 
 const LIMIT: Duration = Duration::from_secs(600);
@@ -219,6 +228,26 @@ fn staggered(engine: &EngineHandle) -> Result<(f64, f64)> {
     Ok((tokens as f64 / end.duration_since(t0).as_secs_f64(), ttfts.iter().sum::<f64>() / ttfts.len().max(1) as f64))
 }
 
+/// (the short question's time to first token, the mean over the four prompts)
+fn reads(engine: &EngineHandle) -> Result<(f64, f64)> {
+    let text = |items: usize| -> String {
+        let lines: Vec<String> =
+            (0..items).map(|i| format!("Item {i}: notes on {}.", LONG_TOPICS[i % LONG_TOPICS.len()])).collect();
+        format!("{}\nSummarise these notes in one line.", lines.join("\n"))
+    };
+    let mut c = Client { engine, watched: Vec::new() };
+    for (i, items) in [150, 60, 15].into_iter().enumerate() {
+        c.send(chat(&format!("reads-{i}"), &text(items), 8, true));
+    }
+    let question =
+        c.send(chat("reads-question", "What is the capital of France, and which river runs through it?", 8, true));
+    c.wait(LIMIT, Client::all_done)?;
+    let ttfts: Vec<f64> = c.watched.iter().filter_map(Watched::ttft_s).collect();
+    anyhow::ensure!(ttfts.len() == 4, "a prompt streamed nothing");
+    let q = c.watched[question].ttft_s().context("the question streamed nothing")?;
+    Ok((q, ttfts.iter().sum::<f64>() / 4.0))
+}
+
 fn arm(
     model: &ModelArgs,
     which: Arm,
@@ -240,6 +269,7 @@ fn arm(
     let join_ttft_s = join(&engine)?;
     let (alone, solo) = pair(&engine)?;
     let (staggered_tok_s, staggered_mean_ttft_s) = staggered(&engine)?;
+    let (reads_question_ttft_s, reads_mean_ttft_s) = reads(&engine)?;
     let f = ArmFigures {
         arm: name.into(),
         round,
@@ -249,9 +279,11 @@ fn arm(
         pair_ratio: alone / solo,
         staggered_tok_s,
         staggered_mean_ttft_s,
+        reads_question_ttft_s,
+        reads_mean_ttft_s,
     };
     println!(
-        "{:<12} {:>5} {:>10.3} {:>10.1} {:>10.1} {:>7.2} {:>11.1} {:>10.3}",
+        "{:<12} {:>5} {:>10.3} {:>10.1} {:>10.1} {:>7.2} {:>11.1} {:>10.3} {:>8.3} {:>8.3}",
         f.arm,
         f.round,
         f.join_ttft_s,
@@ -259,7 +291,9 @@ fn arm(
         f.pair_solo_tok_s,
         f.pair_ratio,
         f.staggered_tok_s,
-        f.staggered_mean_ttft_s
+        f.staggered_mean_ttft_s,
+        f.reads_question_ttft_s,
+        f.reads_mean_ttft_s
     );
     Ok(f)
 }
@@ -273,8 +307,17 @@ pub fn run(
     receipt: &Path,
 ) -> Result<()> {
     println!(
-        "{:<12} {:>5} {:>10} {:>10} {:>10} {:>7} {:>11} {:>10}",
-        "arm", "round", "join_ttft", "pair_alone", "pair_solo", "ratio", "stagger_t/s", "stagger_ttft"
+        "{:<12} {:>5} {:>10} {:>10} {:>10} {:>7} {:>11} {:>10} {:>8} {:>8}",
+        "arm",
+        "round",
+        "join_ttft",
+        "pair_alone",
+        "pair_solo",
+        "ratio",
+        "stagger_t/s",
+        "stagger_ttft",
+        "reads_q",
+        "reads_mean"
     );
     let mut all = Vec::new();
     for round in 1..=rounds {
@@ -292,6 +335,7 @@ pub fn run(
         serde_json::json!({
             "join_ttft_s": of(|a| a.join_ttft_s), "pair_ratio": of(|a| a.pair_ratio),
             "staggered_tok_s": of(|a| a.staggered_tok_s), "staggered_mean_ttft_s": of(|a| a.staggered_mean_ttft_s),
+            "reads_question_ttft_s": of(|a| a.reads_question_ttft_s), "reads_mean_ttft_s": of(|a| a.reads_mean_ttft_s),
         })
     };
     let mut medians = serde_json::Map::new();
@@ -301,7 +345,7 @@ pub fn run(
         medians.insert(which.name().into(), m);
     }
     let receipt_json = serde_json::json!({
-        "scenarios": "join (7 x 256 tokens, a chat turn at 3 s), pair (384 + 24 tokens), staggered (8 x 128, 0.5 s apart)",
+        "scenarios": "join (7 x 256 tokens, a chat turn at 3 s), pair (384 + 24 tokens), staggered (8 x 128, 0.5 s apart), reads (prompts of ~1,500, 600, 150 and 30 tokens sent together, 8 tokens each)",
         "device": crate::platform::backend::RuntimeReport::collect(), "runs": all, "median": medians,
     });
     std::fs::write(receipt, serde_json::to_string_pretty(&receipt_json)?)

@@ -26,7 +26,7 @@ use super::prompt_cache::persist::{self, MadeBy, Restored, Saved};
 use super::prompt_cache::{Hit, Kept, PromptCache, Reuse, Snapshot};
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
-use super::scheduler::{Numerics, WidthPolicy};
+use super::scheduler::{Numerics, ReadOrder, WidthPolicy};
 use super::solo::{GenerationMode, first_token, lone_cycle, route_id};
 use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry};
 use crate::model::forward::{LanguageModel, last_position};
@@ -107,6 +107,8 @@ pub struct LaneConfig {
     pub split_exact: bool,
     /// How the prompt cache serves, and its budget.
     pub prompt_cache: PromptCacheSetup,
+    /// Which waiting prompt a step reads first.
+    pub read_order: ReadOrder,
 }
 
 /// The prompt cache as the engine decided it at start-up.
@@ -440,8 +442,8 @@ impl<'m> Lane<'m> {
         }
     }
 
-    /// Read waiting prompts, the one with the least left to read first (a short question never
-    /// waits behind a long paste), chunk by chunk until the step's budget is spent (at least one
+    /// Read waiting prompts in the lane's order (by default the one with the least left to read
+    /// first: a short question never waits behind a long paste), chunk by chunk until the step's budget is spent (at least one
     /// chunk, so a lone prompt always moves); where the lane packs, the chunks of the readers at
     /// the front are read together as one block. A prompt read to its end (or held whole by the
     /// prompt cache) draws its first token and takes a seat.
@@ -453,7 +455,9 @@ impl<'m> Lane<'m> {
         let mut spent = 0;
         let mut pack = self.cfg.packed_prefill;
         while spent == 0 || spent < budget {
-            self.readers.make_contiguous().sort_by_key(|r| r.run.prompt_ids.len() - r.next);
+            if self.cfg.read_order == ReadOrder::ShortestFirst {
+                self.readers.make_contiguous().sort_by_key(|r| r.run.prompt_ids.len() - r.next);
+            }
             let Some(r) = self.readers.front_mut() else { break };
             if r.run.cancel.is_cancelled() {
                 // Acts within one chunk of a request being cancelled.

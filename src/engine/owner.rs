@@ -239,6 +239,7 @@ pub fn run_owner(
             packed_prefill: packed_prompts,
             drafts: setup.scheduler.drafts,
             split_exact: split.exact,
+            read_order: setup.scheduler.read_order,
             prompt_cache: PromptCacheSetup {
                 reuse,
                 bytes: cache.bytes,

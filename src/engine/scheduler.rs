@@ -54,6 +54,22 @@ pub struct SchedulerConfig {
     /// What the prompt cache may serve, and its byte budget.
     #[serde(default)]
     pub prompt_cache: super::prompt_cache::CacheConfig,
+    /// Which waiting prompt a step reads first.
+    #[serde(default)]
+    pub read_order: ReadOrder,
+}
+
+/// Which waiting prompt a lane's step reads first, where several wait (`cohort bench --arrivals`
+/// measures both: docs/benchmarks.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadOrder {
+    /// The one with the fewest tokens left to read: a short question never waits behind a
+    /// paste, and the mean wait is the least any order gives.
+    #[default]
+    ShortestFirst,
+    /// Each in turn, a piece at a time, in the order they arrived.
+    RoundRobin,
 }
 
 /// The physical width a continuous lane runs at for `n` live rows.
@@ -118,6 +134,7 @@ impl Preset {
             width,
             drafts: super::draft_policy::DraftPolicy::Measured,
             prompt_cache: super::prompt_cache::CacheConfig::default(),
+            read_order: ReadOrder::default(),
         }
     }
 }
@@ -203,6 +220,7 @@ mod tests {
                 width: WidthPolicy::Packed,
                 drafts: crate::engine::draft_policy::DraftPolicy::Measured,
                 prompt_cache: crate::engine::prompt_cache::CacheConfig::default(),
+                read_order: ReadOrder::ShortestFirst,
             }
         );
         assert_eq!(Preset::Sealed.config().admission, Admission::Sealed);

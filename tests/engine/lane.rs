@@ -16,7 +16,7 @@ use cohort::engine::prepare::prepare;
 use cohort::engine::request::{FinishReason, Prompt, Request, RequestResult};
 use cohort::engine::row::{CancelFlag, RowEvent};
 use cohort::engine::sampler::SamplerConfig;
-use cohort::engine::scheduler::{Numerics, WidthPolicy};
+use cohort::engine::scheduler::{Numerics, ReadOrder, WidthPolicy};
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::forward::LanguageModel;
@@ -42,6 +42,7 @@ fn config(mode: GenerationMode, width: WidthPolicy) -> LaneConfig {
         packed_prefill: false,
         drafts: DraftPolicy::Measured,
         split_exact: false,
+        read_order: ReadOrder::ShortestFirst,
         prompt_cache: Default::default(),
     }
 }
@@ -392,6 +393,54 @@ fn a_long_prompt_is_read_between_cycles() {
     let decoded = t.rows[0].tokens - tokens_before;
     assert!(decoded >= chunks - 1, "the running row decoded {decoded} tokens over {} cycles", chunks - 1);
     assert_eq!(progress, (0..chunks).map(|c| c * CHUNK).collect::<Vec<_>>(), "one chunk a cycle");
+}
+
+/// Prompts that wait together are read shortest first: a one-chunk question admitted behind two
+/// long prompts draws its first token in the first step. Read in turns instead
+/// (`ReadOrder::RoundRobin`), it waits for the long prompts' chunks. Either way every row answers
+/// as its solo run does.
+#[test]
+fn waiting_prompts_are_read_shortest_first_or_in_turns() {
+    let (model, tok, prompts) = qwen();
+    let reqs = [
+        request("long", &prompts[2], 3, SamplerConfig::greedy(), 1),
+        request("also long", &prompts[4], 3, SamplerConfig::greedy(), 2),
+        request("question", &prompts[1][..CHUNK], 3, SamplerConfig::greedy(), 3),
+    ];
+    assert!(prompts[2].len() > 2 * CHUNK && prompts[4].len() > 2 * CHUNK);
+    for (order, question_first) in [(ReadOrder::ShortestFirst, true), (ReadOrder::RoundRobin, false)] {
+        let tel: SharedTelemetry = Arc::new(Mutex::new(Telemetry::default()));
+        let cfg = LaneConfig { read_order: order, ..config(GenerationMode::Mtp, WidthPolicy::Packed) };
+        let mut lane = Lane::new(&*model, &tok, cfg).unwrap();
+        let rxs: Vec<_> = reqs
+            .iter()
+            .map(|r| {
+                let (tx, rx) = mpsc::channel();
+                lane.admit(Pending {
+                    req: r.clone(),
+                    cancel: CancelFlag::default(),
+                    events: tx,
+                    arrived: Instant::now(),
+                });
+                rx
+            })
+            .collect();
+        let mut events: Vec<Vec<RowEvent>> = vec![Vec::new(); 3];
+        lane.step(&tel).unwrap();
+        for (seen, rx) in events.iter_mut().zip(&rxs) {
+            seen.extend(rx.try_iter());
+        }
+        let answered = events[2].iter().any(|e| matches!(e, RowEvent::Delta { .. }));
+        assert_eq!(answered, question_first, "{order:?}: the question's first token after one step");
+        while !lane.is_idle() {
+            lane.step(&tel).unwrap();
+        }
+        for ((seen, rx), r) in events.iter_mut().zip(&rxs).zip(&reqs) {
+            seen.extend(rx.try_iter());
+            let Some(RowEvent::Done(result)) = seen.last() else { panic!("{order:?}: {} did not end", r.id) };
+            assert_eq!(result.token_ids, solo(&*model, &tok, r, GenerationMode::Mtp), "{order:?}: {}", r.id);
+        }
+    }
 }
 
 /// The default model on the CPU reads waiting prompts several rows to a block (the start-up check

@@ -22,7 +22,7 @@ use cohort::engine::prompt_cache::persist::{self, MadeBy, Restored};
 use cohort::engine::request::{Prompt, Request, RequestResult};
 use cohort::engine::row::{CancelFlag, RowEvent};
 use cohort::engine::sampler::SamplerConfig;
-use cohort::engine::scheduler::{Numerics, WidthPolicy};
+use cohort::engine::scheduler::{Numerics, ReadOrder, WidthPolicy};
 use cohort::engine::solo::{GenerationMode, run_solo, run_solo_on};
 use cohort::engine::telemetry::{SharedTelemetry, Telemetry};
 use cohort::model::forward::LanguageModel;
@@ -341,6 +341,7 @@ fn lane_config(chunk: usize, bytes: u64, answers: Answers) -> LaneConfig {
         packed_prefill: false,
         drafts: DraftPolicy::Measured,
         split_exact: true,
+        read_order: ReadOrder::ShortestFirst,
         prompt_cache: PromptCacheSetup {
             reuse: Reuse::Exact,
             bytes,
