@@ -7,8 +7,8 @@
 #   .gpu/tbin/<test>.xz                                each test binary named on the command line
 #   .gpu/ptx/                                          MLX's JIT cache, filled by save_ptx's returns
 #   with KOLD_REV=<rev>, .gpu/kold/: kernels/ as of that revision, for an arm that sets
-#   COHORT_KERNEL_DIR to it (the same binary running the older kernels side by side, archive/r39.sh)
-#   with PEERS=1, mlx-lm's side (archive/r17.sh, r33.sh): .gpu/w3a/ w3.a, .gpu/w3b/ w3.b + w3.sha256 + the
+#   COHORT_KERNEL_DIR to it (the same binary running the older kernels side by side)
+#   with PEERS=1, mlx-lm's side: .gpu/w3a/ w3.a, .gpu/w3b/ w3.b + w3.sha256 + the
 #   mlx and mlx-lm wheels (mlx-cuda-13==0.32.3, which mlx-lm's quantized MoE needs)
 # Usage: [PEERS=1] bash scripts/gpu/prepare.sh [test binary ...]   e.g. kernels engine (tests/<area>/)
 set -euo pipefail
