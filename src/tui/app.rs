@@ -207,11 +207,11 @@ impl App {
         self.panes = restored
             .into_iter()
             .take(MAX_PANES)
-            .enumerate()
-            .map(|(i, r)| {
+            .map(|r| {
                 let mut pane = Pane::new(r.id);
-                // Recorded settings, else the profile's for the pane's place.
-                pane.settings = r.settings.unwrap_or_else(|| self.settings.pane_start(i + 1));
+                // Recorded settings, else the profile's for the pane's number (not its place: a
+                // session with panes 1 and 3 gives pane 3 the profile's `[pane.3]`).
+                pane.settings = r.settings.unwrap_or_else(|| self.settings.pane_start(r.id as usize));
                 pane.state = match r.turns.last() {
                     Some(t) if t.interrupted => RowState::Cancelled,
                     Some(t) => finish_state(t.finish.unwrap_or(FinishReason::Stop)),

@@ -70,6 +70,9 @@ pub async fn run(mut app: App, mut ctx: Context) -> (Result<()>, String) {
     stop_input.store(true, Ordering::SeqCst);
     terminal::leave();
     finish(&mut app, &mut ctx, &mut bridge).await;
+    if let Err(e) = ctx.transcripts.record_pane_count(app.panes.len()) {
+        tracing::warn!("the session's pane count: {e:#}");
+    }
     (outcome, ctx.transcripts.session.clone())
 }
 
@@ -306,6 +309,9 @@ fn perform(
         }
         Effect::UseSession { name } => {
             let left = ctx.transcripts.session.clone();
+            if let Err(e) = ctx.transcripts.record_pane_count(app.panes.len()) {
+                tracing::warn!("the session's pane count: {e:#}");
+            }
             ctx.transcripts.switch(&name);
             tracing::info!(session = %name, "opened in the app");
             if let Some(Backend::Local(engine)) = bridge.backend() {

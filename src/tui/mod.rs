@@ -46,8 +46,8 @@ use crate::tui::config::profile::{LoadedProfile, Settings, list_profiles, load_p
 use crate::tui::config::theme::load_theme;
 use app::App;
 use transcript::{
-    TranscriptWriter, latest_session, load_session, release_session_if_empty, reserve_session, session_profile,
-    session_title, transcripts_dir,
+    TranscriptWriter, latest_session, load_session, release_session_if_empty, reserve_session, session_pane_count,
+    session_profile, session_title, transcripts_dir,
 };
 
 /// Start the TUI: resolve the profile, check the model exists, open (or resume) a session, and
@@ -88,6 +88,12 @@ pub fn run(args: TuiArgs, paths: &Paths) -> Result<()> {
     // home, not the data dir (a same-named local session got its turns).
     let (session, title, restored, home) = match resumed {
         Some((name, _, title, panes, folder)) => {
+            // The session's own pane count, as it was left (`--panes` still wins).
+            if args.overrides().panes.is_none()
+                && let Some(n) = session_pane_count(&folder)
+            {
+                settings.panes = n;
+            }
             let home = folder.parent().map_or_else(|| dir.clone(), std::path::Path::to_path_buf);
             (name, title, panes, home)
         }

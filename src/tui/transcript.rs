@@ -135,27 +135,52 @@ pub fn reserve_session(dir: &Path) -> Result<String> {
     }
 }
 
-/// Remove a session's folder if nothing was written to it; true when it was removed. A
-/// resumed session, or one with any file, is kept.
+/// Remove a session's folder if no transcript was written to it; true when it was removed. A
+/// session with a transcript, a title or any file of a user's is kept.
 pub fn release_session_if_empty(dir: &Path, session: &str) -> bool {
     let path = dir.join(session);
-    let empty = std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none());
+    let Ok(entries) = std::fs::read_dir(&path) else { return false };
+    let names: Vec<std::ffi::OsString> = entries.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    // What a session gains beside its transcripts when it is left: its pane count, and the
+    // engine's saved prompt cache (which holds no conversation of its own without them).
+    let cache = crate::engine::prompt_cache::persist::FILE_NAME;
+    let kept_only_beside = |n: &std::ffi::OsString| n == PANES_FILE || n == cache;
+    if !names.iter().all(kept_only_beside) {
+        return false;
+    }
+    for name in &names {
+        let _ = std::fs::remove_file(path.join(name));
+    }
     // remove_dir refuses a folder that gained a file meanwhile.
-    empty && std::fs::remove_dir(&path).is_ok()
+    std::fs::remove_dir(&path).is_ok()
 }
 
-/// The newest session under `dir` that holds a transcript, by name.
+/// The session under `dir` used last: the one whose transcript was written to last (a session
+/// resumed yesterday beats one started the day before and left), ties by name.
 pub fn latest_session(dir: &Path) -> Option<String> {
-    let has_transcript = |p: &Path| {
+    // The newest modification time of the folder's transcripts; None without one.
+    let last_written = |p: &Path| {
         std::fs::read_dir(p)
-            .is_ok_and(|mut d| d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jsonl"))))
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+            .map(|e| e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH))
+            .max()
     };
     std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir() && has_transcript(&e.path()))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .max_by(|a, b| session_order(a).cmp(&session_order(b)))
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| Some((last_written(&e.path())?, e.file_name().to_string_lossy().into_owned())))
+        .max_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| session_order(a).cmp(&session_order(b))))
+        .map(|(_, name)| name)
+}
+
+/// How many panes a session had when it was last left ([`TranscriptWriter::record_pane_count`]),
+/// where it says and the count is one the TUI can open.
+pub fn session_pane_count(session_dir: &Path) -> Option<usize> {
+    let text = std::fs::read_to_string(session_dir.join(PANES_FILE)).ok()?;
+    text.trim().parse().ok().filter(|n| (1..=crate::tui::config::profile::MAX_PANES).contains(n))
 }
 
 /// `20261103-142501-10` sorts after `...-9`: compare the numeric suffix as a number.
@@ -189,6 +214,8 @@ impl SessionEntry {
 
 /// The file in a session's folder holding the title given in the app.
 pub const TITLE_FILE: &str = "title.txt";
+/// The file in a session's folder that holds its pane count ([`session_pane_count`]).
+pub const PANES_FILE: &str = "panes.txt";
 /// A title's length at most, in characters.
 pub const MAX_TITLE: usize = 60;
 
@@ -344,6 +371,17 @@ impl TranscriptWriter {
             self.append(pane, &Record::Profile { profile: profile.to_owned() })?;
         }
         Ok(())
+    }
+
+    /// The session had `panes` panes when it was left: `--resume` opens as many. Written only
+    /// where the session has a folder (something was recorded), so an unused session still
+    /// leaves none.
+    pub fn record_pane_count(&self, panes: usize) -> Result<()> {
+        if !self.dir.is_dir() {
+            return Ok(());
+        }
+        let path = self.dir.join(PANES_FILE);
+        std::fs::write(&path, format!("{panes}\n")).with_context(|| format!("cannot write {}", path.display()))
     }
 
     pub fn pane_path(&self, pane: u32) -> PathBuf {

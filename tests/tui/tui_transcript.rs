@@ -392,3 +392,68 @@ fn sessions_are_listed_titled_found_by_title_and_deleted() {
     assert!(!dir.path().join("20260101-100000").exists());
     assert_eq!(list_sessions(dir.path()).len(), 1);
 }
+
+/// Issue 58, item 13: `--resume` with no name opened the newest folder by name, not the session
+/// last used. The one written to last is resumed.
+#[test]
+fn resume_picks_the_session_written_to_last_not_the_newest_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let older = cohort::tui::transcript::reserve_session(dir.path()).unwrap();
+    let newer = cohort::tui::transcript::reserve_session(dir.path()).unwrap();
+    assert!(older < newer);
+    for (name, request) in [(&newer, "b"), (&older, "a")] {
+        let mut writer = TranscriptWriter::new(dir.path(), name, "p", None);
+        writer.append(1, &user(request, "x")).unwrap();
+    }
+    // The older session was used after the newer one: its file changed last.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    let file = std::fs::File::options().append(true).open(dir.path().join(&older).join("pane-1.jsonl")).unwrap();
+    file.set_modified(later).unwrap();
+    assert_eq!(latest_session(dir.path()).as_deref(), Some(older.as_str()));
+}
+
+/// Issue 58, item 13: a resumed pane took the profile's `[pane.N]` settings by its place on the
+/// screen, so with panes 1 and 3 restored, pane 3 got `[pane.2]`'s. Each takes its own number's,
+/// and the session's pane count comes back with it.
+#[test]
+fn resumed_panes_keep_their_numbers_settings_and_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = new_session_name(dir.path());
+    let mut writer = TranscriptWriter::new(dir.path(), &session, "p", None);
+    for pane in [1, 3] {
+        writer.append(pane, &user(&format!("r{pane}"), "hello")).unwrap();
+    }
+    writer.record_pane_count(5).unwrap();
+    drop(writer);
+    let (_, folder, panes) = load_session(dir.path(), &session).unwrap();
+    assert_eq!(cohort::tui::transcript::session_pane_count(&folder), Some(5));
+    let mut app = fixture::app(2, "dark");
+    let chat = app.settings.chat();
+    let own = |max_tokens: usize| cohort::tui::config::profile::ChatSettings { max_tokens, ..chat.clone() };
+    app.settings.pane_settings.insert(2, own(22));
+    app.settings.pane_settings.insert(3, own(33));
+    app.settings.panes = 5;
+    app.restore(panes);
+    assert_eq!(app.panes.iter().map(|p| p.id).collect::<Vec<_>>(), [1, 3, 4, 5, 6]);
+    assert_eq!(app.panes[1].settings.as_ref().map(|s| s.max_tokens), Some(33), "pane 3 takes [pane.3]");
+}
+
+/// A session nothing was typed in leaves no folder, even when quitting wrote its pane count (or
+/// the engine its prompt cache) there; one with a transcript keeps all three.
+#[test]
+fn an_unused_session_leaves_no_folder_even_with_its_pane_count_written() {
+    use cohort::tui::transcript::{release_session_if_empty, reserve_session};
+    let dir = tempfile::tempdir().unwrap();
+    let unused = reserve_session(dir.path()).unwrap();
+    let writer = TranscriptWriter::new(dir.path(), &unused, "p", None);
+    writer.record_pane_count(4).unwrap();
+    std::fs::write(dir.path().join(&unused).join("prompt-cache.safetensors"), b"x").unwrap();
+    assert!(release_session_if_empty(dir.path(), &unused));
+    assert!(!dir.path().join(&unused).exists());
+    let used = reserve_session(dir.path()).unwrap();
+    let mut writer = TranscriptWriter::new(dir.path(), &used, "p", None);
+    writer.append(1, &user("a", "x")).unwrap();
+    writer.record_pane_count(4).unwrap();
+    assert!(!release_session_if_empty(dir.path(), &used));
+    assert!(dir.path().join(&used).join("panes.txt").is_file());
+}
