@@ -3,6 +3,7 @@
 /// Plain greedy decoding of one row, the baseline the tests hold every speculative path to.
 #[cfg(feature = "testing")]
 pub mod ar;
+pub mod chat_input;
 pub mod cohort;
 pub mod construction;
 #[cfg(feature = "lab")]

@@ -1,6 +1,7 @@
 //! The request and result contract shared by `cohort generate`, the scheduler and the TUI.
-//! Request lines: `{"id", "prompt" | "prompt_ids", "chat", "max_tokens", "temperature", "top_p",
-//! "top_k", "seed", "stop", "ignore_eos", "presence_penalty", "frequency_penalty", "mode"}`.
+//! Request lines: `{"id", "prompt" | "prompt_ids" | "messages", "chat", "max_tokens",
+//! "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "presence_penalty",
+//! "frequency_penalty", "mode"}`; messages and stop sequences as [`super::chat_input`] reads them.
 
 use serde::{Deserialize, Serialize};
 
@@ -76,7 +77,7 @@ pub struct RequestLine {
     pub id: Option<String>,
     pub prompt: Option<String>,
     pub prompt_ids: Option<Vec<u32>>,
-    pub messages: Option<Vec<ChatMessage>>,
+    pub messages: Option<Vec<super::chat_input::MessageIn>>,
     #[serde(default)]
     pub chat: bool,
     pub max_tokens: Option<usize>,
@@ -86,8 +87,8 @@ pub struct RequestLine {
     pub presence_penalty: Option<f64>,
     pub frequency_penalty: Option<f64>,
     pub seed: Option<u64>,
-    #[serde(default)]
-    pub stop: Vec<String>,
+    /// A string or a list ([`super::chat_input::stop_sequences`]).
+    pub stop: Option<super::chat_input::Stop>,
     #[serde(default)]
     pub ignore_eos: bool,
     /// `"ar"` or `"mtp"`: this request's own generation mode (unset: the engine's).
@@ -102,7 +103,10 @@ impl RequestLine {
             (Some(p), None, None) if self.chat => Prompt::Chat(vec![ChatMessage::new("user", &p)]),
             (Some(p), None, None) => Prompt::Text(p),
             (None, Some(ids), None) => Prompt::Ids(ids),
-            (None, None, Some(m)) => Prompt::Chat(m),
+            (None, None, Some(m)) => Prompt::Chat(
+                super::chat_input::chat_messages(&m)
+                    .map_err(|e| anyhow::anyhow!("line {line_no} (id {id}): {}", e.message))?,
+            ),
             (None, None, None) => {
                 anyhow::bail!("line {line_no} (id {id}): no \"prompt\", \"prompt_ids\" or \"messages\"")
             }
@@ -119,6 +123,8 @@ impl RequestLine {
             frequency_penalty: self.frequency_penalty.unwrap_or(defaults.frequency_penalty),
         };
         sampler.validate().map_err(|e| anyhow::anyhow!("line {line_no} (id {id}): {e}"))?;
+        let stop = super::chat_input::stop_sequences(self.stop)
+            .map_err(|e| anyhow::anyhow!("line {line_no} (id {id}): {}", e.message))?;
         let max_tokens = self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
         if max_tokens == 0 {
             anyhow::bail!("line {line_no} (id {id}): max_tokens must be at least 1");
@@ -129,7 +135,7 @@ impl RequestLine {
             max_tokens,
             sampler,
             seed: self.seed.unwrap_or(0),
-            stop: self.stop,
+            stop,
             ignore_eos: self.ignore_eos,
             mode: self.mode,
         })

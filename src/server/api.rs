@@ -5,9 +5,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
+use crate::engine::chat_input::{MessageIn, Stop, chat_messages, stop_sequences};
 use crate::engine::request::{FinishReason, Prompt, Request, RequestResult};
 use crate::engine::sampler::SamplerConfig;
-use crate::model::text::tokenizer::ChatMessage;
 
 /// Which endpoint a body came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,37 +93,9 @@ struct Body {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
-
-#[derive(Debug, Deserialize)]
 struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
-}
-
-#[derive(Debug, Deserialize)]
-struct MessageIn {
-    role: String,
-    #[serde(default)]
-    content: Option<Content>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Content {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Debug, Deserialize)]
-struct Part {
-    #[serde(rename = "type")]
-    kind: String,
-    text: Option<String>,
 }
 
 /// A field's type or value error said in the request's terms: what the field takes and what it
@@ -212,14 +184,7 @@ pub fn parse(endpoint: Endpoint, bytes: &[u8], defaults: &Defaults) -> Result<Pa
         Some(n) => usize::try_from(n)
             .map_err(|_| ApiError::bad_field(budget_field, format!("{budget_field} = {n} is too large")))?,
     };
-    let stop = match body.stop {
-        None => Vec::new(),
-        Some(Stop::One(s)) => vec![s],
-        Some(Stop::Many(v)) => v,
-    };
-    if stop.iter().any(String::is_empty) {
-        return Err(ApiError::bad_field("stop", "stop sequences must not be empty strings"));
-    }
+    let stop = stop_sequences(body.stop).map_err(|e| ApiError::bad_field(e.param, e.message))?;
     let request = Request {
         id: String::new(),
         prompt,
@@ -270,43 +235,7 @@ fn refuse_unsupported(body: &Body) -> Result<(), ApiError> {
 
 fn chat_prompt(messages: Option<&[MessageIn]>) -> Result<Prompt, ApiError> {
     let messages = messages.ok_or_else(|| ApiError::bad_field("messages", "messages is required"))?;
-    if messages.is_empty() {
-        return Err(ApiError::bad_field("messages", "messages must hold at least one message"));
-    }
-    let mut out = Vec::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        if m.role.trim().is_empty() {
-            return Err(ApiError::bad_field(format!("messages[{i}].role"), format!("messages[{i}].role is empty")));
-        }
-        // OpenAI's newer name for the system role; chat templates know "system".
-        let role = if m.role == "developer" { "system" } else { m.role.as_str() };
-        let content = match &m.content {
-            None => String::new(),
-            Some(Content::Text(t)) => t.clone(),
-            Some(Content::Parts(parts)) => {
-                let mut text = String::new();
-                for (j, p) in parts.iter().enumerate() {
-                    match (p.kind.as_str(), &p.text) {
-                        ("text", Some(t)) => text.push_str(t),
-                        ("text", None) => {
-                            let param = format!("messages[{i}].content[{j}].text");
-                            return Err(ApiError::bad_field(param.clone(), format!("{param} is required")));
-                        }
-                        (other, _) => {
-                            let param = format!("messages[{i}].content[{j}].type");
-                            return Err(ApiError::bad_field(
-                                param.clone(),
-                                format!("{param} = {other:?}: only text parts are served"),
-                            ));
-                        }
-                    }
-                }
-                text
-            }
-        };
-        out.push(ChatMessage::new(role, &content));
-    }
-    Ok(Prompt::Chat(out))
+    chat_messages(messages).map(Prompt::Chat).map_err(|e| ApiError::bad_field(e.param, e.message))
 }
 
 fn text_prompt(prompt: Option<&Value>) -> Result<Prompt, ApiError> {
@@ -520,7 +449,10 @@ mod tests {
         let r = p.request;
         assert_eq!(
             r.prompt,
-            Prompt::Chat(vec![ChatMessage::new("system", "be brief"), ChatMessage::new("user", "ab")])
+            Prompt::Chat(vec![
+                crate::model::text::tokenizer::ChatMessage::new("system", "be brief"),
+                crate::model::text::tokenizer::ChatMessage::new("user", "ab"),
+            ])
         );
         assert_eq!((r.max_tokens, r.seed, r.stop.clone()), (12, 9, vec!["\n".to_owned()]));
         let s = r.sampler;

@@ -606,3 +606,32 @@ fn hf_hub_offline_is_obeyed() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("HF_HUB_OFFLINE") && stderr.contains("cohort-tests/no-such-model"), "{stderr}");
 }
+
+/// Issue 58, item 12: `generate` and `serve` disagreed on what a request means: generate took
+/// only string contents and stop lists, passed an empty role to the template and did not know
+/// "developer". Both now read messages and stop sequences one way: content parts are joined,
+/// "developer" is the system role, a stop string is a list of one, and an empty role, a part
+/// that is not text or an empty stop string is refused naming the field.
+#[test]
+fn generate_reads_messages_and_stop_sequences_as_serve_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let lines = [
+        r#"{"id":"plain","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi there"}],"stop":["zz"],"max_tokens":6,"temperature":0}"#,
+        r#"{"id":"parts","messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}],"stop":"zz","max_tokens":6,"temperature":0}"#,
+        r#"{"id":"no-role","messages":[{"role":" ","content":"hi"}]}"#,
+        r#"{"id":"image","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#,
+        r#"{"id":"empty-stop","prompt":"hi","stop":[""]}"#,
+        r#"{"id":"no-messages","messages":[]}"#,
+    ];
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
+    let r = results_by_id(&out.stdout, &["plain", "parts", "no-role", "image", "empty-stop", "no-messages"]);
+    let err = |i: usize| r[i]["error"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(r[0]["error"], serde_json::Value::Null, "{}", err(0));
+    assert_eq!(r[0]["token_ids"], r[1]["token_ids"], "parts, developer and a stop string read as the plain form");
+    assert!(err(2).contains("messages[0].role is empty"), "{}", err(2));
+    assert!(err(3).contains("messages[0].content[0].type") && err(3).contains("only text parts"), "{}", err(3));
+    assert!(err(4).contains("stop") && err(4).contains("empty"), "{}", err(4));
+    assert!(err(5).contains("messages must hold at least one message"), "{}", err(5));
+}
