@@ -41,8 +41,15 @@ impl PromptLimits {
 /// where the request comes in ([`super::intake`]) and again when it gets a row.
 pub fn checked_prompt(tok: &TextTokenizer, limits: PromptLimits, req: &Request) -> Result<(Vec<u32>, usize)> {
     req.sampler.validate()?;
-    let ids = prompt_ids(tok, &req.prompt)?;
     let PromptLimits { vocab, window } = limits;
+    // A prompt whose bytes alone put it over the window is refused before it is tokenized (a
+    // 20 MB line took 20 s and 2.8 GB to refuse).
+    if let Some(bytes) = req.prompt.text_bytes()
+        && let Some(fewest) = tok.fewest_tokens(bytes).filter(|&n| n >= window)
+    {
+        bail!("the prompt is {bytes} bytes, at least {fewest} tokens: over the context window of {window}");
+    }
+    let ids = prompt_ids(tok, &req.prompt)?;
     if let Some(bad) = ids.iter().find(|&&i| i >= vocab) {
         bail!("prompt token id {bad} is outside the model's vocabulary of {vocab}");
     }

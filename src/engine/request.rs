@@ -18,6 +18,15 @@ pub enum Prompt {
 
 impl Prompt {
     /// No text, no ids or no messages.
+    /// Bytes of text the prompt holds (its messages' contents summed); None for token ids.
+    pub fn text_bytes(&self) -> Option<usize> {
+        match self {
+            Prompt::Text(t) => Some(t.len()),
+            Prompt::Chat(messages) => Some(messages.iter().map(|m| m.content.len()).sum()),
+            Prompt::Ids(_) => None,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         match self {
             Prompt::Text(t) => t.is_empty(),

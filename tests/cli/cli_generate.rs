@@ -635,3 +635,24 @@ fn generate_reads_messages_and_stop_sequences_as_serve_does() {
     assert!(err(4).contains("stop") && err(4).contains("empty"), "{}", err(4));
     assert!(err(5).contains("messages must hold at least one message"), "{}", err(5));
 }
+
+/// Issue 58, item 12: a 20 MB line took 20 s and 2.8 GB to refuse, all of it tokenizing a prompt
+/// no window holds. A prompt whose bytes alone put it over the window is refused before it is
+/// tokenized (the message counts bytes); one near the window is tokenized and refused by count.
+#[test]
+fn a_prompt_far_over_the_window_is_refused_before_it_is_tokenized() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let huge = "lighthouse keepers ".repeat(600_000); // ~11 MB
+    let over = "lighthouse ".repeat(6_000); // a few thousand tokens past the fixture's window
+    let lines = [
+        serde_json::json!({"id": "huge", "prompt": huge}).to_string(),
+        serde_json::json!({"id": "over", "messages": [{"role": "user", "content": over}]}).to_string(),
+    ];
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
+    let r = results_by_id(&out.stdout, &["huge", "over"]);
+    let err = |i: usize| r[i]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(err(0).contains("bytes, at least") && err(0).contains("context window"), "{}", err(0));
+    assert!(err(1).contains("the prompt has") && err(1).contains("context window"), "{}", err(1));
+}

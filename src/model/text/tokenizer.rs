@@ -29,6 +29,28 @@ pub struct TextTokenizer {
     bos_token: Option<String>,
     eos_token: Option<String>,
     eos_ids: Vec<u32>,
+    /// The most input bytes one token can stand for, where the tokenizer covers every byte of
+    /// its input with tokens (byte-level BPE, no normalizer that drops text): the vocabulary's
+    /// longest entry. None where a pre-tokenizer or normalizer may drop input (whitespace split).
+    longest_token_bytes: Option<usize>,
+}
+
+/// Whether a tokenizer.json covers every input byte with a token: a byte-level pre-tokenizer, and
+/// no normalizer other than Unicode composition (which shrinks text by well under the margin
+/// [`TextTokenizer::fewest_tokens`] allows).
+fn covers_every_byte(spec: &Value) -> bool {
+    let byte_level = spec.get("pre_tokenizer").is_some_and(|p| p.to_string().contains("\"ByteLevel\""));
+    let normalizer_kept = match spec.get("normalizer") {
+        None | Some(Value::Null) => true,
+        Some(n) => {
+            let types: Vec<&str> = std::iter::once(n)
+                .chain(n.get("normalizers").and_then(Value::as_array).into_iter().flatten())
+                .filter_map(|x| x.get("type").and_then(Value::as_str))
+                .collect();
+            types.iter().all(|t| matches!(*t, "NFC" | "NFKC" | "NFD" | "NFKD" | "Sequence"))
+        }
+    };
+    byte_level && normalizer_kept
 }
 
 fn token_text(v: Option<&Value>) -> Option<String> {
@@ -69,7 +91,18 @@ impl TextTokenizer {
         {
             eos_ids.push(id);
         }
-        Ok(Self { inner, chat_template, bos_token, eos_token, eos_ids })
+        let spec: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let longest_token_bytes = covers_every_byte(&spec)
+            .then(|| inner.get_vocab(true).keys().map(String::len).max())
+            .flatten()
+            .map(|n| n.max(1));
+        Ok(Self { inner, chat_template, bos_token, eos_token, eos_ids, longest_token_bytes })
+    }
+
+    /// At least how many tokens `bytes` bytes of text become, known without tokenizing them
+    /// (None where the tokenizer may drop input). A fourfold margin covers Unicode normalization.
+    pub fn fewest_tokens(&self, bytes: usize) -> Option<usize> {
+        self.longest_token_bytes.map(|longest| bytes / (4 * longest))
     }
 
     /// A tokenizer whose token i is the word `t{i}`, for synthetic models: they have weights
@@ -83,7 +116,14 @@ impl TextTokenizer {
         });
         let inner = tokenizers::Tokenizer::from_str(&spec.to_string())
             .map_err(|e| anyhow::anyhow!("cannot build a numbered tokenizer of {vocab} tokens: {e}"))?;
-        Ok(Self { inner, chat_template: None, bos_token: None, eos_token: None, eos_ids: Vec::new() })
+        Ok(Self {
+            inner,
+            chat_template: None,
+            bos_token: None,
+            eos_token: None,
+            eos_ids: Vec::new(),
+            longest_token_bytes: None,
+        })
     }
 
     pub fn vocab_size(&self) -> usize {
