@@ -1022,3 +1022,22 @@ fn a_pane_names_its_row_only_while_its_request_runs() {
     assert!(app.panes[0].in_flight.is_none());
     assert!(!title(&app).contains("row 0"), "{}", title(&app));
 }
+
+/// Issue 58, item 14: with eight panes, some with settings of their own, the save dialog cut its
+/// own sentence off, and nothing said which profile cohort starts with. The dialog wraps its text
+/// and says that `default` loads at start-up and how to start with another.
+#[test]
+fn the_save_profile_prompt_says_it_all_and_how_the_profile_is_started() {
+    let mut app = fixture::mixed(8, "dark");
+    for pane in app.panes.iter_mut().take(3) {
+        pane.settings = Some(app.settings.chat());
+    }
+    app.overlay = Some(Overlay::SaveProfile { name: InputLine::new("my-eight") });
+    let screen = format!("{:?}", draw(&app, 80, 24).backend());
+    assert!(screen.contains("of their own") && screen.contains("[pane.N])"), "the sentence is cut:\n{screen}");
+    assert!(screen.contains("--profile my-eight"), "how to start with it:\n{screen}");
+    assert!(screen.contains("`default`"), "which profile loads at start-up:\n{screen}");
+    app.overlay = Some(Overlay::SaveProfile { name: InputLine::new("default") });
+    let screen = format!("{:?}", draw(&app, 80, 24).backend());
+    assert!(screen.contains("cohort starts with"), "saving as default:\n{screen}");
+}

@@ -38,7 +38,6 @@ pub fn draw_profiles(frame: &mut Frame, area: Rect, app: &App, selected: usize) 
 pub fn draw_save(frame: &mut Frame, area: Rect, app: &App, name: &InputLine) {
     let s = &app.styles;
     let title = Line::from(Span::styled(" save settings as a profile ", s.title));
-    let inner = popup::open(frame, area, 60, 6, title, s.popup, s.border(true));
     let bad = bad_name_chars(name.text());
     let problem = if bad.is_empty() {
         let n = app.panes.len();
@@ -50,12 +49,29 @@ pub fn draw_save(frame: &mut Frame, area: Rect, app: &App, name: &InputLine) {
         let list: Vec<String> = bad.iter().map(|c| format!("{c:?}")).collect();
         Line::from(Span::styled(format!(" ✖ not allowed in a name: {}", list.join(" ")), s.error))
     };
+    // Which profile cohort starts with: only `default` loads without --profile.
+    let start = match name.text().trim() {
+        "default" => vec![" cohort starts with this profile (it is `default`)".to_owned()],
+        "" => vec![" only `default` loads at start-up; another with --profile".to_owned()],
+        other => {
+            vec![" only `default` loads at start-up; this one with".to_owned(), format!(" cohort --profile {other}")]
+        }
+    };
     let lines = vec![
         Line::from(vec![Span::styled(" name: ", s.muted), Span::styled(name.text().to_owned(), s.popup)]),
         problem,
-        Line::from(Span::styled(" letters, digits, - and _ · enter save · esc cancel", s.muted)),
-    ];
-    frame.render_widget(Paragraph::new(lines), inner);
+    ]
+    .into_iter()
+    .chain(start.into_iter().map(|t| Line::from(Span::styled(t, s.muted))))
+    .chain([Line::from(Span::styled(" letters, digits, - and _ · enter save · esc cancel", s.muted))])
+    .collect::<Vec<_>>();
+    // The popup holds its text wrapped: the pane sentence runs past one line with eight panes.
+    let width = 60u16;
+    let text_width = usize::from(width.saturating_sub(2)).max(1);
+    let rows: usize = lines.iter().map(|l| l.width().max(1).div_ceil(text_width)).sum();
+    let height = u16::try_from(rows).unwrap_or(u16::MAX).saturating_add(3);
+    let inner = popup::open(frame, area, width, height, title, s.popup, s.border(true));
+    frame.render_widget(Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: false }), inner);
     let x = inner.x + 7 + name.layout(usize::MAX / 2).1.1 as u16;
     if x < inner.right() && inner.height > 0 {
         frame.set_cursor_position((x, inner.y));
