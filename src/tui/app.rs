@@ -531,7 +531,11 @@ impl App {
                     KeyCode::Down | KeyCode::Char('j') => open.selected = (open.selected + 1).min(last),
                     KeyCode::Home | KeyCode::Char('g') => open.selected = 0,
                     KeyCode::End | KeyCode::Char('G') => open.selected = last,
-                    KeyCode::Char('r') => open.mode = SessionMode::Rename(InputLine::new(picked.label())),
+                    // Its title to edit; an untitled session's box starts empty (its folder name
+                    // is not a name to type after).
+                    KeyCode::Char('r') => {
+                        open.mode = SessionMode::Rename(InputLine::new(picked.title.as_deref().unwrap_or_default()))
+                    }
                     KeyCode::Char('d') | KeyCode::Delete if picked.name == self.session => {
                         self.notify("that is the session in use: open another one to delete this one".into(), true);
                     }
