@@ -21,6 +21,15 @@ fn generate_into(input: &std::path::Path, output: &std::path::Path) -> Command {
     cmd
 }
 
+/// `cohort generate` on the MoE fixture over `lines`: the result of each of `ids`, in that order.
+fn results_of_lines(lines: &[String], ids: &[&str]) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
+    results_by_id(&out.stdout, ids)
+}
+
 /// `cohort generate` on the MoE fixture reading `input`, with `var` set to `value`.
 fn generate_under(var: &str, value: &str, input: &std::path::Path) -> std::process::Output {
     cohort()
@@ -614,8 +623,6 @@ fn hf_hub_offline_is_obeyed() {
 /// that is not text or an empty stop string is refused naming the field.
 #[test]
 fn generate_reads_messages_and_stop_sequences_as_serve_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.jsonl");
     let lines = [
         r#"{"id":"plain","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi there"}],"stop":["zz"],"max_tokens":6,"temperature":0}"#,
         r#"{"id":"parts","messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}],"stop":"zz","max_tokens":6,"temperature":0}"#,
@@ -623,10 +630,9 @@ fn generate_reads_messages_and_stop_sequences_as_serve_does() {
         r#"{"id":"image","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#,
         r#"{"id":"empty-stop","prompt":"hi","stop":[""]}"#,
         r#"{"id":"no-messages","messages":[]}"#,
-    ];
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
-    let r = results_by_id(&out.stdout, &["plain", "parts", "no-role", "image", "empty-stop", "no-messages"]);
+    ]
+    .map(str::to_owned);
+    let r = results_of_lines(&lines, &["plain", "parts", "no-role", "image", "empty-stop", "no-messages"]);
     let err = |i: usize| r[i]["error"].as_str().unwrap_or_default().to_owned();
     assert_eq!(r[0]["error"], serde_json::Value::Null, "{}", err(0));
     assert_eq!(r[0]["token_ids"], r[1]["token_ids"], "parts, developer and a stop string read as the plain form");
@@ -641,17 +647,13 @@ fn generate_reads_messages_and_stop_sequences_as_serve_does() {
 /// tokenized (the message counts bytes); one near the window is tokenized and refused by count.
 #[test]
 fn a_prompt_far_over_the_window_is_refused_before_it_is_tokenized() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.jsonl");
     let huge = "lighthouse keepers ".repeat(600_000); // ~11 MB
     let over = "lighthouse ".repeat(6_000); // a few thousand tokens past the fixture's window
     let lines = [
         serde_json::json!({"id": "huge", "prompt": huge}).to_string(),
         serde_json::json!({"id": "over", "messages": [{"role": "user", "content": over}]}).to_string(),
     ];
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    let out = cohort().args(["generate", "-m"]).arg(fixture("qwen35_moe_4bit")).arg("-i").arg(&input).output().unwrap();
-    let r = results_by_id(&out.stdout, &["huge", "over"]);
+    let r = results_of_lines(&lines, &["huge", "over"]);
     let err = |i: usize| r[i]["error"].as_str().unwrap_or_default().to_owned();
     assert!(err(0).contains("bytes, at least") && err(0).contains("context window"), "{}", err(0));
     assert!(err(1).contains("the prompt has") && err(1).contains("context window"), "{}", err(1));
