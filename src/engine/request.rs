@@ -17,7 +17,6 @@ pub enum Prompt {
 }
 
 impl Prompt {
-    /// No text, no ids or no messages.
     /// Bytes of text the prompt holds (its messages' contents summed); None for token ids.
     pub fn text_bytes(&self) -> Option<usize> {
         match self {
@@ -27,6 +26,7 @@ impl Prompt {
         }
     }
 
+    /// No text, no ids or no messages.
     pub fn is_empty(&self) -> bool {
         match self {
             Prompt::Text(t) => t.is_empty(),

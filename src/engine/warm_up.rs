@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use super::prepare::{VERIFY_SLACK, prepare};
 use super::request::{GenerationMode, Prompt, Request};
-use super::row::{CancelFlag, RowRun};
+use super::row::CancelFlag;
 use super::sampler::SamplerConfig;
-use super::solo::run_solo_on;
+use super::solo::run_solo;
 use crate::model::forward::LanguageModel;
 use crate::model::text::tokenizer::TextTokenizer;
 use crate::platform::backend::Backend;
@@ -41,13 +42,13 @@ pub fn warm_long_reads(
 ) -> Result<Duration> {
     let started = Instant::now();
     let window = usize::try_from(model.max_context()).unwrap_or(usize::MAX);
-    let len = chunk.saturating_add(PAST_CHUNK).min(window.saturating_sub(DECODED + 1)).max(1);
+    let len = chunk.saturating_add(PAST_CHUNK).min(window.saturating_sub(DECODED + VERIFY_SLACK + 1)).max(1);
     let vocab = model.vocab_size().max(1) as u64;
     let mut rng = Rng::new(0x3A47);
     let prompt: Vec<u32> = (0..len).map(|_| (rng.next_u64() % vocab) as u32).collect();
     let req = Request {
         id: "warm-up".into(),
-        prompt: Prompt::Ids(prompt.clone()),
+        prompt: Prompt::Ids(prompt),
         max_tokens: DECODED,
         sampler: SamplerConfig::greedy(),
         seed: 0,
@@ -55,8 +56,8 @@ pub fn warm_long_reads(
         ignore_eos: true,
         mode: Some(mode),
     };
-    let mut run = RowRun::new(&req, prompt, Vec::new(), CancelFlag::default());
-    let mut row = model.new_row();
-    run_solo_on(model, tok, &mut run, &mut row, mode, chunk, &mut |_| {})?;
+    // The way a request is served alone: checked and built by `prepare`, run by `run_solo`.
+    let mut run = prepare(model, tok, &req, CancelFlag::default())?;
+    run_solo(model, tok, &mut run, mode, chunk, &mut |_| {})?;
     Ok(started.elapsed())
 }

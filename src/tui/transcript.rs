@@ -156,17 +156,9 @@ pub fn release_session_if_empty(dir: &Path, session: &str) -> bool {
 }
 
 /// The session under `dir` used last: the one whose transcript was written to last (a session
-/// resumed yesterday beats one started the day before and left), ties by name.
+/// resumed yesterday beats one started the day before and left), ties by name; the order the
+/// session list shows ([`list_sessions`]), without reading every session.
 pub fn latest_session(dir: &Path) -> Option<String> {
-    // The newest modification time of the folder's transcripts; None without one.
-    let last_written = |p: &Path| {
-        std::fs::read_dir(p)
-            .ok()?
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
-            .map(|e| e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH))
-            .max()
-    };
     std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok())
@@ -174,6 +166,18 @@ pub fn latest_session(dir: &Path) -> Option<String> {
         .filter_map(|e| Some((last_written(&e.path())?, e.file_name().to_string_lossy().into_owned())))
         .max_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| session_order(a).cmp(&session_order(b))))
         .map(|(_, name)| name)
+}
+
+/// When a session's transcripts were last written (seconds since the epoch, the newest file's);
+/// None for a folder without one.
+fn last_written(folder: &Path) -> Option<u64> {
+    std::fs::read_dir(folder)
+        .ok()?
+        .filter_map(|f| f.ok().map(|f| f.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|p| p.metadata().ok()?.modified().ok()?.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_secs())
+        .max()
 }
 
 /// How many panes a session had when it was last left ([`TranscriptWriter::record_pane_count`]),
@@ -229,16 +233,7 @@ pub fn list_sessions(dir: &Path) -> Vec<SessionEntry> {
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let folder = e.path();
-            let files: Vec<PathBuf> = std::fs::read_dir(&folder)
-                .ok()?
-                .filter_map(|f| f.ok().map(|f| f.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                .collect();
-            let modified = files
-                .iter()
-                .filter_map(|p| p.metadata().ok()?.modified().ok()?.duration_since(UNIX_EPOCH).ok())
-                .map(|d| d.as_secs())
-                .max()?;
+            let modified = last_written(&folder)?;
             let (_, _, panes) = load_session(dir, &name).ok()?;
             Some(SessionEntry {
                 title: session_title(&folder),

@@ -443,6 +443,17 @@ fn waiting_prompts_are_read_shortest_first_or_in_turns() {
     }
 }
 
+/// The GPU's start-up read (engine/warm_up.rs) goes the way a lone request does (`prepare`, then
+/// `run_solo`): on the fixture it reads a chunk and more and decodes without error, and with a
+/// chunk past the window its prompt is cut to leave room for the answer (on the GPU a failure
+/// would only be logged, so it is held here).
+#[test]
+fn the_start_up_read_runs_as_a_lone_request_does() {
+    let (model, tok, _) = qwen();
+    cohort::engine::warm_up::warm_long_reads(&*model, &tok, CHUNK, GenerationMode::Mtp).unwrap();
+    cohort::engine::warm_up::warm_long_reads(&*model, &tok, 1 << 20, GenerationMode::Mtp).unwrap();
+}
+
 /// The default model on the CPU reads waiting prompts several rows to a block (the start-up check
 /// finds a packed read exact here): rows that arrive together, join a running lane or are
 /// cancelled while reading still equal their solo runs, and reads were packed.

@@ -35,21 +35,20 @@ pub struct TextTokenizer {
     longest_token_bytes: Option<usize>,
 }
 
-/// Whether a tokenizer.json covers every input byte with a token: a byte-level pre-tokenizer, and
-/// no normalizer other than Unicode composition (which shrinks text by well under the margin
-/// [`TextTokenizer::fewest_tokens`] allows).
-fn covers_every_byte(spec: &Value) -> bool {
-    let byte_level = spec.get("pre_tokenizer").is_some_and(|p| p.to_string().contains("\"ByteLevel\""));
-    let normalizer_kept = match spec.get("normalizer") {
-        None | Some(Value::Null) => true,
-        Some(n) => {
-            let types: Vec<&str> = std::iter::once(n)
-                .chain(n.get("normalizers").and_then(Value::as_array).into_iter().flatten())
-                .filter_map(|x| x.get("type").and_then(Value::as_str))
-                .collect();
-            types.iter().all(|t| matches!(*t, "NFC" | "NFKC" | "NFD" | "NFKD" | "Sequence"))
-        }
-    };
+/// Whether a tokenizer covers every input byte with a token: a byte-level pre-tokenizer, and no
+/// normalizer other than Unicode composition (which shrinks text by well under the margin
+/// [`TextTokenizer::fewest_tokens`] allows). Read from the loaded tokenizer's own parts, as its
+/// tokenizer.json writes them.
+fn covers_every_byte(inner: &tokenizers::Tokenizer) -> bool {
+    let as_json = |part: Option<Value>| part.unwrap_or(Value::Null);
+    let pre = as_json(inner.get_pre_tokenizer().and_then(|p| serde_json::to_value(p).ok()));
+    let normalizer = as_json(inner.get_normalizer().and_then(|n| serde_json::to_value(n).ok()));
+    let byte_level = pre.to_string().contains("\"ByteLevel\"");
+    let types: Vec<&str> = std::iter::once(&normalizer)
+        .chain(normalizer.get("normalizers").and_then(Value::as_array).into_iter().flatten())
+        .filter_map(|x| x.get("type").and_then(Value::as_str))
+        .collect();
+    let normalizer_kept = types.iter().all(|t| matches!(*t, "NFC" | "NFKC" | "NFD" | "NFKD" | "Sequence"));
     byte_level && normalizer_kept
 }
 
@@ -91,8 +90,7 @@ impl TextTokenizer {
         {
             eos_ids.push(id);
         }
-        let spec: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        let longest_token_bytes = covers_every_byte(&spec)
+        let longest_token_bytes = covers_every_byte(&inner)
             .then(|| inner.get_vocab(true).keys().map(String::len).max())
             .flatten()
             .map(|n| n.max(1));
