@@ -253,9 +253,18 @@ fn the_handle_forgets_requests_that_ended() {
             wait(sub);
         }
     }
-    let running = engine.submit(request(100, 200));
+    // A valid prompt, so the request is decoding when it is cancelled (request(100, ..) would ask for
+    // token 710 of a 512-token vocabulary and end in an error or a cancel, whichever came first).
+    let running = engine.submit(Request { id: "long".into(), ..request(3, 200) });
+    loop {
+        match running.events.recv().expect("events until the first token") {
+            RowEvent::Delta { .. } => break,
+            RowEvent::Done(r) => panic!("ended before its first token: {:?}", r.error),
+            RowEvent::Queued { .. } | RowEvent::Prefill { .. } => {}
+        }
+    }
     assert!(engine.tracked() <= 1 + 8, "{} cancel flags kept after 24 ended requests", engine.tracked());
-    engine.cancel("q100");
+    engine.cancel("long");
     let (r, _) = wait(&running);
     assert_eq!(
         r.finish_reason,
