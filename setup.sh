@@ -274,12 +274,13 @@ test)
     say "cargo fmt --check"
     cargo fmt --all -- --check
     say "cargo clippy"
-    cargo clippy -q --release --all-targets -- -D warnings
+    cargo clippy -q --release --workspace --all-targets -- -D warnings
     say "cargo test"
-    # All targets (doc tests excluded: none are written), then one total line for CI's reader.
+    # Every crate's targets (doc tests excluded: none are written), every test binary run even
+    # after one fails, then one total line for CI's reader.
     log=$(mktemp)
     set +e
-    cargo test --release --all-targets "$@" 2>&1 | tee "$log"
+    cargo test --release --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
     set -e
     awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "tests: %d passed, %d failed, %d ignored (needing CUDA or run on demand)\n", p, f, i }' "$log"

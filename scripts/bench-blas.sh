@@ -4,8 +4,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N=${1:-1024}
-BIN="$ROOT/target/release/cohort"
-[ -x "$BIN" ] || { echo "build first: ./setup.sh build" >&2; exit 1; }
+BIN="$ROOT/target/release/cohort-lab"
+[ -x "$BIN" ] || { echo "build the lab first: cargo build --release -p cohort-lab" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # A copy of the runtime whose libblas is the reference one; libmlx.so's RPATH ($ORIGIN) keeps the

@@ -1,28 +1,28 @@
 #!/bin/bash
 # The MTP cohort served exactly on the GPU (issue 41), on the default model with its trained head
 # in bf16. Steps, in order, any of (default: all):
-#   check  `cohort device --check-invariance`: the row-invariant kernels against float64 and
+#   check  `cohort-lab device --check-invariance`: the row-invariant kernels against float64 and
 #          against themselves (each row alone, each verify query as a single step), and the MoE
 #          router and expert kernels against each token alone;
-#   checkk `cohort device --check-kernels` (within $CHECKK_S s, default 560): every CUDA kernel
+#   checkk `cohort-lab device --check-kernels` (within $CHECKK_S s, default 560): every CUDA kernel
 #          (the recurrence, the MoE expert kernels scalar and on tensor cores, the router,
 #          attention), then MLX's own products, against float64;
-#   timei  `cohort device --time-invariance`: the real geometry's products through MLX's
+#   timei  `cohort-lab device --time-invariance`: the real geometry's products through MLX's
 #          quantized matmul and the invariant kernel (1, 2, 4 channels a warp), 1-16 rows, then
 #          the MoE expert kernels with the up kernel scalar and on tensor cores, 1-16 tokens;
 #          once under each kernel folder in $KDIRS (space-separated; default the tree's), so
 #          kernel variants are timed side by side in one call;
-#   timem  `cohort device --time-moe`: timei's MoE expert table alone, a process a folder in
+#   timem  `cohort-lab device --time-moe`: timei's MoE expert table alone, a process a folder in
 #          $KDIRS, in order and then mirrored (seconds each: kernel variants side by side);
-#   probe  `cohort probe --time-routes 20`: which route the exactness gate keeps, the
+#   probe  `cohort-lab probe --time-routes 20`: which route the exactness gate keeps, the
 #          construction check on it, and a B8 verify and step on it against the batched route,
 #          in turns in one process;
-#   synth  `cohort probe --synthetic qwen36-35b-a3b --layers 8`: the same at the real
+#   synth  `cohort-lab probe --synthetic qwen36-35b-a3b --layers 8`: the same at the real
 #          geometry with random weights made on the machine;
-#   cycle  `cohort bench-step --synthetic qwen36-35b-a3b --layers 8`: the engine's B8 MTP cycle
+#   cycle  `cohort-lab bench-step --synthetic qwen36-35b-a3b --layers 8`: the engine's B8 MTP cycle
 #          phase by phase at the real geometry on the route the gate keeps (invariant on CUDA);
 #   cycleb the same with COHORT_MTP_ALLOW_INEXACT=1, so the batched route is timed beside it;
-#   bench  `cohort bench` (8 marker prompts, seeds 4200-4207, paired rounds; MTP, served at the
+#   bench  `cohort-lab bench` (8 marker prompts, seeds 4200-4207, paired rounds; MTP, served at the
 #          width the construction check allows): serial against cohort, greedy and default.
 #   reads  `cohort generate -m /tmp/smol`: a $READ_LEN-token prompt (default 2000), then the same
 #          with 24 tokens more 3 s later (from the prompt cache), once under each setting in
@@ -32,7 +32,7 @@
 #          three follow-ups): follow-ups' time to first token with and without the prompt cache,
 #          and mlx_lm.server on MLX CUDA with "mlx_lm.server" in $CHAT_ARMS (wheels as peerprep's);
 #          $CHAT_ROUNDS, $CHAT_ANSWER, $CHAT_THINK, $CHAT_SCENARIOS; the table to $OUT/chat/;
-#   envs   `cohort bench-step --synthetic qwen36-35b-a3b --layers $LAYERS (default 40) --iters 10`
+#   envs   `cohort-lab bench-step --synthetic qwen36-35b-a3b --layers $LAYERS (default 40) --iters 10`
 #          once under each setting in $ENVS (space-separated; a setting is VAR=VALUE[,VAR=VALUE...]
 #          or `default`), in order and then mirrored, one process each: library settings such as
 #          MLX's MLX_MAX_OPS_PER_BUFFER / MLX_MAX_MB_PER_BUFFER (how often an evaluation hands its
@@ -64,7 +64,7 @@
 #          #[ignore]d elsewhere, and fail here on a wrong backend) and TF32 off, within $TEST_S s each (default 300); $TESTS filters them by
 #          name (default all); each binary's lines to $OUT/test_<name>.txt.
 #   checkm, probem, synthm, benchm: check, probe, synth and bench with COHORT_MMA_PRODUCTS=1 (the
-#          invariant route's bf16 products on the tensor cores, kernels/affine_mma.cu). That is the
+#          invariant route's bf16 products on the tensor cores, crates/core/src/model/cuda/affine_mma.cu). That is the
 #          CUDA default since it was checked (docs/benchmarks.md), so the plain steps serve it too;
 #          `COHORT_MMA_PRODUCTS=0 bash scripts/gpu/exact.sh ...` times the scalar kernel.
 # Same calls as lane.sh; this call must also carry .gpu/bin/mtp.safetensors (the trained head).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Continuous admission on the GPU: `cohort bench --arrivals` on the default model, ARGS passed on
+# Continuous admission on the GPU: `cohort-lab bench --arrivals` on the default model, ARGS passed on
 # (default: the three arms, two rounds). Needs, in /tmp/x from the calls before: the MLX CUDA
 # wheel's two parts (wheel.a; wheel.b + wheel.sha256) and the default model's first part
 # (smol.a); this call carries .gpu/m2 (smol.b + smol.sha256) and .gpu/bin (or they came earlier).

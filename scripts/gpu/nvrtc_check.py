@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compile cohort's CUDA kernel bodies (kernels/*.cu) with NVRTC here, without a GPU.
+"""Compile cohort's CUDA kernel bodies (crates/core/src/model/cuda/*.cu) with NVRTC here, without a GPU.
 
 MLX compiles each body on the GPU machine inside a signature it generates from the kernel's
 input and output names, with the template arguments as constants. This wraps each body the same
@@ -11,7 +11,7 @@ Setup (package registries only): pip download --no-deps nvidia-cuda-nvrtc-cu12 a
 nvidia-cuda-runtime-cu12 (for cuda_bf16.h), unzip both into one folder, and pass it:
     python3 scripts/gpu/nvrtc_check.py /tmp/nvrtc/site
 
-`--same-ptx DIR` compiles each body from kernels/ and from DIR and says whether the two give the
+`--same-ptx DIR` compiles each body from the tree and from DIR and says whether the two give the
 same PTX: DIR holds the texts cohort hands MLX, comments and indentation dropped (write them with
 `NVRTC_CHECK_COMPACTED_DIR=DIR cargo test --lib cuda_kernel`), so equal PTX shows the compaction
 changed no code.
@@ -23,8 +23,8 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# The bodies to compile: kernels/, or COHORT_KERNEL_DIR's as the binary would read them.
-KERNEL_DIR = pathlib.Path(os.environ.get("COHORT_KERNEL_DIR", ROOT / "kernels"))
+# The bodies to compile: the tree's (beside their wrappers), or COHORT_KERNEL_DIR's as the binary would read them.
+KERNEL_DIR = pathlib.Path(os.environ.get("COHORT_KERNEL_DIR", ROOT / "crates/core/src/model/cuda"))
 
 # name: (file, [(input, C type)], [(output, C type)], {constant: value}); kernels whose Rust
 # wrapper hands MLX a header name it in HEADERS.

@@ -3,10 +3,10 @@
 # (a fresh checkout has none of it). The machine is given back 30 s after a call ends, so nothing
 # may need building between calls.
 #   .gpu/w1/wheel.a, .gpu/w2/wheel.b + wheel.sha256   mlx-cuda-13==0.32.2 from PyPI, in two parts
-#   .gpu/bin/cohort.xz                                 the release binary, stripped
+#   .gpu/bin/cohort.xz                                 cohort-lab (every cohort command and the lab's), stripped
 #   .gpu/tbin/<test>.xz                                each test binary named on the command line
 #   .gpu/ptx/                                          MLX's JIT cache, filled by save_ptx's returns
-#   with KOLD_REV=<rev>, .gpu/kold/: kernels/ as of that revision, for an arm that sets
+#   with KOLD_REV=<rev>, .gpu/kold/: the kernel bodies (*.cu, *.cuh) as of that revision, for an arm that sets
 #   COHORT_KERNEL_DIR to it (the same binary running the older kernels side by side)
 #   with PEERS=1, mlx-lm's side: .gpu/w3a/ w3.a, .gpu/w3b/ w3.b + w3.sha256 + the
 #   mlx and mlx-lm wheels (mlx-cuda-13==0.32.3, which mlx-lm's quantized MoE needs)
@@ -42,10 +42,17 @@ if [ "${PEERS:-0}" = 1 ] && [ ! -s .gpu/w3b/w3.sha256 ]; then
 fi
 if [ -n "${KOLD_REV:-}" ]; then
   rm -rf .gpu/kold && mkdir -p .gpu/kold
-  git archive "$KOLD_REV" kernels | tar -x --strip-components=1 -C .gpu/kold
+  # That revision's kernel bodies: beside their wrappers since the workspace, in kernels/ before.
+  if git cat-file -e "$KOLD_REV:crates/core/src/model/cuda" 2>/dev/null; then
+    git archive "$KOLD_REV" crates/core/src/model/cuda \
+      | tar -x --strip-components=5 -C .gpu/kold --wildcards '*.cu' '*.cuh'
+  else
+    git archive "$KOLD_REV" kernels | tar -x --strip-components=1 -C .gpu/kold
+  fi
 fi
-cargo build --release --features lab
-strip -o /tmp/cohort.stripped target/release/cohort
+# The lab's binary: every command of cohort's and the lab's (bench, bench-step, device checks).
+cargo build --release -p cohort-lab
+strip -o /tmp/cohort.stripped target/release/cohort-lab
 xz -T2 -c /tmp/cohort.stripped > .gpu/bin/cohort.xz
 for t in "$@"; do
   exe=$(cargo test --release --no-run --test "$t" --message-format=json 2>/dev/null \

@@ -7,7 +7,7 @@ make:  mlx-lm builds its own qwen3_5_moe model at the real text geometry with ra
        mtp.safetensors + mtp_config.json (4-bit g32, as the real checkpoint's head), so cohort's
        B8 cycle runs on the same files. mlx-lm drops mtp.* at load.
 bench: mlx-lm on that checkpoint: B1 greedy decode with generate_step and 8 rows through
-       BatchGenerator, one JSON line per round (cohort's side is `cohort bench-step -m DIR`).
+       BatchGenerator, one JSON line per round (cohort's side is `cohort-lab bench-step -m DIR`).
 
 usage: q36_mlx_lm.py make --out DIR [--layers 40] [--vocab 248320] [--experts 256]
        q36_mlx_lm.py bench --model DIR [--prompt 512] [--gen 64] [--rounds 3] [--batch 8]
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def text_config(layers, vocab, experts, hidden, moe_inter):
-    """The same geometry as cohort's `--synthetic qwen36-35b-a3b` (src/model/synth.rs)."""
+    """The same geometry as cohort's `--synthetic qwen36-35b-a3b` (crates/lab/src/synth.rs)."""
     return {
         "model_type": "qwen3_5_moe_text", "hidden_size": hidden, "num_hidden_layers": layers,
         "full_attention_interval": 4, "num_attention_heads": 16, "num_key_value_heads": 2,

@@ -109,7 +109,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
 
 /// The weight policy `--weights auto` picks for this model on this machine, and what it means.
 fn describe_weights(dir: &std::path::Path) -> String {
-    use crate::model::layers::linear::WeightPolicy;
+    use crate::model::routes::WeightPolicy;
     let policy = auto_weight_policy(dir);
     let what = match policy {
         WeightPolicy::Kernel => {

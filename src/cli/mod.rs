@@ -1,26 +1,12 @@
 //! Headless commands: everything the TUI does, checkable from scripts.
 
-pub mod bench;
-pub mod bench_arrivals;
-#[cfg(feature = "lab")]
-mod bench_b8;
-#[cfg(feature = "lab")]
-pub mod bench_step;
-#[cfg(feature = "lab")]
-mod bench_step_report;
-#[cfg(feature = "lab")]
-mod bench_switches;
+pub mod app;
 pub mod cache_args;
 pub mod device;
-mod device_invariance;
-mod device_moe_timing;
-pub mod device_timing;
 pub mod generate;
 pub mod import;
 pub mod inspect;
 pub mod model_args;
-#[cfg(feature = "lab")]
-pub mod node_costs;
 pub mod oneshot;
 pub mod probe;
 mod results_file;

@@ -1,5 +1,5 @@
 //! `cohort train-mtp`: train the generic depth-one MTP head of a Llama-family model by
-//! self-distillation (src/train, docs/mtp-head.md), write it as an `mtp.safetensors`-style file
+//! self-distillation (crates/core/src/train, docs/mtp-head.md), write it as an `mtp.safetensors`-style file
 //! and evaluate it through the real MTP cycle on held-out prompts.
 
 use std::path::PathBuf;

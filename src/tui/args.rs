@@ -8,7 +8,7 @@ use crate::tui::config::profile::Overrides;
 pub struct TuiArgs {
     /// Ask PROMPT once instead of opening the TUI: the answer streams to stdout, then cohort
     /// exits (no terminal needed). `-` reads the prompt from stdin. A prompt that is a
-    /// subcommand's name, or starts with `-`, goes after `--`: `cohort -- bench`.
+    /// subcommand's name, or starts with `-`, goes after `--`: `cohort -- serve`.
     #[arg(value_name = "PROMPT")]
     pub prompt: Option<String>,
     /// Profile: a name (built in: throughput, balanced, b1-exact, latency; or one of yours in

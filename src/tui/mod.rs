@@ -7,8 +7,8 @@
 pub mod action;
 pub mod app;
 pub mod args;
-/// The frame-time measurement (`cargo test --release --test tui tui_bench -- --ignored`): lab code.
-#[cfg(feature = "lab")]
+/// The frame-time measurement (`cargo test --release --test tui tui_bench -- --ignored`): test code.
+#[cfg(feature = "testing")]
 pub mod bench;
 pub mod bridge;
 pub mod clipboard;
@@ -16,8 +16,8 @@ pub mod config;
 pub mod editor;
 pub mod event;
 pub mod export;
-/// Scripted app states for the view snapshots and the frame bench: test and lab code only.
-#[cfg(any(feature = "testing", feature = "lab"))]
+/// Scripted app states for the view snapshots and the frame bench: test code only.
+#[cfg(feature = "testing")]
 pub mod fixture;
 pub mod input;
 pub mod keys;

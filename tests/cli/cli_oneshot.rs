@@ -102,16 +102,16 @@ fn errors_go_to_stderr_with_exit_1() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--resume"));
 }
 
-/// Subcommands keep their names: `cohort bench --help` is the benchmark; after `--` the same word
-/// is a prompt (and so is one that starts with a dash).
+/// Subcommands keep their names: `cohort serve --help` is the server's help; after `--` the same
+/// word is a prompt (and so is one that starts with a dash).
 #[test]
 fn a_prompt_named_like_a_subcommand_goes_after_a_double_dash() {
     let home = tempfile::tempdir().unwrap();
-    let out = cohort(home.path()).args(["bench", "--help"]).output().unwrap();
+    let out = cohort(home.path()).args(["serve", "--help"]).output().unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("--rounds"), "the bench subcommand's help");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--port"), "the serve subcommand's help");
     let profile = profile(home.path(), 6, "");
-    for prompt in ["bench", "--help"] {
+    for prompt in ["serve", "--help"] {
         let out = cohort(home.path()).arg("--profile").arg(&profile).args(["--", prompt]).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{}\n", generated(home.path(), prompt, 6, false)));

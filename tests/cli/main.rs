@@ -5,8 +5,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod bench_cli;
-mod bench_step_cli;
 mod cli_generate;
 mod cli_logs;
 mod cli_oneshot;

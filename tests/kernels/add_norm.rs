@@ -1,4 +1,4 @@
-//! The residual sum and RMSNorm kernel (kernels/add_rms_norm.cu, src/model/cuda/add_norm.rs) against a
+//! The residual sum and RMSNorm kernel (crates/core/src/model/cuda/add_rms_norm.cu, crates/core/src/model/cuda/add_norm.rs) against a
 //! float64 reference of the sum and its norm over the same rounded inputs, and against MLX's own
 //! add and rms_norm. The kernel needs MLX's CUDA backend; its reference is checked against MLX's
 //! ops on whatever backend runs, so the device check rests on a checked reference.

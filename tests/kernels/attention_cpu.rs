@@ -1,4 +1,4 @@
-//! Host attention (src/model/cpu/attention_cpu.rs) against a float64 reference written here: causal
+//! Host attention (crates/core/src/model/cpu/attention_cpu.rs) against a float64 reference written here: causal
 //! softmax attention of each query over its row's stored positions and then the block's own, at
 //! head sizes that take each of its code paths (whole 64-wide register blocks, a partial block,
 //! widths that are not a multiple of 8), with query heads sharing KV heads, rows with and without

@@ -1,4 +1,4 @@
-//! The short-block cohort attention kernel (kernels/attention_short.cu, src/model/cuda/attention_kernel.rs)
+//! The short-block cohort attention kernel (crates/core/src/model/cuda/attention_short.cu, crates/core/src/model/cuda/attention_kernel.rs)
 //! against a float64 attention over the same rounded inputs. The kernel needs MLX's CUDA backend;
 //! the reference is checked against MLX's masked SDPA, as the cohort attends without the kernel,
 //! on whatever backend runs, so the device check rests on a checked reference.

@@ -1,13 +1,13 @@
 //! The Gated DeltaNet recurrence routes against a float64 reference written from the delta rule
-//! (src/model/checks/gdn_check.rs), on random inputs at the real Qwen3.6 linear-attention geometry. The
+//! (crates/lab/src/checks/gdn_check.rs), on random inputs at the real Qwen3.6 linear-attention geometry. The
 //! plain-ops route runs everywhere; the fused CUDA kernel only where the loaded MLX drives CUDA
-//! (on the GPU machine the same check runs as `cohort device --check-kernels`).
+//! (on the GPU machine the same check runs as `cohort-lab device --check-kernels`).
 
 use crate::common;
 
 use common::require_cuda;
 
-use cohort::model::checks::gdn_check::{Geometry, Route, check, real_geometries};
+use cohort_lab::checks::gdn_check::{Geometry, Route, check, real_geometries};
 use mlx_rs::Dtype;
 
 const TOLERANCE: f64 = 1e-4;
@@ -45,8 +45,8 @@ fn the_fused_front_matches_the_reference_at_real_sizes() {
     require_cuda("the fused front");
     for dtype in [Dtype::Bfloat16, Dtype::Float32] {
         for (name, geo) in real_geometries() {
-            let r = cohort::model::checks::gdn_check::check_fused(geo, 4, dtype, 9).unwrap();
-            let gated = cohort::model::checks::gdn_check::gated_tolerance(dtype);
+            let r = cohort_lab::checks::gdn_check::check_fused(geo, 4, dtype, 9).unwrap();
+            let gated = cohort_lab::checks::gdn_check::gated_tolerance(dtype);
             assert!(r.within(TOLERANCE, gated), "{name} ({dtype:?}): {r:?}");
             assert_eq!(r.gated.is_some(), geo.positions <= 16, "{name}: the norm folds into short blocks only");
         }

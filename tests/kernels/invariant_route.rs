@@ -120,7 +120,7 @@ fn route_costs_are_timed_for_every_route_in_turns() {
     let model = cohort::model::families::llama::LlamaModel::load(&dir, Dtype::Float32).unwrap();
     let timed = [BlockRoute::Batched, BlockRoute::Invariant];
     let costs = routes::with_block(BlockRoute::RowByRow, || {
-        let costs = cohort::engine::route_cost::time_routes(&model, &timed, 3, 2).unwrap();
+        let costs = cohort_lab::route_cost::time_routes(&model, &timed, 3, 2).unwrap();
         assert_eq!(routes::current().block, BlockRoute::RowByRow);
         costs
     });

@@ -1,4 +1,4 @@
-//! A packed cohort's attention (src/model/layers/kv_slots.rs) against a float64 reference written here:
+//! A packed cohort's attention (crates/core/src/model/layers/kv_slots.rs) against a float64 reference written here:
 //! rotate-half RoPE at each row's own positions and causal softmax attention over the row's own
 //! history, nothing else. Rows sit at different offsets, one crosses a KV growth step, some drop a
 //! rejected position, and a subset of slots takes the per-row path.

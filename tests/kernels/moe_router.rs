@@ -1,15 +1,15 @@
-//! The MoE router kernel (kernels/moe_router.cu) against a float64 reference of softmax, top-k
-//! and renormalisation (src/model/cuda/moe_router.rs), at Qwen3.6-35B-A3B's 256 experts top-8. The
+//! The MoE router kernel (crates/core/src/model/cuda/moe_router.cu) against a float64 reference of softmax, top-k
+//! and renormalisation (crates/core/src/model/cuda/moe_router.rs), at Qwen3.6-35B-A3B's 256 experts top-8. The
 //! kernel needs MLX's CUDA backend; elsewhere the ops route serves and the compiled_blocks and
 //! qwen35_reference tests cover it against mlx-lm (on the GPU machine the same check runs as
-//! `cohort device --check-kernels`), and the MoE products it feeds against a float64 product
-//! over weights dequantized on the host (src/model/checks/moe_check.rs), on whatever backend runs.
+//! `cohort-lab device --check-kernels`), and the MoE products it feeds against a float64 product
+//! over weights dequantized on the host (crates/lab/src/checks/moe_check.rs), on whatever backend runs.
 
 use crate::common;
 
 use common::require_cuda;
 
-use cohort::model::checks::moe_check::check_router;
+use cohort_lab::checks::moe_check::check_router;
 use mlx_rs::Dtype;
 
 #[ignore = "needs MLX's CUDA backend: scripts/gpu/exact.sh tests runs it (--include-ignored)"]
@@ -24,7 +24,7 @@ fn the_router_kernel_matches_the_reference() {
 
 #[test]
 fn the_moe_products_match_a_float64_product_on_this_backend() {
-    use cohort::model::checks::moe_check::{GatherShape, check_gather, check_qmm};
+    use cohort_lab::checks::moe_check::{GatherShape, check_gather, check_qmm};
     // The fixtures' sizes: hidden 64, 8 experts top-2, one quantization group a row.
     let shape =
         GatherShape { tokens: 5, top_k: 2, experts: 8, input: 64, output: 64, bits: 4, group: 64, per_pair: false };
@@ -42,7 +42,7 @@ fn the_moe_products_match_a_float64_product_on_this_backend() {
 /// route composes them (so the device check of the kernels rests on a checked reference).
 #[test]
 fn the_experts_reference_matches_mlx_products() {
-    use cohort::model::checks::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
+    use cohort_lab::checks::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
     // Wider than the fixtures, with the shared expert twice a routed one's width.
     let shape = ExpertsShape { tokens: 3, hidden: 128, ..ExpertsShape::FIXTURE };
     for s in [shape, ExpertsShape { bits: 8, group: 32, gate_columns: 1, ..shape }] {
@@ -54,7 +54,7 @@ fn the_experts_reference_matches_mlx_products() {
 #[ignore = "needs MLX's CUDA backend: scripts/gpu/exact.sh tests runs it (--include-ignored)"]
 #[test]
 fn the_expert_kernels_match_the_reference() {
-    use cohort::model::checks::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
+    use cohort_lab::checks::moe_check::{ExpertsRoute, ExpertsShape, check_experts};
     require_cuda("the expert kernels");
     let (fixture, real) = (ExpertsShape { tokens: 5, ..ExpertsShape::FIXTURE }, ExpertsShape::REAL);
     for (s, dtype, tolerance) in [
@@ -81,7 +81,7 @@ fn the_expert_kernels_match_the_reference() {
 #[ignore = "needs MLX's CUDA backend: scripts/gpu/exact.sh tests runs it (--include-ignored)"]
 #[test]
 fn the_expert_kernels_give_a_token_the_same_bits_alone_and_in_a_block() {
-    use cohort::model::checks::moe_check::{ExpertsShape, experts_rows_differing, with_up_mma};
+    use cohort_lab::checks::moe_check::{ExpertsShape, experts_rows_differing, with_up_mma};
     require_cuda("the expert kernels");
     for tokens in [2, 8, 16] {
         let shape = ExpertsShape { tokens, ..ExpertsShape::REAL };
@@ -94,7 +94,7 @@ fn the_expert_kernels_give_a_token_the_same_bits_alone_and_in_a_block() {
 
 /// A two-layer model at the real geometry with random weights, in `dtype`.
 fn two_layer_model(dtype: Dtype, seed: u64) -> cohort::model::families::qwen3_5::Qwen35Model {
-    use cohort::model::synth;
+    use cohort_lab::synth;
     let cfg = synth::geometry("qwen36-35b-a3b", Some(2), Some(512)).unwrap();
     let mut weights = synth::make_weights(&cfg, dtype, seed).unwrap();
     cohort::model::families::qwen3_5::Qwen35Model::from_weights(cfg, &mut weights, dtype).unwrap()

@@ -1,5 +1,5 @@
-//! The attention layers' q/k norm and RoPE kernel (kernels/qk_norm_rope.cu) against a float64
-//! reference of RMSNorm and RoPE (src/model/cuda/qk_norm_rope.rs, whose unit test holds that
+//! The attention layers' q/k norm and RoPE kernel (crates/core/src/model/cuda/qk_norm_rope.cu) against a float64
+//! reference of RMSNorm and RoPE (crates/core/src/model/cuda/qk_norm_rope.rs, whose unit test holds that
 //! reference to the model's ops route on any backend), against itself row by row, and inside the
 //! model against the ops route it replaces. The kernel needs MLX's CUDA backend: these tests are
 //! ignored elsewhere, and fail on a wrong backend when run on purpose (`--include-ignored`).
@@ -46,8 +46,8 @@ fn the_kernel_gives_the_ops_routes_logits_in_the_model() {
     use cohort::model::forward::{LanguageModel, Logits};
     use cohort::model::routes;
     require_cuda("the q/k norm and RoPE kernel");
-    let cfg = cohort::model::synth::geometry("qwen36-35b-a3b", Some(4), Some(512)).unwrap();
-    let mut weights = cohort::model::synth::make_weights(&cfg, Dtype::Float32, 9).unwrap();
+    let cfg = cohort_lab::synth::geometry("qwen36-35b-a3b", Some(4), Some(512)).unwrap();
+    let mut weights = cohort_lab::synth::make_weights(&cfg, Dtype::Float32, 9).unwrap();
     let model = cohort::model::families::qwen3_5::Qwen35Model::from_weights(cfg, &mut weights, Dtype::Float32).unwrap();
     let prompt: Vec<u32> = (0..40).map(|i| (i * 31 + 7) % 512).collect();
     let run = |on: bool| -> Vec<Vec<f32>> {

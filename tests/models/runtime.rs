@@ -304,7 +304,7 @@ fn safetensors_save_load_round_trip() {
 /// it counts what MLX will run.
 #[test]
 fn graph_stats_count_the_unevaluated_nodes_by_primitive() {
-    use cohort::engine::graph_stats::GraphStats;
+    use cohort_lab::graph_stats::GraphStats;
     let a = Array::from_slice(&values(1, 6), &[2, 3]);
     let b = Array::from_slice(&values(2, 6), &[2, 3]);
     let sum = a.add(&b).unwrap();

@@ -1,4 +1,4 @@
-//! The engine's environment switches are one table (src/model/switches.rs): every `COHORT_`
+//! The engine's environment switches are one table (crates/core/src/model/switches.rs): every `COHORT_`
 //! name the engine's source reads is in it, docs/configuration.md's switch table is generated
 //! from it, and start-up refuses a value a switch cannot take, naming it.
 
@@ -8,7 +8,7 @@ use cohort::model::switches::{SWITCHES, markdown_table};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BEGIN: &str =
-    "<!-- switches: generated from src/model/switches.rs, kept in step by tests/models/switches.rs -->\n";
+    "<!-- switches: generated from crates/core/src/model/switches.rs, kept in step by tests/models/switches.rs -->\n";
 const END: &str = "<!-- /switches -->";
 
 /// Names that look like switches but are not read from the environment: a kernel template
@@ -32,7 +32,9 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 #[test]
 fn every_cohort_variable_the_engine_reads_is_in_the_table() {
     let mut files = Vec::new();
-    for dir in ["src/model", "src/engine", "src/cli"] {
+    for dir in
+        ["crates/core/src/model", "crates/core/src/engine", "crates/core/src/platform", "src/cli", "crates/lab/src"]
+    {
         rust_files(&Path::new(ROOT).join(dir), &mut files);
     }
     let mut missing = Vec::new();
@@ -50,7 +52,7 @@ fn every_cohort_variable_the_engine_reads_is_in_the_table() {
             }
         }
     }
-    assert!(missing.is_empty(), "read by the engine but not in src/model/switches.rs: {missing:?}");
+    assert!(missing.is_empty(), "read by the engine but not in crates/core/src/model/switches.rs: {missing:?}");
     let mut names: Vec<_> = SWITCHES.iter().map(|s| s.name).collect();
     names.sort();
     names.dedup();
@@ -78,7 +80,7 @@ fn start_up_refuses_a_switch_value_it_cannot_take_naming_it() {
         ("COHORT_MTP_ALLOW_INEXACT", "yes", "COHORT_MTP_ALLOW_INEXACT=yes: use 1 (on) or 0 (off)"),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(["probe", "--synthetic", "nothing"])
+            .args(["probe", "-m", "nothing"])
             .env(name, value)
             .output()
             .unwrap();
