@@ -69,8 +69,8 @@ pub struct BenchStepArgs {
     #[arg(long)]
     interleave_b1: bool,
     /// After the arms, time B8 cycles and B8 AR steps with every arm's switches in turn
-    /// (`--compiled`, `--fused-kernels`, `--experts-kernel`, `--add-norm`, `--mixer-norm`,
-    /// `--attention-kernel`) on one cohort of eight rows of the first loaded model.
+    /// (`--compiled` and the route arms: `--router-kernel`, `--fused-front`, `--experts-kernel`,
+    /// ...) on one cohort of eight rows of the first loaded model.
     #[arg(long)]
     interleave_b8: bool,
     /// Where the MoE block's gather rows come from in the interleaved B1 arms (each `--compiled`
@@ -78,56 +78,11 @@ pub struct BenchStepArgs {
     /// `gather_qmm` in every call, as before).
     #[arg(long, value_delimiter = ',', default_value = "held")]
     moe_rows: Vec<MoeRows>,
-    /// Cohort's own CUDA kernels for the MoE router and the Gated DeltaNet mixer's front, on or
-    /// off, in the interleaved B1 arms (each with every other arm setting); default: the
-    /// engine's (on for CUDA).
-    #[arg(long, value_delimiter = ',')]
-    pub(super) fused_kernels: Vec<OnOff>,
-    /// The MoE expert kernels (`model/cuda/moe_experts.rs`; on by default on CUDA) on or off in the
-    /// interleaved B1 arms, each with every other arm setting.
-    #[arg(long, value_delimiter = ',')]
-    pub(super) experts_kernel: Vec<OnOff>,
-    /// The residual sum and RMSNorm kernel (`model/cuda/add_norm.rs`; off by default) on or off in
-    /// the interleaved arms, each with every other arm setting.
-    #[arg(long, value_delimiter = ',')]
-    pub(super) add_norm: Vec<OnOff>,
-    /// The Gated DeltaNet mixer's gated norm folded into its fused front (`model/cuda/gdn_kernel.rs`;
-    /// on by default for blocks of at most 16 positions) on or off in the interleaved arms, each
-    /// with every other arm setting.
-    #[arg(long, value_delimiter = ',')]
-    pub(super) mixer_norm: Vec<OnOff>,
-    /// The short-block cohort attention kernel (`model/cuda/attention_kernel.rs`; off by default) on
-    /// or off in the interleaved B8 arms, each with every other arm setting (B1 rows are not a
-    /// packed cohort, so it does not serve them).
-    #[arg(long, value_delimiter = ',')]
-    pub(super) attention_kernel: Vec<OnOff>,
-    /// The invariant route's products with a flattening reshape of x and of the result around
-    /// each kernel (`model/cuda/row_invariant.rs`; off by default) on or off in the interleaved
-    /// arms, each with every other arm setting.
-    #[arg(long, value_delimiter = ',')]
-    pub(super) product_views: Vec<OnOff>,
-    /// After a verify, the Gated DeltaNet fused front reading each row's tail and state where the
-    /// verify left them (`model/layers/gdn_batch.rs`'s `placed`; on by default on CUDA) instead of as
-    /// strided slices that MLX copies first, on or off in the interleaved arms, each with every
-    /// other arm setting.
-    #[arg(long, value_delimiter = ',')]
-    pub(super) state_in_place: Vec<OnOff>,
-    /// The MoE expert kernels' first half on the tensor cores for bf16 blocks of up to 16 tokens
-    /// (`kernels/moe_experts_up_mma.cu`; off by default) instead of the scalar kernel, on or off
-    /// in the interleaved arms, each with every other arm setting.
-    #[arg(long, value_delimiter = ',')]
-    pub(super) experts_mma: Vec<OnOff>,
-    /// An attention layer's query and key RMSNorm and RoPE as one kernel reading the stacked
-    /// product in place (`kernels/qk_norm_rope.cu`; on by default on CUDA) instead of a copy, a
-    /// norm and a rotation each, on or off in the interleaved arms, each with every other arm
-    /// setting.
-    #[arg(long, value_delimiter = ',')]
-    pub(super) qk_kernel: Vec<OnOff>,
-    /// A step's forward handing its graph to the device every 4 layers
-    /// (`Routes::hand_over_layers`; on by default on CUDA) instead of once at its end, on or off
-    /// in the interleaved arms, each with every other arm setting.
-    #[arg(long, value_delimiter = ',')]
-    pub(super) hand_over: Vec<OnOff>,
+    /// The route arms: one flag for each route the switch table gives one (`--hand-over`,
+    /// `--qk-kernel`, `--experts-kernel`, ...; `--help` lists them), each taking `on`, `off` or
+    /// both.
+    #[command(flatten)]
+    pub(super) arms: super::bench_switches::RouteArms,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]
@@ -459,7 +414,7 @@ pub(super) struct Arm {
     pub stacking: Option<OnOff>,
     pub compiled: CompiledBlocks,
     pub moe_rows: MoeRows,
-    /// Each of [`KernelSwitch::ALL`]'s settings, in that order.
+    /// Each of [`KernelSwitch::all`]'s settings, in that order.
     pub kernels: [Option<OnOff>; bench_switches::COUNT],
 }
 
@@ -470,7 +425,7 @@ pub(super) fn label(k: Option<OnOff>) -> String {
 
 /// The kernel switches' table columns (`| fused kernels | ... |` without the outer bars).
 pub(super) fn kernel_columns() -> String {
-    KernelSwitch::ALL.map(KernelSwitch::column).join(" | ")
+    KernelSwitch::all().map(KernelSwitch::column).join(" | ")
 }
 
 /// An arm's kernel settings as table cells, in [`kernel_columns`]' order.
@@ -511,7 +466,7 @@ pub(super) fn arm_routes(arm: &Arm, base: Routes) -> Routes {
     let mut routes = base;
     arm.compiled.apply(&mut routes);
     routes.moe_built_rows = arm.moe_rows == MoeRows::Built;
-    for (switch, setting) in KernelSwitch::ALL.into_iter().zip(arm.kernels) {
+    for (switch, setting) in KernelSwitch::all().into_iter().zip(arm.kernels) {
         switch.apply(setting, &mut routes);
     }
     routes
@@ -538,7 +493,7 @@ fn interleaved_b1(
             let mut probe_row = row.clone();
             let probe = model.forward(&tok, &mut [&mut probe_row], Logits::Last, false)?;
             let next = mlx_rs::ops::indexing::argmax_axis(probe.logits.as_ref().unwrap(), -1, None)?;
-            let kernels: Vec<String> = KernelSwitch::ALL
+            let kernels: Vec<String> = KernelSwitch::all()
                 .into_iter()
                 .zip(arm.kernels)
                 .map(|(switch, setting)| format!("{} {}", switch.column(), label(setting)))
@@ -700,7 +655,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         !routes.iter().any(|r| matches!(r, GdnRoute::Kernel)) || on_cuda,
         "the fused Gated DeltaNet kernel needs MLX's CUDA backend"
     );
-    for switch in KernelSwitch::ALL.into_iter().filter(|s| s.cuda_only()) {
+    for switch in KernelSwitch::all().into_iter().filter(|s| s.cuda_only()) {
         anyhow::ensure!(
             !switch.listed(&args).contains(&OnOff::On) || on_cuda,
             "{} on forces one of cohort's CUDA kernels, which needs MLX's CUDA backend",

@@ -1,119 +1,119 @@
-//! The switches of cohort's CUDA kernels that `bench-step`'s interleaved arms turn on or off,
-//! each with its flag, its table column and the `Routes` fields it sets: one list, so a new
-//! kernel is one more row here rather than one more nested loop, field and column in each table.
+//! bench-step's route arms: every route the switch table gives a bench flag
+//! (`cohort_core::model::switches`, where each route is declared once: its field, environment
+//! variable, defaults, flag and column). A flag lists the settings to time (`on`, `off` or
+//! both); the interleaved arms cross every listed setting of every flag.
+
+use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
+use cohort_core::model::routes::Routes;
+use cohort_core::model::switches::{SWITCHES, SwitchDoc};
 
 use super::bench_step::{BenchStepArgs, OnOff};
-use cohort_core::model::routes::Routes;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum KernelSwitch {
-    /// The MoE router and the Gated DeltaNet mixer's fused front.
-    Fused,
-    /// The MoE expert kernels.
-    Experts,
-    /// The residual sum and RMSNorm kernel.
-    AddNorm,
-    /// The mixer's gated norm folded into its fused front.
-    MixerNorm,
-    /// The short-block cohort attention kernel.
-    Attention,
-    /// Reshapes around the invariant route's products.
-    ProductViews,
-    /// The fused front reading a verify's mixer states in place.
-    StateInPlace,
-    /// The expert kernels' first half on the tensor cores.
-    ExpertsMma,
-    /// An attention layer's query and key norm and RoPE as one kernel.
-    QkNormRope,
-    /// A step's graph handed to the device every few layers.
-    HandOver,
-}
+/// How many switches have an arm: an arm carries one setting of each.
+pub(super) const COUNT: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < SWITCHES.len() {
+        if SWITCHES[i].arm.is_some() {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
 
-/// How many switches an arm carries, one setting each.
-pub(super) const COUNT: usize = 10;
+/// One switch with a bench arm.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct KernelSwitch(&'static SwitchDoc);
 
 impl KernelSwitch {
-    /// Every switch, in the order of an arm's settings and of the tables' columns.
-    pub(super) const ALL: [KernelSwitch; COUNT] = [
-        KernelSwitch::Fused,
-        KernelSwitch::Experts,
-        KernelSwitch::AddNorm,
-        KernelSwitch::MixerNorm,
-        KernelSwitch::Attention,
-        KernelSwitch::ProductViews,
-        KernelSwitch::StateInPlace,
-        KernelSwitch::ExpertsMma,
-        KernelSwitch::QkNormRope,
-        KernelSwitch::HandOver,
-    ];
-
-    /// Whether turning it on asks for one of cohort's CUDA kernels (the hand-over runs anywhere).
-    pub(super) fn cuda_only(self) -> bool {
-        self != KernelSwitch::HandOver
+    /// Every switch with an arm, in the table's order (the order of an arm's settings and of the
+    /// tables' columns).
+    pub(super) fn all() -> [KernelSwitch; COUNT] {
+        let all: Vec<KernelSwitch> = SWITCHES.iter().filter(|s| s.arm.is_some()).map(KernelSwitch).collect();
+        all.try_into().expect("COUNT counts the switches with an arm")
     }
 
-    pub(super) fn flag(self) -> &'static str {
-        match self {
-            KernelSwitch::Fused => "--fused-kernels",
-            KernelSwitch::Experts => "--experts-kernel",
-            KernelSwitch::AddNorm => "--add-norm",
-            KernelSwitch::MixerNorm => "--mixer-norm",
-            KernelSwitch::Attention => "--attention-kernel",
-            KernelSwitch::ProductViews => "--product-views",
-            KernelSwitch::StateInPlace => "--state-in-place",
-            KernelSwitch::ExpertsMma => "--experts-mma",
-            KernelSwitch::QkNormRope => "--qk-kernel",
-            KernelSwitch::HandOver => "--hand-over",
-        }
+    fn flag_name(self) -> &'static str {
+        self.0.arm.expect("a switch with an arm").flag
+    }
+
+    /// Whether turning it on asks for one of cohort's CUDA kernels.
+    pub(super) fn cuda_only(self) -> bool {
+        self.0.cuda_only
+    }
+
+    pub(super) fn flag(self) -> String {
+        format!("--{}", self.flag_name())
     }
 
     pub(super) fn column(self) -> &'static str {
-        match self {
-            KernelSwitch::Fused => "fused kernels",
-            KernelSwitch::Experts => "expert kernels",
-            KernelSwitch::AddNorm => "add-norm kernel",
-            KernelSwitch::MixerNorm => "mixer norm",
-            KernelSwitch::Attention => "attention kernel",
-            KernelSwitch::ProductViews => "product views",
-            KernelSwitch::StateInPlace => "state in place",
-            KernelSwitch::ExpertsMma => "experts on tensor cores",
-            KernelSwitch::QkNormRope => "q/k norm and RoPE kernel",
-            KernelSwitch::HandOver => "hand-over every 4 layers",
-        }
+        self.0.arm.expect("a switch with an arm").column
     }
 
     /// The settings its flag listed (empty: the engine's default alone).
     pub(super) fn listed(self, args: &BenchStepArgs) -> &[OnOff] {
-        match self {
-            KernelSwitch::Fused => &args.fused_kernels,
-            KernelSwitch::Experts => &args.experts_kernel,
-            KernelSwitch::AddNorm => &args.add_norm,
-            KernelSwitch::MixerNorm => &args.mixer_norm,
-            KernelSwitch::Attention => &args.attention_kernel,
-            KernelSwitch::ProductViews => &args.product_views,
-            KernelSwitch::StateInPlace => &args.state_in_place,
-            KernelSwitch::ExpertsMma => &args.experts_mma,
-            KernelSwitch::QkNormRope => &args.qk_kernel,
-            KernelSwitch::HandOver => &args.hand_over,
-        }
+        args.arms.listed(self)
     }
 
     /// `routes` with it on or off (`None`: as they are, the engine's default).
     pub(super) fn apply(self, setting: Option<OnOff>, routes: &mut Routes) {
-        let Some(setting) = setting else { return };
-        let on = setting == OnOff::On;
-        match self {
-            KernelSwitch::Fused => (routes.router_kernel, routes.gdn_fused_front) = (on, on),
-            KernelSwitch::Experts => routes.moe_kernel = on,
-            KernelSwitch::AddNorm => routes.add_norm_kernel = on,
-            KernelSwitch::MixerNorm => routes.gdn_fused_norm = on,
-            KernelSwitch::Attention => routes.attention_kernel = on,
-            KernelSwitch::ProductViews => routes.product_views = on,
-            KernelSwitch::StateInPlace => routes.gdn_state_in_place = on,
-            KernelSwitch::ExpertsMma => routes.moe_up_mma = on,
-            KernelSwitch::QkNormRope => routes.qk_norm_rope_kernel = on,
-            KernelSwitch::HandOver => routes.hand_over_layers = on,
+        let (Some(setting), Some(field)) = (setting, self.0.route) else { return };
+        (field.set)(routes, setting == OnOff::On);
+    }
+}
+
+/// The settings each arm flag listed, in [`KernelSwitch::all`]'s order: the flags are made from
+/// the switch table, so a route declared there with an arm needs nothing here.
+#[derive(Clone, Debug, Default)]
+pub struct RouteArms {
+    listed: Vec<Vec<OnOff>>,
+}
+
+impl RouteArms {
+    fn listed(&self, switch: KernelSwitch) -> &[OnOff] {
+        let at = KernelSwitch::all().iter().position(|s| s.flag_name() == switch.flag_name());
+        at.and_then(|i| self.listed.get(i)).map_or(&[], Vec::as_slice)
+    }
+}
+
+impl FromArgMatches for RouteArms {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let listed = KernelSwitch::all()
+            .iter()
+            .map(|s| matches.get_many::<OnOff>(s.flag_name()).map(|v| v.copied().collect()).unwrap_or_default())
+            .collect();
+        Ok(RouteArms { listed })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for RouteArms {
+    fn augment_args(mut cmd: Command) -> Command {
+        for s in KernelSwitch::all() {
+            let help = format!(
+                "{} ({}, default {}), timed on, off or both in the interleaved arms, each with every other arm setting",
+                s.0.does, s.0.name, s.0.default
+            );
+            cmd = cmd.arg(
+                Arg::new(s.flag_name())
+                    .long(s.flag_name())
+                    .value_name("on,off")
+                    .value_delimiter(',')
+                    .action(ArgAction::Append)
+                    .value_parser(clap::builder::EnumValueParser::<OnOff>::new())
+                    .help(help),
+            );
         }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
     }
 }
 
@@ -121,7 +121,7 @@ impl KernelSwitch {
 /// interleaved arms (the per-phase tables, and the step `--profile-step` brackets for Nsight
 /// Compute) then run what the flag names; a switch listing both settings leaves them the default.
 pub(super) fn apply_single_settings(args: &BenchStepArgs, routes: &mut Routes) {
-    for switch in KernelSwitch::ALL {
+    for switch in KernelSwitch::all() {
         if let [only] = switch.listed(args) {
             switch.apply(Some(*only), routes);
         }
@@ -132,7 +132,7 @@ pub(super) fn apply_single_settings(args: &BenchStepArgs, routes: &mut Routes) {
 /// alone), the first switch varying slowest.
 pub(super) fn combinations(args: &BenchStepArgs) -> Vec<[Option<OnOff>; COUNT]> {
     let mut all = vec![[None; COUNT]];
-    for (i, switch) in KernelSwitch::ALL.into_iter().enumerate() {
+    for (i, switch) in KernelSwitch::all().into_iter().enumerate() {
         let listed = switch.listed(args);
         if listed.is_empty() {
             continue;
@@ -185,5 +185,26 @@ mod tests {
         let mut routes = defaults;
         apply_single_settings(&args(&["--experts-mma", "on,off", "--attention-kernel", "off,on"]), &mut routes);
         assert_eq!(routes, defaults);
+    }
+
+    /// Every arm flag comes from a route switch and turns its own field on and off alone, and
+    /// the arms cross every listed setting.
+    #[test]
+    fn each_arm_flag_sets_its_own_route_and_the_arms_cross_every_setting() {
+        let defaults = Routes::defaults(Backend::Cuda);
+        for switch in KernelSwitch::all() {
+            let field = switch.0.route.expect("an arm sets a route");
+            for (setting, on) in [("on", true), ("off", false)] {
+                let mut routes = defaults;
+                apply_single_settings(&args(&[&switch.flag(), setting]), &mut routes);
+                assert_eq!((field.get)(&routes), on, "{} {setting}", switch.flag());
+                let mut back = routes;
+                (field.set)(&mut back, (field.get)(&defaults));
+                assert_eq!(back, defaults, "{} {setting} changed another route", switch.flag());
+            }
+        }
+        let both = combinations(&args(&["--hand-over", "on,off", "--qk-kernel", "on,off", "--add-norm", "on"]));
+        assert_eq!(both.len(), 4);
+        assert!(both.iter().all(|arm| arm.iter().filter(|s| s.is_some()).count() == 3));
     }
 }

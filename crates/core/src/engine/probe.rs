@@ -170,7 +170,9 @@ impl GateDecision {
 /// `COHORT_MTP_ALLOW_INEXACT=1` keeps MTP on the fast batched route whatever the probe finds
 /// (it still runs and reports the difference).
 pub fn allow_inexact() -> bool {
-    std::env::var("COHORT_MTP_ALLOW_INEXACT").is_ok_and(|v| v == "1")
+    // Read once: start-up has checked the value (switches::check_environment).
+    static ALLOW: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOW.get_or_init(|| std::env::var("COHORT_MTP_ALLOW_INEXACT").is_ok_and(|v| v == "1"))
 }
 
 /// Probe the fast route. On any difference: with `allow_inexact` (COHORT_MTP_ALLOW_INEXACT=1)

@@ -187,47 +187,51 @@ impl Routes {
     /// block route with quantized weights until the gate and the loader say otherwise.
     pub fn defaults(backend: Backend) -> Self {
         let cuda = backend == Backend::Cuda;
-        let cpu = backend == Backend::Cpu;
-        Routes {
+        let mut routes = Routes {
             block: BlockRoute::Batched,
             weights: WeightPolicy::Quantized,
-            batched_attention: true,
-            flat_products: true,
+            batched_attention: false,
+            flat_products: false,
             pad_float_rows: false,
             prompt_rows: false,
             prompt_block: BlockRoute::Batched,
-            prompt_pieces: true,
-            gdn_batch: true,
+            prompt_pieces: false,
+            gdn_batch: false,
             padded_blocks: cuda,
             moe_built_rows: false,
-            stack_projections: cuda,
-            stack_router: true,
-            stack_experts: true,
-            stack_shared: true,
-            stack_qkv: true,
-            stack_gdn: true,
-            pad_products: cuda,
-            dense_products: cuda,
-            compile_moe: cuda,
-            compile_gdn: cuda,
-            gdn_kernel: cuda,
-            gdn_fused_front: cuda,
-            gdn_fused_norm: cuda,
-            gdn_state_in_place: cuda,
-            moe_kernel: cuda,
+            stack_projections: false,
+            stack_router: false,
+            stack_experts: false,
+            stack_shared: false,
+            stack_qkv: false,
+            stack_gdn: false,
+            pad_products: false,
+            dense_products: false,
+            compile_moe: false,
+            compile_gdn: false,
+            gdn_kernel: false,
+            gdn_fused_front: false,
+            gdn_fused_norm: false,
+            gdn_state_in_place: false,
+            moe_kernel: false,
             moe_up_mma: false,
-            router_kernel: cuda,
+            router_kernel: false,
             add_norm_kernel: false,
             attention_kernel: false,
-            qk_norm_rope_kernel: cuda,
-            hand_over_layers: cuda,
-            mma_products: cuda,
+            qk_norm_rope_kernel: false,
+            hand_over_layers: false,
+            mma_products: false,
             product_views: false,
-            host_rope: cpu,
-            host_attention: cpu,
-            host_layers: cpu,
-            host_gate: cpu,
+            host_rope: false,
+            host_attention: false,
+            host_layers: false,
+            host_gate: false,
+        };
+        // Every route a switch sets takes its default from the switch table, where it is declared.
+        for field in SWITCHES.iter().filter_map(|s| s.route) {
+            (field.set)(&mut routes, field.on_by.on(backend) && field.only_on.is_none_or(|b| b == backend));
         }
+        routes
     }
 
     /// The backend's defaults with the environment's switches applied, each checked: an on/off
@@ -253,15 +257,8 @@ impl Routes {
                 _ => bail!("{}={}: use 1 (on) or 0 (off)", s.name, value.to_string_lossy()),
             };
             if let Some(field) = s.route {
-                (field.set)(&mut routes, on);
+                (field.set)(&mut routes, on && field.only_on.is_none_or(|b| b == backend));
             }
-        }
-        if backend != Backend::Cuda {
-            routes.gdn_kernel = false;
-        }
-        if backend != Backend::Cpu {
-            (routes.host_rope, routes.host_attention, routes.host_layers, routes.host_gate) =
-                (false, false, false, false);
         }
         Ok(routes)
     }
@@ -475,18 +472,23 @@ mod tests {
         assert_eq!(current(), outer);
     }
 
+    /// The table declares each default once; the value built from it has them on each backend,
+    /// and a route that exists on one backend only is off elsewhere, default or asked for.
     #[test]
-    fn the_table_says_each_route_default_as_the_backends_have_it() {
-        let (cpu, cuda) = (Routes::defaults(Backend::Cpu), Routes::defaults(Backend::Cuda));
-        for s in SWITCHES {
-            let Some(field) = s.route else { continue };
-            let said = match ((field.get)(&cpu), (field.get)(&cuda)) {
-                (true, true) => "1",
-                (false, false) => "0",
-                (false, true) => "on for CUDA",
-                (true, false) => "on for the CPU backend",
-            };
-            assert_eq!(s.default, said, "{}", s.name);
+    fn each_route_takes_the_default_its_row_declares_on_every_backend() {
+        for backend in [Backend::Cpu, Backend::Cuda, Backend::Metal] {
+            let routes = Routes::defaults(backend);
+            for s in SWITCHES {
+                let Some(field) = s.route else { continue };
+                let exists = field.only_on.is_none_or(|b| b == backend);
+                assert_eq!((field.get)(&routes), field.on_by.on(backend) && exists, "{} on {backend:?}", s.name);
+                let asked = Routes::from_lookup(backend, env(&[(s.name, "1")]));
+                if let Ok(asked) = asked {
+                    assert_eq!((field.get)(&asked), exists, "{}=1 on {backend:?}", s.name);
+                } else {
+                    assert!(s.cuda_only && backend != Backend::Cuda, "{}=1 refused on {backend:?}", s.name);
+                }
+            }
         }
     }
 

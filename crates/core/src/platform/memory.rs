@@ -11,8 +11,12 @@ use super::backend::{Backend, human_bytes};
 /// CPU backend the kernel's MemAvailable; unknown (no check) on GPUs, whose allocators report
 /// failures themselves.
 pub fn available_bytes() -> Option<u64> {
-    if let Ok(v) = std::env::var("COHORT_MEMORY_AVAILABLE") {
-        return v.trim().parse().ok();
+    // The setting is read once (start-up has checked it is a whole number); MemAvailable is read
+    // at every call, as it changes.
+    static SET: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let set = SET.get_or_init(|| std::env::var("COHORT_MEMORY_AVAILABLE").ok().and_then(|v| v.trim().parse().ok()));
+    if let Some(bytes) = set {
+        return Some(*bytes);
     }
     if Backend::detect() != Backend::Cpu {
         return None;

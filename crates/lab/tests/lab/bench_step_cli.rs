@@ -14,7 +14,14 @@ fn forcing_a_cuda_kernel_off_cuda_is_refused_by_name() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
-    for flag in ["--add-norm", "--experts-kernel", "--fused-kernels", "--mixer-norm", "--attention-kernel"] {
+    // Every arm the switch table marks as one of cohort's CUDA kernels.
+    let flags: Vec<String> = cohort::model::switches::SWITCHES
+        .iter()
+        .filter(|s| s.cuda_only)
+        .filter_map(|s| s.arm.map(|a| format!("--{}", a.flag)))
+        .collect();
+    assert!(flags.len() >= 8, "{flags:?}");
+    for flag in &flags {
         let out = cohort_command(home.path())
             .args(["bench-step", "--synthetic", "qwen36-35b-a3b", flag, "on,off"])
             .output()
