@@ -10,10 +10,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::engine::handle::Submission;
-use crate::engine::request::{Prompt, Request};
-use crate::engine::row::{CancelFlag, CancelRegistry};
-use crate::engine::telemetry::Telemetry;
+use crate::engine::api::Submission;
+use crate::engine::api::Telemetry;
+use crate::engine::api::{CancelFlag, CancelRegistry};
+use crate::engine::api::{Prompt, Request};
 
 /// How often the server's telemetry is fetched.
 const POLL: Duration = Duration::from_millis(250);

@@ -7,8 +7,8 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use crate::engine::request::{FinishReason, RequestResult, Stats};
-use crate::engine::row::{CancelFlag, RowEvent};
+use crate::engine::api::{CancelFlag, RowEvent};
+use crate::engine::api::{FinishReason, RequestResult, Stats};
 
 /// How often a quiet stream checks whether the user cancelled it.
 const CANCEL_POLL: Duration = Duration::from_millis(20);

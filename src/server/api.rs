@@ -5,9 +5,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
-use crate::engine::chat_input::{MessageIn, Stop, chat_messages, stop_sequences};
-use crate::engine::request::{FinishReason, Prompt, Request, RequestResult};
-use crate::engine::sampler::SamplerConfig;
+use crate::engine::api::SamplerConfig;
+use crate::engine::api::{FinishReason, Prompt, Request, RequestResult};
+use crate::engine::api::{MessageIn, Stop, chat_messages, stop_sequences};
 
 /// Which endpoint a body came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +82,7 @@ struct Body {
     #[serde(default)]
     ignore_eos: bool,
     /// Extension: `"ar"` or `"mtp"`, this request's own generation mode (unset: the engine's).
-    generation_mode: Option<crate::engine::request::GenerationMode>,
+    generation_mode: Option<crate::engine::api::GenerationMode>,
     logprobs: Option<Value>,
     top_logprobs: Option<Value>,
     tools: Option<Vec<Value>>,
@@ -459,7 +459,7 @@ mod tests {
         assert_eq!((s.temperature, s.top_p, s.top_k), (0.0, 0.5, 7));
         assert_eq!((s.presence_penalty, s.frequency_penalty), (0.25, -0.5));
         assert!(p.stream && p.include_usage);
-        assert_eq!(r.mode, Some(crate::engine::request::GenerationMode::Ar));
+        assert_eq!(r.mode, Some(crate::engine::api::GenerationMode::Ar));
         let p = parse(Endpoint::Completions, br#"{"prompt":[[5,6,7]]}"#, &defaults()).unwrap();
         assert_eq!(p.request.mode, None, "the engine's mode when none is given");
         assert_eq!(p.request.prompt, Prompt::Ids(vec![5, 6, 7]));

@@ -11,9 +11,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::api::Endpoint;
 use super::state::AppState;
-use crate::engine::handle::Submission;
-use crate::engine::request::{FinishReason, RequestResult};
-use crate::engine::row::RowEvent;
+use crate::engine::api::RowEvent;
+use crate::engine::api::Submission;
+use crate::engine::api::{FinishReason, RequestResult};
 
 /// How often a quiet request checks whether its client is still there. A cycle on the CPU takes
 /// 10-40 ms, so a disconnect is seen within a cycle or two.

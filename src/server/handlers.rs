@@ -17,8 +17,8 @@ use super::api::{self, Endpoint, Parsed};
 use super::bridge;
 use super::error::ApiError;
 use super::state::{AppState, EngineSlot};
-use crate::engine::request::{FinishReason, RequestResult};
-use crate::engine::row::RowEvent;
+use crate::engine::api::RowEvent;
+use crate::engine::api::{FinishReason, RequestResult};
 
 pub async fn chat(state: State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     complete(state.0, Endpoint::Chat, body).await

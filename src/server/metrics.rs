@@ -13,8 +13,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::api::{Endpoint, finish_reason};
-use crate::engine::request::RequestResult;
-use crate::engine::telemetry::Telemetry;
+use crate::engine::api::RequestResult;
+use crate::engine::api::Telemetry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Status {
@@ -204,7 +204,7 @@ impl Collector for EngineCollector {
             (
                 "prompt_cache_exact",
                 "1 where a cached prefix gives the bits of a fresh read, 0 where inexact or off",
-                i64::from(pc.reuse == crate::engine::prompt_cache::Reuse::Exact),
+                i64::from(pc.reuse == crate::engine::api::Reuse::Exact),
             ),
         ];
         for (name, help, value) in gauges {

@@ -9,8 +9,8 @@ use super::api::Defaults;
 use super::connections::Connections;
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::engine::handle::EngineHandle;
-use crate::engine::row::CancelFlag;
+use crate::engine::api::CancelFlag;
+use crate::engine::api::EngineHandle;
 
 /// The engine as the server sees it: loading in the background, ready, or failed to load.
 pub enum EngineSlot {

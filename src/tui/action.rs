@@ -8,10 +8,10 @@ use std::time::Instant;
 use crossterm::event::KeyEvent;
 
 use super::transcript::{Record, RestoredPane, SessionEntry};
-use crate::engine::owner::EngineInfo;
-use crate::engine::request::Request;
-use crate::engine::row::RowEvent;
-use crate::engine::telemetry::Telemetry;
+use crate::engine::api::EngineInfo;
+use crate::engine::api::Request;
+use crate::engine::api::RowEvent;
+use crate::engine::api::Telemetry;
 use crate::tui::config::keymap::{Command, Keymap};
 use crate::tui::config::profile::{Profile, Settings};
 use crate::tui::config::theme::Theme;

@@ -15,10 +15,10 @@ use super::pane::{InFlight, Pane, Turn};
 use super::settings::{SettingsForm, summary};
 use super::style::Styles;
 use super::transcript::{Record, RestoredPane, SessionEntry, check_session_title};
-use crate::engine::request::{FinishReason, Prompt, Request, RequestResult};
-use crate::engine::row::RowEvent;
-use crate::engine::scheduler::Numerics;
-use crate::engine::telemetry::{RowState, RowTelemetry, Telemetry};
+use crate::engine::api::Numerics;
+use crate::engine::api::RowEvent;
+use crate::engine::api::{FinishReason, Prompt, Request, RequestResult};
+use crate::engine::api::{RowState, RowTelemetry, Telemetry};
 use crate::tui::config::keymap::{Command, Keymap};
 use crate::tui::config::profile::{
     ChatSettings, MAX_PANES, PaneProfile, ProfileEntry, Settings, check_profile_name, is_built_in,
@@ -1472,7 +1472,7 @@ pub fn numerics_name(n: Numerics) -> &'static str {
 }
 
 /// A preset as profiles and `--preset` spell it.
-pub fn preset_name(p: crate::engine::scheduler::Preset) -> String {
+pub fn preset_name(p: crate::engine::api::Preset) -> String {
     use clap::ValueEnum as _;
     p.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_else(|| format!("{p:?}").to_lowercase())
 }

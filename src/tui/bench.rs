@@ -10,7 +10,7 @@ use ratatui::backend::TestBackend;
 use super::action::Action;
 use super::app::InspectorPanel;
 use super::{fixture, views};
-use crate::engine::row::RowEvent;
+use crate::engine::api::RowEvent;
 
 #[derive(Debug, Clone)]
 pub struct FrameTimes {

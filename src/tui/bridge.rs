@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use super::action::Action;
 use crate::client::RemoteEngine;
-use crate::engine::handle::{EngineHandle, Submission};
-use crate::engine::request::{FinishReason, Request, RequestResult};
-use crate::engine::row::RowEvent;
-use crate::engine::telemetry::Telemetry;
+use crate::engine::api::RowEvent;
+use crate::engine::api::Telemetry;
+use crate::engine::api::{EngineHandle, Submission};
+use crate::engine::api::{FinishReason, Request, RequestResult};
 
 struct Live {
     pane: u32,

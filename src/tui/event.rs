@@ -22,7 +22,7 @@ use super::transcript::{
 };
 use super::{clipboard, editor, export, keys, views};
 use crate::cli::model_args::ModelArgs;
-use crate::engine::handle::EngineHandle;
+use crate::engine::api::EngineHandle;
 use crate::platform::paths::Paths;
 use crate::tui::config::keymap::Keymap;
 use crate::tui::config::profile::{Overrides, Settings, load_profile, save_profile};
@@ -179,7 +179,7 @@ fn engine_actions(
 /// saved there is read back, so its conversations continue warm); what it says of the file
 /// comes back as a notice.
 fn keep_cache_in(engine: &EngineHandle, session: &std::path::Path, tx: &UnboundedSender<EngineMsg>) {
-    let said = engine.keep_cache_in(session.join(crate::engine::prompt_cache::persist::FILE_NAME));
+    let said = engine.keep_cache_in(session.join(crate::engine::api::PROMPT_CACHE_FILE));
     let tx = tx.clone();
     tokio::task::spawn_blocking(move || {
         if let Ok(Some(text)) = said.recv() {
@@ -365,9 +365,9 @@ fn perform(
 /// thread, to show that the panic hook gives the terminal back and transcripts survive. Built
 /// only with the `testing` feature: the product neither reads the variable nor holds the hook.
 #[cfg(feature = "testing")]
-fn panic_if_asked(request: &crate::engine::request::Request) {
+fn panic_if_asked(request: &crate::engine::api::Request) {
     let Some(word) = std::env::var_os("COHORT_TUI_PANIC_ON") else { return };
-    if let crate::engine::request::Prompt::Chat(messages) = &request.prompt
+    if let crate::engine::api::Prompt::Chat(messages) = &request.prompt
         && messages.last().is_some_and(|m| word == m.content.as_str())
     {
         panic!("COHORT_TUI_PANIC_ON: a panic on purpose, for the test");

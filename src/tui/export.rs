@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use super::pane::Pane;
-use crate::engine::request::FinishReason;
+use crate::engine::api::FinishReason;
 
 /// What the header names besides the pane.
 pub struct About<'a> {

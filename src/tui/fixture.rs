@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::action::{Action, EngineSummary};
 use super::app::App;
-use crate::engine::request::{FinishReason, RequestResult, Stats};
-use crate::engine::row::RowEvent;
-use crate::engine::telemetry::{ConstructionCheck, FinalizeScope, RowTelemetry, Telemetry};
+use crate::engine::api::RowEvent;
+use crate::engine::api::{ConstructionCheck, FinalizeScope, RowTelemetry, Telemetry};
+use crate::engine::api::{FinishReason, RequestResult, Stats};
 use crate::platform::backend::MemoryStats;
 use crate::tui::config::keymap::{Command, Keymap};
 use crate::tui::config::profile::Settings;
@@ -154,8 +154,8 @@ pub fn telemetry(app: &App) -> Telemetry {
         rows,
         memory: MemoryStats { active: 1_288_490_189, peak: 2_147_483_648, cache: 314_572_800 },
         last_queue_wait_s: 0.0123,
-        prompt_cache: crate::engine::prompt_cache::CacheStats {
-            reuse: crate::engine::prompt_cache::Reuse::Exact,
+        prompt_cache: crate::engine::api::CacheStats {
+            reuse: crate::engine::api::Reuse::Exact,
             budget_bytes: 1 << 30,
             bytes_held: 96 << 20,
             entries: 6,

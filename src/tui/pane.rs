@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use super::input::InputLine;
 use super::rendered::Rendered;
-use crate::engine::request::{FinishReason, Stats};
-use crate::engine::telemetry::RowState;
+use crate::engine::api::RowState;
+use crate::engine::api::{FinishReason, Stats};
 use crate::model::text::tokenizer::ChatMessage;
 
 /// One exchange: what the user sent and what came back (so far).

@@ -3,9 +3,9 @@
 //! is applied. A blank mode is the engine's.
 
 use super::input::InputLine;
-use crate::engine::prepare::VERIFY_SLACK;
-use crate::engine::request::GenerationMode;
-use crate::engine::sampler::SamplerConfig;
+use crate::engine::api::GenerationMode;
+use crate::engine::api::SamplerConfig;
+use crate::engine::api::VERIFY_SLACK;
 use crate::tui::config::profile::ChatSettings;
 
 /// The form's fields, top to bottom: (name as the engine and profiles spell it, label, range).
@@ -160,7 +160,7 @@ pub fn summary(values: &ChatSettings) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::sampler::MAX_TOP_K;
+    use crate::engine::api::MAX_TOP_K;
 
     fn values() -> ChatSettings {
         ChatSettings { system: None, sampler: SamplerConfig::default(), max_tokens: 256, mode: None }

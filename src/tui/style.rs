@@ -4,7 +4,7 @@
 
 use ratatui::style::{Color, Modifier, Style};
 
-use crate::engine::telemetry::RowState;
+use crate::engine::api::RowState;
 use crate::tui::config::theme::Theme;
 
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::pane::Turn;
-use crate::engine::request::{FinishReason, Stats};
+use crate::engine::api::{FinishReason, Stats};
 use crate::tui::config::profile::ChatSettings;
 
 /// One event of a pane's conversation.
@@ -143,7 +143,7 @@ pub fn release_session_if_empty(dir: &Path, session: &str) -> bool {
     let names: Vec<std::ffi::OsString> = entries.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
     // What a session gains beside its transcripts when it is left: its pane count, and the
     // engine's saved prompt cache (which holds no conversation of its own without them).
-    let cache = crate::engine::prompt_cache::persist::FILE_NAME;
+    let cache = crate::engine::api::PROMPT_CACHE_FILE;
     let kept_only_beside = |n: &std::ffi::OsString| n == PANES_FILE || n == cache;
     if !names.iter().all(kept_only_beside) {
         return false;

@@ -12,8 +12,8 @@ use super::action::Effect;
 use super::app::{App, EngineStatus};
 use super::pane::Turn;
 use super::transcript::Record;
-use crate::engine::prepare::{VERIFY_SLACK, prompt_ids};
-use crate::engine::request::Prompt;
+use crate::engine::api::Prompt;
+use crate::engine::api::{VERIFY_SLACK, prompt_ids};
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
 use crate::tui::config::keymap::Command;
 

@@ -12,5 +12,6 @@ mod gguf;
 mod llama_reference;
 mod qwen35_reference;
 mod runtime;
+mod source_layout;
 mod switches;
 mod train_mtp;

@@ -12,10 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use super::keymap::{KeyList, Keymap};
 use super::read_config_text;
-use crate::engine::request::DEFAULT_MAX_TOKENS;
-use crate::engine::sampler::SamplerConfig;
-use crate::engine::scheduler::{Numerics, Preset};
-use crate::engine::solo::GenerationMode;
+use crate::engine::api::DEFAULT_MAX_TOKENS;
+use crate::engine::api::GenerationMode;
+use crate::engine::api::SamplerConfig;
+use crate::engine::api::{Numerics, Preset};
 use crate::platform::paths::Paths;
 
 /// Built-in profiles: (name, file as shipped in `config/`).
@@ -35,7 +35,7 @@ pub fn is_built_in(name: &str) -> bool {
 pub const FALLBACK_PROFILE: &str = "throughput";
 
 /// Most panes on screen: one cohort's rows.
-pub const MAX_PANES: usize = crate::engine::cohort::FIXED_WIDTH;
+pub const MAX_PANES: usize = crate::engine::api::COHORT_WIDTH;
 
 /// A profile file as written; every key is optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -75,7 +75,7 @@ pub struct Profile {
     pub panes: Option<usize>,
     /// The prompt cache: `exact` (default), `inexact` or `off` (docs/configuration.md).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_cache: Option<crate::engine::prompt_cache::ReusePolicy>,
+    pub prompt_cache: Option<crate::engine::api::ReusePolicy>,
     /// Bytes of row state the prompt cache may hold (warm conversations; default 1 GiB).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_cache_bytes: Option<u64>,
@@ -229,7 +229,7 @@ pub struct Settings {
     pub preset: Preset,
     pub numerics: Numerics,
     pub mode: Option<GenerationMode>,
-    pub prompt_cache: crate::engine::prompt_cache::CacheConfig,
+    pub prompt_cache: crate::engine::api::CacheConfig,
     pub sampler: SamplerConfig,
     pub max_tokens: usize,
     pub seed: u64,
@@ -253,7 +253,7 @@ impl Default for Settings {
             preset: Preset::Throughput,
             numerics: Numerics::Throughput,
             mode: None,
-            prompt_cache: crate::engine::prompt_cache::CacheConfig::default(),
+            prompt_cache: crate::engine::api::CacheConfig::default(),
             sampler: SamplerConfig::default(),
             max_tokens: DEFAULT_MAX_TOKENS,
             seed: 0,
@@ -285,7 +285,7 @@ impl Settings {
             preset: p.preset.unwrap_or(d.preset),
             numerics: p.numerics.unwrap_or(d.numerics),
             mode: p.mode,
-            prompt_cache: flags.prompt_cache.apply(crate::engine::prompt_cache::CacheConfig {
+            prompt_cache: flags.prompt_cache.apply(crate::engine::api::CacheConfig {
                 policy: p.prompt_cache.unwrap_or(d.prompt_cache.policy),
                 bytes: p.prompt_cache_bytes.unwrap_or(d.prompt_cache.bytes),
                 answers: d.prompt_cache.answers,
@@ -391,8 +391,8 @@ impl Settings {
     }
 
     /// The engine's scheduling: the preset's, with the prompt cache these settings ask for.
-    pub fn scheduler(&self) -> crate::engine::scheduler::SchedulerConfig {
-        crate::engine::scheduler::SchedulerConfig { prompt_cache: self.prompt_cache, ..self.preset.config() }
+    pub fn scheduler(&self) -> crate::engine::api::SchedulerConfig {
+        crate::engine::api::SchedulerConfig { prompt_cache: self.prompt_cache, ..self.preset.config() }
     }
 }
 

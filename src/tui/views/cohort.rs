@@ -11,7 +11,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Wrap};
 
 use super::histogram;
-use crate::engine::telemetry::FinalizeScope;
+use crate::engine::api::FinalizeScope;
 use crate::tui::app::App;
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
@@ -130,8 +130,8 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
 }
 
 /// The prompt cache in one line: how it serves, what it holds against its budget, what it saved.
-fn cache_summary(c: &crate::engine::prompt_cache::CacheStats) -> String {
-    use crate::engine::prompt_cache::Reuse;
+fn cache_summary(c: &crate::engine::api::CacheStats) -> String {
+    use crate::engine::api::Reuse;
     let mb = |b: u64| b as f64 / (1u64 << 20) as f64;
     match c.reuse {
         Reuse::Off => match &c.inexact_because {

@@ -9,8 +9,8 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Padding, Paragraph};
 
-use crate::engine::request::FinishReason;
-use crate::engine::telemetry::RowState;
+use crate::engine::api::FinishReason;
+use crate::engine::api::RowState;
 use crate::tui::app::{App, CONTEXT_WARN_PERCENT, EngineStatus, Overlay};
 use crate::tui::pane::{Pane, RenderCache, Turn};
 use crate::tui::settings::summary;

@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph};
 
 use super::rows::pane_of;
-use crate::engine::telemetry::RowState;
+use crate::engine::api::RowState;
 use crate::tui::app::{App, EngineStatus, TICKS_PER_S};
 use crate::tui::wrap::sanitize;
 

@@ -13,8 +13,8 @@ use ratatui::widgets::{Block, Paragraph, Wrap};
 
 use super::chart;
 use super::rows::pane_of;
-use crate::engine::request::GenerationMode;
-use crate::engine::telemetry::RowTelemetry;
+use crate::engine::api::GenerationMode;
+use crate::engine::api::RowTelemetry;
 use crate::tui::app::App;
 use crate::tui::style::state_label;
 use crate::tui::wrap::sanitize;

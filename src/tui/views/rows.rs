@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph};
 
 use super::spark;
-use crate::engine::telemetry::{RECENT, RowTelemetry};
+use crate::engine::api::{RECENT, RowTelemetry};
 use crate::tui::app::App;
 use crate::tui::style::state_label;
 

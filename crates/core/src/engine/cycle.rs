@@ -28,9 +28,9 @@ use mlx_rs::{Array, Dtype};
 use super::request::GenerationMode;
 use super::row::{RowEvent, RowRun};
 use super::sampler::{Decision, Dist, SamplerConfig, decide, distributions};
-use super::solo::{draft_inputs, restore_from_capture};
 use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
-use crate::model::layers::cache::RowCache;
+use crate::model::layers::cache::{LayerState, RowCache};
+use crate::model::layers::gated_delta::PositionStates;
 use crate::model::ops::{host_u32, slice_axis};
 use crate::model::text::tokenizer::TextTokenizer;
 
@@ -277,7 +277,7 @@ fn mtp_inputs(runs: &mut [RowRun], inert: &[Inert], slots: &Slots) -> Result<Mtp
     let mut primary = Vec::with_capacity(width);
     for b in 0..width {
         if slots.active[b] {
-            let (h, t) = draft_inputs(&runs[b])?;
+            let (h, t) = runs[b].draft_inputs()?;
             runs[b].pending_mtp = None;
             primary.push(*t.last().context("a draft input with no token")?);
             hidden.push(h);
@@ -656,6 +656,15 @@ pub fn run_kind(
     let hidden = runs.iter().filter_map(|r| r.hidden_last.as_ref());
     mlx_rs::transforms::eval(rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
     Ok(())
+}
+
+/// Replace a row's GDN state with the capture after `position` of a verify block.
+fn restore_from_capture(row: &mut RowCache, captures: &[Option<PositionStates>], position: usize, b: usize) {
+    for (layer, cap) in row.layers.iter_mut().zip(captures) {
+        if let (LayerState::GatedDelta(state), Some(cap)) = (layer, cap) {
+            *state = cap[position][b].clone();
+        }
+    }
 }
 
 fn mtp_arrays(rows: &[RowCache]) -> Vec<&Array> {

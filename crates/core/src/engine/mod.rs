@@ -1,5 +1,6 @@
 //! The engine: the model-owner thread and everything that touches MLX state.
 
+pub mod api;
 /// Plain greedy decoding of one row, the baseline the tests hold every speculative path to.
 #[cfg(feature = "testing")]
 pub mod ar;

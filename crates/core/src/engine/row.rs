@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use mlx_rs::Array;
 
 use super::request::{FinishReason, GenerationMode, Request, RequestResult, Stats};
@@ -113,6 +113,16 @@ pub struct RowRun {
 }
 
 impl RowRun {
+    /// The draft input of the row: its pending accepted entry (if any) then (hidden_last, primary).
+    pub fn draft_inputs(&self) -> Result<(Array, Vec<u32>)> {
+        let hidden = self.hidden_last.clone().context("no hidden state to draft from")?;
+        let x0 = self.primary.context("no primary token")?;
+        Ok(match &self.pending_mtp {
+            Some((h, d)) => (mlx_rs::ops::concatenate(&[h.clone(), hidden], 1)?, vec![*d, x0]),
+            None => (hidden, vec![x0]),
+        })
+    }
+
     pub fn new(req: &Request, prompt_ids: Vec<u32>, eos: Vec<u32>, cancel: CancelFlag) -> Self {
         let mut stats = Stats { prompt_tokens: prompt_ids.len(), ..Default::default() };
         stats.real_width = 1;

@@ -17,8 +17,7 @@ use super::cycle::{self, Untimed};
 use super::row::{RowEvent, RowRun};
 use super::sampler::{Dist, distributions};
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::layers::cache::{LayerState, RowCache};
-use crate::model::layers::gated_delta::PositionStates;
+use crate::model::layers::cache::RowCache;
 use crate::model::ops::slice_axis;
 use crate::model::prefill::read_prompt;
 use crate::model::text::tokenizer::TextTokenizer;
@@ -219,28 +218,9 @@ fn ar_pipelined(
     Ok(())
 }
 
-/// Replace a row's GDN state with the capture after `position` of a verify block.
-pub fn restore_from_capture(row: &mut RowCache, captures: &[Option<PositionStates>], position: usize, b: usize) {
-    for (layer, cap) in row.layers.iter_mut().zip(captures) {
-        if let (LayerState::GatedDelta(state), Some(cap)) = (layer, cap) {
-            *state = cap[position][b].clone();
-        }
-    }
-}
-
-/// The draft input of a row: its pending accepted entry (if any) then (hidden_last, primary).
-pub fn draft_inputs(run: &RowRun) -> Result<(Array, Vec<u32>)> {
-    let hidden = run.hidden_last.clone().context("no hidden state to draft from")?;
-    let x0 = run.primary.context("no primary token")?;
-    Ok(match &run.pending_mtp {
-        Some((h, d)) => (mlx_rs::ops::concatenate(&[h.clone(), hidden], 1)?, vec![*d, x0]),
-        None => (hidden, vec![x0]),
-    })
-}
-
 /// Write the row's pending entry and (hidden_last, primary) to its MTP history without drafting.
 fn advance_mtp_history(model: &dyn LanguageModel, run: &mut RowRun, row: &mut RowCache) -> Result<()> {
-    let (h_in, t_in) = draft_inputs(run)?;
+    let (h_in, t_in) = run.draft_inputs()?;
     run.pending_mtp = None;
     model.mtp_history(&h_in, &token_array(&t_in), &mut [row])
 }
