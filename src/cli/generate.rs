@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
-use super::model_args::ModelArgs;
 use super::results_file::{self, Existing, Results, Sink};
+use crate::config::model_args::ModelArgs;
 use crate::engine::draft_policy::DraftPolicy;
 use crate::engine::handle::{EngineHandle, Submission};
 use crate::engine::owner::EngineSetup;
@@ -72,7 +72,7 @@ pub struct GenerateArgs {
     #[arg(long, value_enum)]
     drafts: Option<DraftPolicy>,
     #[command(flatten)]
-    prompt_cache: super::cache_args::PromptCacheArgs,
+    prompt_cache: crate::config::cache_args::PromptCacheArgs,
 }
 
 /// What the reader thread hands the writer: a request line (or the result refusing it), or the

@@ -1,12 +1,10 @@
 //! Headless commands: everything the TUI does, checkable from scripts.
 
 pub mod app;
-pub mod cache_args;
 pub mod device;
 pub mod generate;
 pub mod import;
 pub mod inspect;
-pub mod model_args;
 pub mod oneshot;
 pub mod probe;
 mod results_file;

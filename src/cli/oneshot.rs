@@ -11,13 +11,13 @@ use std::io::{IsTerminal as _, Read as _};
 use anyhow::{Context as _, Result, bail};
 
 use super::exit;
-use super::model_args::ModelArgs;
+use crate::config::model_args::ModelArgs;
+use crate::config::profile::{Settings, load_startup_profile};
 use crate::engine::request::{FinishReason, Prompt, Request};
 use crate::engine::row::RowEvent;
 use crate::model::text::tokenizer::ChatMessage;
 use crate::platform::paths::Paths;
 use crate::tui::TuiArgs;
-use crate::tui::config::profile::{Settings, load_startup_profile};
 
 /// The largest prompt `-` reads from stdin.
 const MOST_STDIN: u64 = 32 << 20;

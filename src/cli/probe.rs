@@ -5,7 +5,7 @@
 use anyhow::{Result, bail};
 use clap::Args;
 
-use super::model_args::ModelArgs;
+use crate::config::model_args::ModelArgs;
 use crate::engine::construction::check_batched;
 use crate::engine::probe;
 use crate::engine::scheduler::Numerics;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::model_args::ModelArgs;
+use crate::config::model_args::ModelArgs;
+use crate::config::profile::{Overrides, Settings, load_startup_profile};
 use crate::engine::owner::EngineSetup;
 use crate::engine::scheduler::SchedulerConfig;
 use crate::platform::paths::Paths;
@@ -16,7 +17,6 @@ use crate::server::api::Defaults;
 use crate::server::connections::default_max_connections;
 use crate::server::state::{AppState, EngineSlot, Limits};
 use crate::server::{Cors, router, serve, shutdown_signal};
-use crate::tui::config::profile::{Overrides, Settings, load_startup_profile};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -71,7 +71,7 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "measured")]
     drafts: crate::engine::draft_policy::DraftPolicy,
     #[command(flatten)]
-    prompt_cache: super::cache_args::PromptCacheArgs,
+    prompt_cache: crate::config::cache_args::PromptCacheArgs,
 }
 
 pub fn run(args: ServeArgs, paths: &Paths) -> Result<()> {

@@ -8,13 +8,13 @@ use std::time::Instant;
 use crossterm::event::KeyEvent;
 
 use super::transcript::{Record, RestoredPane, SessionEntry};
+use crate::config::keymap::{Command, Keymap};
+use crate::config::profile::{Profile, Settings};
+use crate::config::theme::Theme;
 use crate::engine::api::EngineInfo;
 use crate::engine::api::Request;
 use crate::engine::api::RowEvent;
 use crate::engine::api::Telemetry;
-use crate::tui::config::keymap::{Command, Keymap};
-use crate::tui::config::profile::{Profile, Settings};
-use crate::tui::config::theme::Theme;
 
 #[derive(Debug)]
 pub enum Action {

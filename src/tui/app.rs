@@ -15,15 +15,15 @@ use super::pane::{InFlight, Pane, Turn};
 use super::settings::{SettingsForm, summary};
 use super::style::Styles;
 use super::transcript::{Record, RestoredPane, SessionEntry, check_session_title};
+use crate::config::keymap::{Command, Keymap};
+use crate::config::profile::{
+    ChatSettings, MAX_PANES, PaneProfile, ProfileEntry, Settings, check_profile_name, is_built_in,
+};
+use crate::config::theme::Theme;
 use crate::engine::api::Numerics;
 use crate::engine::api::RowEvent;
 use crate::engine::api::{FinishReason, Prompt, Request, RequestResult};
 use crate::engine::api::{RowState, RowTelemetry, Telemetry};
-use crate::tui::config::keymap::{Command, Keymap};
-use crate::tui::config::profile::{
-    ChatSettings, MAX_PANES, PaneProfile, ProfileEntry, Settings, check_profile_name, is_built_in,
-};
-use crate::tui::config::theme::Theme;
 
 /// Render ticks per second (the event loop's tick is 1000 / TICKS_PER_S ms).
 pub const TICKS_PER_S: u64 = 30;

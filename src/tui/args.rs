@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use crate::tui::config::profile::Overrides;
+use crate::config::profile::Overrides;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct TuiArgs {
@@ -39,7 +39,7 @@ pub struct TuiArgs {
     #[arg(long, env = "COHORT_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     #[command(flatten)]
-    pub prompt_cache: crate::cli::cache_args::PromptCacheArgs,
+    pub prompt_cache: crate::config::cache_args::PromptCacheArgs,
 }
 
 /// `--resume` without a session name.

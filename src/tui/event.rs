@@ -21,12 +21,12 @@ use super::transcript::{
     set_session_title,
 };
 use super::{clipboard, editor, export, keys, views};
-use crate::cli::model_args::ModelArgs;
+use crate::config::keymap::Keymap;
+use crate::config::model_args::ModelArgs;
+use crate::config::profile::{Overrides, Settings, load_profile, save_profile};
+use crate::config::theme::load_theme;
 use crate::engine::api::EngineHandle;
 use crate::platform::paths::Paths;
-use crate::tui::config::keymap::Keymap;
-use crate::tui::config::profile::{Overrides, Settings, load_profile, save_profile};
-use crate::tui::config::theme::load_theme;
 
 /// Telemetry is copied every this many ticks (it clones every row's figures).
 pub const TELEMETRY_EVERY: u64 = 4;
@@ -104,7 +104,7 @@ async fn drive(
         let actions = tokio::select! {
             event = input.recv() => match event {
                 Some(event) => input_actions(app, event, area),
-                None => vec![Action::Command(crate::tui::config::keymap::Command::Quit)],
+                None => vec![Action::Command(crate::config::keymap::Command::Quit)],
             },
             Some(msg) = engine_rx.recv() => engine_actions(msg, bridge, &ctx.transcripts.dir, &engine_tx),
             // SIGTERM, or SIGHUP from a closed terminal: quit as the key does (answers are
@@ -112,7 +112,7 @@ async fn drive(
             () = &mut stop_signal, if !signalled => {
                 signalled = true;
                 tracing::info!("a stop signal: quitting");
-                vec![Action::Command(crate::tui::config::keymap::Command::Quit)]
+                vec![Action::Command(crate::config::keymap::Command::Quit)]
             }
             _ = ticker.tick() => {
                 let mut actions = bridge.drain();

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use super::action::{Action, EngineSummary};
 use super::app::App;
+use crate::config::keymap::{Command, Keymap};
+use crate::config::profile::Settings;
+use crate::config::theme::Theme;
 use crate::engine::api::RowEvent;
 use crate::engine::api::{ConstructionCheck, FinalizeScope, RowTelemetry, Telemetry};
 use crate::engine::api::{FinishReason, RequestResult, Stats};
 use crate::platform::backend::MemoryStats;
-use crate::tui::config::keymap::{Command, Keymap};
-use crate::tui::config::profile::Settings;
-use crate::tui::config::theme::Theme;
 
 pub const SESSION: &str = "20260101-120000";
 pub const ROUTE: &str = "qwen35_mtp_batch_b8_t2_m16_throughput";

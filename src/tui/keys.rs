@@ -8,7 +8,7 @@ use ratatui::layout::Rect;
 
 use super::action::Action;
 use super::app::App;
-use crate::tui::config::keymap::Command;
+use crate::config::keymap::Command;
 
 pub fn resolve(app: &App, key: KeyEvent) -> Action {
     if app.overlay.is_some() {

@@ -95,7 +95,7 @@ pub fn finish(state: &mut BlockState, width: usize, styles: &Styles, out: &mut R
 /// language's first lines cost 20-40 ms; the compiled patterns are shared between threads).
 pub fn prewarm() {
     std::thread::spawn(|| {
-        let styles = Styles::new(&crate::tui::config::theme::Theme::builtin("dark"));
+        let styles = Styles::new(&crate::config::theme::Theme::builtin("dark"));
         for lang in ["rust", "python", "bash", "js", "c", "cpp", "json"] {
             if let Some(mut highlight) = Highlight::new(lang) {
                 highlight.line("x = f(1) // \"s\"", &styles);
@@ -623,7 +623,7 @@ fn pad(mut cell: Vec<Span<'static>>, width: usize, align: Alignment, last: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tui::config::theme::Theme;
+    use crate::config::theme::Theme;
     use proptest::prelude::*;
 
     fn texts(lines: &[Line]) -> Vec<String> {

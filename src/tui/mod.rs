@@ -12,7 +12,6 @@ pub mod args;
 pub mod bench;
 pub mod bridge;
 pub mod clipboard;
-pub mod config;
 pub mod editor;
 pub mod event;
 pub mod export;
@@ -40,10 +39,10 @@ use anyhow::{Context as _, Result};
 
 pub use args::TuiArgs;
 
+use crate::config::keymap::Keymap;
+use crate::config::profile::{LoadedProfile, Settings, list_profiles, load_profile, load_startup_profile};
+use crate::config::theme::load_theme;
 use crate::platform::paths::Paths;
-use crate::tui::config::keymap::Keymap;
-use crate::tui::config::profile::{LoadedProfile, Settings, list_profiles, load_profile, load_startup_profile};
-use crate::tui::config::theme::load_theme;
 use app::App;
 use transcript::{
     TranscriptWriter, latest_session, load_session, release_session_if_empty, reserve_session, session_pane_count,

@@ -109,7 +109,7 @@ pub struct Pane {
     /// replaces that turn and its answer.
     pub editing: Option<String>,
     /// The pane's own system prompt, sampler and max_tokens (None: the profile's).
-    pub settings: Option<crate::tui::config::profile::ChatSettings>,
+    pub settings: Option<crate::config::profile::ChatSettings>,
     /// Body height at the last render, so a page scroll moves by what the user sees.
     pub(crate) page: Cell<usize>,
     /// Lines above the visible ones at the last render (the most `scroll` can be).

@@ -3,10 +3,10 @@
 //! is applied. A blank mode is the engine's.
 
 use super::input::InputLine;
+use crate::config::profile::ChatSettings;
 use crate::engine::api::GenerationMode;
 use crate::engine::api::SamplerConfig;
 use crate::engine::api::VERIFY_SLACK;
-use crate::tui::config::profile::ChatSettings;
 
 /// The form's fields, top to bottom: (name as the engine and profiles spell it, label, range).
 pub const FIELDS: [(&str, &str, &str); 8] = [

@@ -4,8 +4,8 @@
 
 use ratatui::style::{Color, Modifier, Style};
 
+use crate::config::theme::Theme;
 use crate::engine::api::RowState;
-use crate::tui::config::theme::Theme;
 
 #[derive(Debug, Clone)]
 pub struct Styles {

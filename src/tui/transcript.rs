@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::pane::Turn;
+use crate::config::profile::ChatSettings;
 use crate::engine::api::{FinishReason, Stats};
-use crate::tui::config::profile::ChatSettings;
 
 /// One event of a pane's conversation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -184,7 +184,7 @@ fn last_written(folder: &Path) -> Option<u64> {
 /// where it says and the count is one the TUI can open.
 pub fn session_pane_count(session_dir: &Path) -> Option<usize> {
     let text = std::fs::read_to_string(session_dir.join(PANES_FILE)).ok()?;
-    text.trim().parse().ok().filter(|n| (1..=crate::tui::config::profile::MAX_PANES).contains(n))
+    text.trim().parse().ok().filter(|n| (1..=crate::config::profile::MAX_PANES).contains(n))
 }
 
 /// `20261103-142501-10` sorts after `...-9`: compare the numeric suffix as a number.

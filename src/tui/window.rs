@@ -12,10 +12,10 @@ use super::action::Effect;
 use super::app::{App, EngineStatus};
 use super::pane::Turn;
 use super::transcript::Record;
+use crate::config::keymap::Command;
 use crate::engine::api::Prompt;
 use crate::engine::api::{VERIFY_SLACK, prompt_ids};
 use crate::model::text::tokenizer::{ChatMessage, TextTokenizer};
-use crate::tui::config::keymap::Command;
 
 /// A draft is counted once it has been left alone this many ticks (about 0.1 s), not on every
 /// key.

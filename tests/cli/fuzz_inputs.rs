@@ -8,6 +8,9 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use cohort::config::keymap::{Command, KeyChord, KeyList, Keymap};
+use cohort::config::profile::{self, LoadedProfile, Overrides, Settings};
+use cohort::config::theme::{self, COLOR_KEYS};
 use cohort::engine::request::RequestLine;
 use cohort::engine::sampler::SamplerConfig;
 use cohort::model::config::Qwen35Config;
@@ -16,9 +19,6 @@ use cohort::model::formats::gguf_import::import_gguf;
 use cohort::model::formats::weights::validate_safetensors;
 use cohort::model::text::tokenizer::{ChatMessage, TextTokenizer};
 use cohort::server::api::{Defaults, Endpoint, parse};
-use cohort::tui::config::keymap::{Command, KeyChord, KeyList, Keymap};
-use cohort::tui::config::profile::{self, LoadedProfile, Overrides, Settings};
-use cohort::tui::config::theme::{self, COLOR_KEYS};
 use proptest::prelude::*;
 
 fn mutate(base: &[u8], flips: &[(usize, u8)], cut: Option<usize>, insert: Option<(usize, Vec<u8>)>) -> Vec<u8> {

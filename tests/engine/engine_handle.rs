@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use cohort::cli::model_args::ModelArgs;
+use cohort::config::model_args::ModelArgs;
 use cohort::engine::handle::{EngineHandle, Submission};
 use cohort::engine::owner::EngineSetup;
 use cohort::engine::request::{FinishReason, Prompt, Request, RequestResult};

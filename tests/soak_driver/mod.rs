@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cohort::cli::model_args::ModelArgs;
+use cohort::config::model_args::ModelArgs;
 use cohort::engine::owner::EngineSetup;
 use cohort::engine::request::{FinishReason, Prompt, Request};
 use cohort::engine::row::RowEvent;

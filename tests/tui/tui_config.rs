@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use cohort::config::keymap::{KeyList, Keymap};
+use cohort::config::profile::{self, Overrides, Settings};
+use cohort::config::theme::{self, COLOR_KEYS};
 use cohort::engine::scheduler::{Numerics, Preset};
 use cohort::platform::paths::Paths;
-use cohort::tui::config::keymap::{KeyList, Keymap};
-use cohort::tui::config::profile::{self, Overrides, Settings};
-use cohort::tui::config::theme::{self, COLOR_KEYS};
 
 fn temp_paths() -> (tempfile::TempDir, Paths) {
     let dir = tempfile::tempdir().unwrap();
@@ -81,7 +81,7 @@ fn flags_override_the_profile() {
         theme: Some("light".into()),
         panes: Some(2),
         dtype: Some("float16".into()),
-        prompt_cache: cohort::cli::cache_args::PromptCacheArgs {
+        prompt_cache: cohort::config::cache_args::PromptCacheArgs {
             prompt_cache: None,
             prompt_cache_bytes: Some(64 << 20),
             prompt_cache_answers: Some(cohort::engine::prompt_cache::AnswerPolicy::Decoded),
@@ -105,7 +105,7 @@ fn a_profile_sets_the_prompt_cache_and_a_flag_overrides_it() {
     let s = Settings::resolve(&loaded, &Overrides::default()).unwrap();
     assert_eq!((s.prompt_cache.policy, s.prompt_cache.bytes), (ReusePolicy::Inexact, 1 << 20));
     let off = Overrides {
-        prompt_cache: cohort::cli::cache_args::PromptCacheArgs {
+        prompt_cache: cohort::config::cache_args::PromptCacheArgs {
             prompt_cache: Some(ReusePolicy::Off),
             prompt_cache_bytes: None,
             prompt_cache_answers: None,
@@ -177,10 +177,10 @@ fn keymap_errors_name_the_command_and_the_key() {
     // a profile keeps loading when a later version binds its key to a new command).
     let taken = BTreeMap::from([("send_all".to_owned(), KeyList::Many(vec!["ctrl+c".into()]))]);
     let keymap = Keymap::with_overrides(&taken, "p.toml").unwrap();
-    assert_eq!(keymap.describe_keys(cohort::tui::config::keymap::Command::Interrupt), "unbound");
+    assert_eq!(keymap.describe_keys(cohort::config::keymap::Command::Interrupt), "unbound");
     let unbind = BTreeMap::from([("zoom".to_owned(), KeyList::Many(vec![]))]);
     let keymap = Keymap::with_overrides(&unbind, "p.toml").unwrap();
-    assert_eq!(keymap.describe_keys(cohort::tui::config::keymap::Command::Zoom), "unbound");
+    assert_eq!(keymap.describe_keys(cohort::config::keymap::Command::Zoom), "unbound");
 }
 
 #[test]

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use cohort::cli::model_args::ModelArgs;
+use cohort::config::model_args::ModelArgs;
 use cohort::engine::owner::EngineSetup;
 use cohort::engine::request::FinishReason;
 use cohort::engine::row::RowEvent;

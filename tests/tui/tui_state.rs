@@ -4,14 +4,14 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use cohort::config::keymap::{Command, KeyList, Keymap};
+use cohort::config::profile::Settings;
+use cohort::config::theme::Theme;
 use cohort::engine::request::{FinishReason, GenerationMode, Prompt, RequestResult};
 use cohort::engine::row::RowEvent;
 use cohort::engine::telemetry::RowState;
 use cohort::tui::action::{Action, Effect, OpenedSession, ProfileSwitch};
 use cohort::tui::app::{App, InspectorPanel, Overlay, SessionMode};
-use cohort::tui::config::keymap::{Command, KeyList, Keymap};
-use cohort::tui::config::profile::Settings;
-use cohort::tui::config::theme::Theme;
 use cohort::tui::fixture;
 use cohort::tui::input::InputLine;
 use cohort::tui::transcript::Record;
@@ -266,9 +266,9 @@ fn save_profile_asks_for_a_name_and_saves_the_current_settings() {
 #[test]
 fn the_picker_loads_the_chosen_profile() {
     let mut app = fixture::app(1, "dark");
-    app.profiles = cohort::tui::config::profile::SHIPPED
+    app.profiles = cohort::config::profile::SHIPPED
         .iter()
-        .map(|(n, _)| cohort::tui::config::profile::ProfileEntry { name: (*n).into(), path: None, description: None })
+        .map(|(n, _)| cohort::config::profile::ProfileEntry { name: (*n).into(), path: None, description: None })
         .collect();
     app.handle_key(ctrl('p'));
     app.handle_key(key(KeyCode::Down));
@@ -934,7 +934,7 @@ fn set_settings(app: &mut App, fields: &[(usize, &str)], then: KeyEvent) -> Vec<
     app.handle_key(then)
 }
 
-fn settings_records(fx: &[Effect]) -> Vec<(u32, Option<cohort::tui::config::profile::ChatSettings>)> {
+fn settings_records(fx: &[Effect]) -> Vec<(u32, Option<cohort::config::profile::ChatSettings>)> {
     fx.iter()
         .filter_map(|e| match e {
             Effect::Record { pane, record: Record::Settings { settings } } => Some((*pane, settings.clone())),
@@ -1076,10 +1076,10 @@ fn profiles_carry_each_panes_own_settings() {
     // Written as TOML and read back, the profile gives pane 2 the same settings, mode included.
     let text = toml::to_string(profile).unwrap();
     assert!(text.contains("[pane.2]") && text.contains("mode = \"ar\""), "{text}");
-    let loaded = cohort::tui::config::profile::LoadedProfile {
+    let loaded = cohort::config::profile::LoadedProfile {
         name: "french".into(),
         origin: "french.toml".into(),
-        profile: cohort::tui::config::profile::parse_profile(&text, "french.toml").unwrap(),
+        profile: cohort::config::profile::parse_profile(&text, "french.toml").unwrap(),
     };
     let resolved = Settings::resolve(&loaded, &Default::default()).unwrap();
     assert_eq!((resolved.pane_start(2), resolved.pane_start(1)), (Some(own), None));

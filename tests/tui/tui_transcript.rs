@@ -207,12 +207,12 @@ fn a_resumed_profile_file_is_found_by_path_and_a_missing_one_falls_back() {
 
     std::fs::remove_file(&file).unwrap();
     let (loaded, spec, notice) = startup_profile(None, Some(file.to_str().unwrap()), &paths).unwrap();
-    assert_eq!(loaded.name, cohort::tui::config::profile::FALLBACK_PROFILE);
-    assert_eq!(spec, cohort::tui::config::profile::FALLBACK_PROFILE);
+    assert_eq!(loaded.name, cohort::config::profile::FALLBACK_PROFILE);
+    assert_eq!(spec, cohort::config::profile::FALLBACK_PROFILE);
     let notice = notice.expect("a notice");
-    assert!(notice.contains("two.toml") && notice.contains(cohort::tui::config::profile::FALLBACK_PROFILE), "{notice}");
+    assert!(notice.contains("two.toml") && notice.contains(cohort::config::profile::FALLBACK_PROFILE), "{notice}");
     let (loaded, _, notice) = startup_profile(None, Some("deleted-long-ago"), &paths).unwrap();
-    assert_eq!(loaded.name, cohort::tui::config::profile::FALLBACK_PROFILE);
+    assert_eq!(loaded.name, cohort::config::profile::FALLBACK_PROFILE);
     assert!(notice.unwrap().contains("deleted-long-ago"));
     // An explicit profile that does not exist is still an error.
     assert!(startup_profile(Some("deleted-long-ago"), None, &paths).is_err());
@@ -275,7 +275,7 @@ fn a_resumed_pane_gets_its_own_settings_back() {
     terse.system = Some("Be terse.".into());
     terse.sampler.temperature = 0.1;
     terse.mode = Some(cohort::engine::request::GenerationMode::Ar);
-    let settings = |s: Option<&cohort::tui::config::profile::ChatSettings>| Record::Settings { settings: s.cloned() };
+    let settings = |s: Option<&cohort::config::profile::ChatSettings>| Record::Settings { settings: s.cloned() };
     for r in [settings(Some(&terse)), user("a", "first"), done("a", FinishReason::Stop, "one")] {
         writer.append(1, &r).unwrap();
     }
@@ -297,8 +297,8 @@ fn a_resumed_pane_gets_its_own_settings_back() {
     profile_settings.pane_settings = [(2, from_profile.clone()), (3, from_profile.clone())].into();
     let mut app = cohort::tui::app::App::new(
         profile_settings,
-        cohort::tui::config::theme::Theme::builtin("dark"),
-        cohort::tui::config::keymap::Keymap::default(),
+        cohort::config::theme::Theme::builtin("dark"),
+        cohort::config::keymap::Keymap::default(),
         &session,
     );
     app.restore(panes);
@@ -320,7 +320,7 @@ fn a_branched_pane_reads_back_with_the_turns_it_took() {
     let mut effects = Vec::new();
     for (q, a, finish) in [("first", "one", FinishReason::Stop), ("second", "two, cut", FinishReason::Cancelled)] {
         app.panes[0].input.set(q);
-        effects.extend(app.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::Send)));
+        effects.extend(app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send)));
         let pane = app.panes[0].id;
         let id = app.panes[0].in_flight.as_ref().unwrap().id.clone();
         let mut result = cohort::engine::request::RequestResult::ended(&id, finish);
@@ -429,7 +429,7 @@ fn resumed_panes_keep_their_numbers_settings_and_count() {
     assert_eq!(cohort::tui::transcript::session_pane_count(&folder), Some(5));
     let mut app = fixture::app(2, "dark");
     let chat = app.settings.chat();
-    let own = |max_tokens: usize| cohort::tui::config::profile::ChatSettings { max_tokens, ..chat.clone() };
+    let own = |max_tokens: usize| cohort::config::profile::ChatSettings { max_tokens, ..chat.clone() };
     app.settings.pane_settings.insert(2, own(22));
     app.settings.pane_settings.insert(3, own(33));
     app.settings.panes = 5;

@@ -2,11 +2,11 @@
 //! TestBackend and compared with insta. Text-only snapshots cover layout; the theme snapshots
 //! include every style change, so a colour change shows up too.
 
+use cohort::config::theme::Theme;
 use cohort::engine::request::FinishReason;
 use cohort::engine::telemetry::RowState;
 use cohort::tui::action::Action;
 use cohort::tui::app::{App, InspectorPanel, Overlay};
-use cohort::tui::config::theme::Theme;
 use cohort::tui::input::InputLine;
 use cohort::tui::style::Styles;
 use cohort::tui::transcript::SessionEntry;
@@ -147,7 +147,7 @@ fn the_help_overlay_lists_every_command() {
         app.overlay = Some(Overlay::Help { scroll });
         text.push_str(&draw(&app, 100, 48).backend().to_string());
     }
-    for command in cohort::tui::config::keymap::Command::all() {
+    for command in cohort::config::keymap::Command::all() {
         let keys = app.keymap.describe_keys(command);
         assert!(text.contains(&format!("│ │ {keys} ")), "{} ({keys}) missing from the help", command.name());
     }
@@ -205,13 +205,9 @@ fn the_help_overlay_lists_the_keys_inside_lists_and_forms() {
 #[test]
 fn the_profile_picker() {
     let mut app = fixture::mixed(4, "dark");
-    app.profiles = cohort::tui::config::profile::SHIPPED
+    app.profiles = cohort::config::profile::SHIPPED
         .iter()
-        .map(|(name, _)| cohort::tui::config::profile::ProfileEntry {
-            name: (*name).into(),
-            path: None,
-            description: None,
-        })
+        .map(|(name, _)| cohort::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
         .collect();
     app.overlay = Some(Overlay::Profiles { selected: 1 });
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
@@ -228,7 +224,7 @@ fn the_save_profile_prompt() {
 fn the_model_still_loading() {
     let mut app = App::new(fixture::settings(2), Theme::builtin("dark"), Default::default(), fixture::SESSION);
     app.panes[0].input.set("queued before the model loaded");
-    app.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::Send));
+    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
     for _ in 0..45 {
         app.update(cohort::tui::action::Action::Tick);
     }
@@ -281,7 +277,7 @@ fn a_long_answer_scrolls_from_the_bottom() {
     fixture::play(&mut app, 0, "many lines", &long, Some(FinishReason::Length), std::time::Instant::now());
     let text = draw(&app, 40, 12).backend().to_string();
     assert!(text.contains("line 60"), "follows the newest text:\n{text}");
-    app.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::ScrollUp));
+    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::ScrollUp));
     let text = draw(&app, 40, 12).backend().to_string();
     assert!(!text.contains("line 60") && text.contains("↑"), "scrolled up:\n{text}");
 }
@@ -296,7 +292,7 @@ fn streaming_an_answer_renders_the_same_as_rendering_it_whole() {
     let t0 = std::time::Instant::now();
     let mut streamed = fixture::app(1, "dark");
     streamed.panes[0].input.set("q");
-    streamed.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::Send));
+    streamed.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
     let id = streamed.panes[0].in_flight.as_ref().unwrap().id.clone();
     let mut terminal = Terminal::new(TestBackend::new(50, 40)).unwrap();
     // Pieces of 1 to 3 characters (as tokens come), drawn after each.
@@ -374,7 +370,7 @@ fn a_queued_message_shows_under_the_answer() {
     let mut app = fixture::app(1, "dark");
     fixture::play(&mut app, 0, "Count to ten", fixture::PARTIAL_ANSWER, None, std::time::Instant::now());
     app.panes[0].input.set("and then backwards");
-    app.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::Send));
+    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
     app.notice = None;
     insta::assert_snapshot!(draw(&app, 60, 12).backend());
 }
@@ -423,8 +419,8 @@ fn the_input_wraps_between_words() {
 /// marker counts the lines below; paging back down to the bottom follows the new text again.
 #[test]
 fn a_scrolled_view_holds_still_while_text_streams() {
+    use cohort::config::keymap::Command;
     use cohort::tui::action::Action;
-    use cohort::tui::config::keymap::Command;
     let mut app = fixture::app(1, "dark");
     let long: String = (1..=40).map(|i| format!("line {i}\n")).collect();
     fixture::play(&mut app, 0, "many lines", &long, None, std::time::Instant::now());
@@ -894,7 +890,7 @@ fn inspector_queue_panel_lists_the_queue() {
     }
     app.focus = 0;
     app.panes[0].input.set("a question that waits for a free row");
-    app.update(cohort::tui::action::Action::Command(cohort::tui::config::keymap::Command::Send));
+    app.update(cohort::tui::action::Action::Command(cohort::config::keymap::Command::Send));
     for _ in 0..75 {
         app.update(cohort::tui::action::Action::Tick);
     }
@@ -948,7 +944,7 @@ fn ctrl_key(c: char) -> crossterm::event::KeyEvent {
 fn the_context_window_warning_past_80_percent() {
     let mut app = fixture::app(1, "dark");
     app.panes[0].input.set("Summarise everything so far");
-    app.update(Action::Command(cohort::tui::config::keymap::Command::Send));
+    app.update(Action::Command(cohort::config::keymap::Command::Send));
     let id = app.panes[0].in_flight.as_ref().unwrap().id.clone();
     let mut result = cohort::engine::request::RequestResult::ended(&id, FinishReason::Stop);
     result.text = "A long conversation, summarised.".into();
@@ -969,7 +965,7 @@ fn a_scrolled_view_marks_the_lines_below() {
     let long: String = (1..=40).map(|i| format!("line {i}\n")).collect();
     fixture::play(&mut app, 0, "many lines", &long, Some(FinishReason::Stop), std::time::Instant::now());
     draw(&app, 40, 12); // the page size a scroll moves by comes from the last frame
-    app.update(Action::Command(cohort::tui::config::keymap::Command::ScrollUp));
+    app.update(Action::Command(cohort::config::keymap::Command::ScrollUp));
     let screen = draw(&app, 40, 12);
     insta::assert_snapshot!(screen.backend());
     assert!(screen.backend().to_string().contains('↑'), "{}", screen.backend());

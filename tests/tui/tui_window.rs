@@ -8,11 +8,11 @@ use crate::common;
 
 use std::time::Instant;
 
+use cohort::config::keymap::Command;
 use cohort::engine::request::{FinishReason, Prompt};
 use cohort::model::text::tokenizer::TextTokenizer;
 use cohort::tui::action::{Action, Effect};
 use cohort::tui::app::{App, EngineStatus};
-use cohort::tui::config::keymap::Command;
 use cohort::tui::fixture;
 use cohort::tui::transcript::{Record, TranscriptWriter, read_pane};
 use cohort::tui::window::{PromptCounter, SETTLE_TICKS};

@@ -11,7 +11,7 @@ use clap::Args;
 use serde::Serialize;
 
 use cohort::cli::generate::{SchedulerMode, run_all};
-use cohort::cli::model_args::ModelArgs;
+use cohort::config::model_args::ModelArgs;
 use cohort_core::engine::owner::EngineSetup;
 use cohort_core::engine::request::{FinishReason, Prompt, Request};
 use cohort_core::engine::sampler::SamplerConfig;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use cohort::cli::model_args::ModelArgs;
+use cohort::config::model_args::ModelArgs;
 use cohort_core::engine::draft_policy::DraftPolicy;
 use cohort_core::engine::handle::{EngineHandle, Submission};
 use cohort_core::engine::owner::EngineSetup;

@@ -3,8 +3,8 @@
 
 use anyhow::Result;
 use clap::Args;
-use cohort::cli::model_args::ModelArgs;
 use cohort::cli::probe::{ProbeReport, print_report, probe_model};
+use cohort::config::model_args::ModelArgs;
 use cohort_core::engine::cohort::FIXED_WIDTH;
 use cohort_core::model::forward::LanguageModel;
 use cohort_core::model::routes::BlockRoute;

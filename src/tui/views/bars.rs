@@ -6,8 +6,8 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
+use crate::config::keymap::Command;
 use crate::tui::app::{App, EngineStatus, Overlay, TICKS_PER_S, numerics_name, preset_name};
-use crate::tui::config::keymap::Command;
 
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 

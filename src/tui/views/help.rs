@@ -7,8 +7,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use super::popup;
+use crate::config::keymap::Command;
 use crate::tui::app::App;
-use crate::tui::config::keymap::Command;
 use crate::tui::wrap::Wrapper;
 
 /// Keys of the input box (not rebindable: they are what every line editor does).

@@ -100,7 +100,7 @@ fn rule_line(pane: &Pane, app: &App, focused: bool, width: usize) -> Line<'stati
     let mut spans = Vec::new();
     let mut used = 0;
     if pane.editing.is_some() {
-        use crate::tui::config::keymap::Command;
+        use crate::config::keymap::Command;
         let keys = |c| app.keymap.describe_keys(c);
         let text = format!(
             " ✎ editing · {} replaces the last message · {} stops ",
@@ -141,7 +141,7 @@ fn window_label(pane: &Pane, app: &App) -> Option<(String, Style)> {
             app.styles.muted,
         )
     } else {
-        use crate::tui::config::keymap::Command;
+        use crate::config::keymap::Command;
         (
             format!(
                 " draft {} tok · needs {need} of {window}: {} offers to leave out old turns ",
@@ -395,7 +395,7 @@ fn highlight(line: &mut Line<'static>, selection: Style) {
 
 fn empty_hint(app: &App) -> Vec<Line<'static>> {
     let keys = |c| app.keymap.describe_keys(c);
-    use crate::tui::config::keymap::Command;
+    use crate::config::keymap::Command;
     vec![
         Line::from(Span::styled("Type a prompt below.", app.styles.muted)),
         Line::from(Span::styled(format!("{} sends it", keys(Command::Send)), app.styles.muted)),
@@ -512,7 +512,7 @@ fn status_lines(turn: &Turn, live: Option<&Pane>, last: bool, app: &App, width: 
             let msg = turn.error.clone().unwrap_or_else(|| "unknown error".into());
             let mut lines = line(format!("✖ error: {msg}"), styles.error);
             // The failed message is left out of what later prompts send (Pane::messages_with).
-            use crate::tui::config::keymap::Command;
+            use crate::config::keymap::Command;
             // The last one can be edited in place (f2); any can be recalled (up).
             let hint = match last {
                 true => format!("{} edits it", app.keymap.describe_keys(Command::EditLast)),

@@ -6,8 +6,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use super::popup;
+use crate::config::profile::bad_name_chars;
 use crate::tui::app::App;
-use crate::tui::config::profile::bad_name_chars;
 use crate::tui::input::InputLine;
 
 pub fn draw_profiles(frame: &mut Frame, area: Rect, app: &App, selected: usize) {

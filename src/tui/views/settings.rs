@@ -8,8 +8,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use super::popup;
+use crate::config::keymap::Command;
 use crate::tui::app::{App, EngineStatus};
-use crate::tui::config::keymap::Command;
 use crate::tui::input::InputLine;
 use crate::tui::settings::{FIELDS, MAX_TOKENS, MODE, SYSTEM, SettingsForm, most_tokens};
 use crate::tui::wrap::Wrapper;

@@ -14,7 +14,7 @@ use crate::platform::paths::Paths;
 
 /// Built-in themes: (name, file as shipped in `themes/`).
 pub const SHIPPED: &[(&str, &str)] =
-    &[("dark", include_str!("../../../themes/dark.toml")), ("light", include_str!("../../../themes/light.toml"))];
+    &[("dark", include_str!("../../themes/dark.toml")), ("light", include_str!("../../themes/light.toml"))];
 
 pub const DEFAULT_THEME: &str = "dark";
 

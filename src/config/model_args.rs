@@ -25,9 +25,7 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// The model and the engine a profile's settings ask for (the TUI and the one-shot prompt
     /// both start their engine from these).
-    pub fn from_settings(
-        settings: &crate::tui::config::profile::Settings,
-    ) -> (Self, crate::engine::owner::EngineSetup) {
+    pub fn from_settings(settings: &crate::config::profile::Settings) -> (Self, crate::engine::owner::EngineSetup) {
         let model = ModelArgs {
             model: settings.model.clone(),
             dtype: settings.dtype.clone(),

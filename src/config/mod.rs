@@ -1,6 +1,11 @@
-//! Profiles, themes and keymaps (their folders are `platform::paths`).
+//! The program's settings, read by the TUI, the headless commands and the server alike:
+//! profiles (every setting a session starts with, `profile`), the model and prompt-cache
+//! arguments every command that loads a model takes (`model_args`, `cache_args`), and the TUI's
+//! themes and keymaps that profiles name. Their folders are `platform::paths`.
 
+pub mod cache_args;
 pub mod keymap;
+pub mod model_args;
 pub mod profile;
 pub mod theme;
 

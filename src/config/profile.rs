@@ -20,10 +20,10 @@ use crate::platform::paths::Paths;
 
 /// Built-in profiles: (name, file as shipped in `config/`).
 pub const SHIPPED: &[(&str, &str)] = &[
-    ("throughput", include_str!("../../../config/throughput.toml")),
-    ("balanced", include_str!("../../../config/balanced.toml")),
-    ("b1-exact", include_str!("../../../config/b1-exact.toml")),
-    ("latency", include_str!("../../../config/latency.toml")),
+    ("throughput", include_str!("../../config/throughput.toml")),
+    ("balanced", include_str!("../../config/balanced.toml")),
+    ("b1-exact", include_str!("../../config/b1-exact.toml")),
+    ("latency", include_str!("../../config/latency.toml")),
 ];
 
 /// Whether `name` is a built-in profile's.
@@ -214,7 +214,7 @@ pub struct Overrides {
     pub dtype: Option<String>,
     pub theme: Option<String>,
     pub panes: Option<usize>,
-    pub prompt_cache: crate::cli::cache_args::PromptCacheArgs,
+    pub prompt_cache: crate::config::cache_args::PromptCacheArgs,
 }
 
 /// Everything resolved: what the app runs with.
