@@ -24,5 +24,6 @@ pub mod load;
 pub mod ops;
 pub mod prefill;
 pub mod routes;
+pub mod storage;
 pub mod switches;
 pub mod text;

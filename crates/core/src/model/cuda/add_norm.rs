@@ -12,12 +12,10 @@
 //! than the kernel holds. [`check`] compares the kernel with a float64 host reference and with
 //! the ops route (`cohort-lab device --check-kernels`, tests/kernels/add_norm.rs).
 
-use std::sync::OnceLock;
-
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::cuda_kernel::{self, CudaKernel, Launch};
+use super::cuda_kernel::{CudaKernel, KernelCell, Launch};
 use crate::model::ops::{host_f32, relative_error};
 use crate::platform::rng::Rng;
 
@@ -32,8 +30,8 @@ const MAX_THREADS: i32 = 256;
 pub const MAX_WIDTH: i32 = MAX_THREADS * 32;
 
 fn kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new("cohort_add_rms_norm", "add_rms_norm.cu", &["x", "r", "w"], &["h", "y"], SOURCE, Some(HEADER))
     })
 }

@@ -14,12 +14,10 @@
 //! SDPA as the cohort takes it on any backend, which checks the reference on the CPU
 //! (tests/kernels/attention_kernel.rs; `scripts/gpu/r63.sh` runs the CUDA side and times it).
 
-use std::sync::OnceLock;
-
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::cuda_kernel::{self, CudaKernel, Launch};
+use super::cuda_kernel::{CudaKernel, KernelCell, Launch};
 use crate::model::ops::{host_f32, relative_error, slice_axis};
 use crate::platform::rng::Rng;
 
@@ -49,8 +47,8 @@ fn warps_for(t: i32, d: i32) -> i32 {
 pub const MAX_QUERIES: i32 = 2;
 
 fn kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new(
             "cohort_attention_short",
             "attention_short.cu",
@@ -63,8 +61,8 @@ fn kernel() -> Result<&'static CudaKernel> {
 }
 
 fn merge_kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new(
             "cohort_attention_merge",
             "attention_merge.cu",

@@ -338,12 +338,26 @@ impl CudaKernel {
     }
 }
 
-/// A kernel built once per process (the first caller builds it; an error is kept and repeated).
-pub fn once(
-    cell: &'static std::sync::OnceLock<std::result::Result<CudaKernel, String>>,
-    build: impl FnOnce() -> Result<CudaKernel>,
-) -> Result<&'static CudaKernel> {
-    cell.get_or_init(|| build().map_err(|e| format!("{e:#}"))).as_ref().map_err(|e| anyhow!("{e}"))
+/// Where a kernel is kept once built: a `static` beside the function that builds it. The first
+/// caller builds it; a failed build's error is kept and repeated, so a kernel that cannot compile
+/// costs one compile a process.
+pub struct KernelCell(std::sync::OnceLock<std::result::Result<CudaKernel, String>>);
+
+impl KernelCell {
+    pub const fn new() -> Self {
+        KernelCell(std::sync::OnceLock::new())
+    }
+
+    /// The kernel, built by `build` on first use.
+    pub fn get_or_build(&'static self, build: impl FnOnce() -> Result<CudaKernel>) -> Result<&'static CudaKernel> {
+        self.0.get_or_init(|| build().map_err(|e| format!("{e:#}"))).as_ref().map_err(|e| anyhow!("{e}"))
+    }
+}
+
+impl Default for KernelCell {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 #[cfg(test)]

@@ -2,12 +2,10 @@
 //! [`super::cuda_kernel`]). The plain-ops loop in `gated_delta.rs` stays the fallback (CPU, Metal,
 //! `COHORT_GDN_KERNEL=0`) and the reference the kernel is checked against.
 
-use std::sync::OnceLock;
-
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::cuda_kernel::{self, CudaKernel, Launch};
+use super::cuda_kernel::{CudaKernel, KernelCell, Launch};
 
 const SOURCE: &str = include_str!("gated_delta.cu");
 const INPUTS: [&str; 6] = ["q", "k", "v", "g", "beta", "state_in"];
@@ -41,10 +39,8 @@ pub fn enabled() -> bool {
 }
 
 fn kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
-        CudaKernel::new("cohort_gated_delta", "gated_delta.cu", &INPUTS, &OUTPUTS, SOURCE, None)
-    })
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| CudaKernel::new("cohort_gated_delta", "gated_delta.cu", &INPUTS, &OUTPUTS, SOURCE, None))
 }
 
 /// Run every position of a block through the recurrence in one launch.
@@ -117,8 +113,8 @@ const CHANNELS_UNFOLDED: i32 = 4;
 const WARPS_FOLDED: i32 = 16;
 
 fn fused_kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new(
             "cohort_gated_delta_fused",
             "gated_delta_fused.cu",

@@ -12,14 +12,12 @@
 //! off. `moe_check::check_experts` compares them with a float64 host product (`cohort device
 //! --check-kernels`); the ops route stays the reference and the route on every other backend.
 
-use std::sync::OnceLock;
-
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::cuda_kernel::{self, CudaKernel, Launch};
+use super::cuda_kernel::{CudaKernel, KernelCell, Launch};
 use crate::model::config::QuantSpec;
-use crate::model::layers::compiled::Storage;
+use crate::model::storage::Storage;
 
 const UP_SOURCE: &str = include_str!("moe_experts_up.cu");
 const UP_MMA_SOURCE: &str = include_str!("moe_experts_up_mma.cu");
@@ -59,15 +57,15 @@ pub fn fits(n: i32, k: i32) -> bool {
 }
 
 fn up_kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new("cohort_moe_experts_up", "moe_experts_up.cu", &UP_INPUTS, &["act"], UP_SOURCE, Some(HEADER))
     })
 }
 
 fn up_mma_kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new("cohort_moe_experts_up_mma", "moe_experts_up_mma.cu", &UP_INPUTS, &["act"], UP_MMA_SOURCE, None)
     })
 }
@@ -91,8 +89,8 @@ pub fn up_mma_fits(n: i32, h: i32, spec: QuantSpec, x: Dtype, scales: Dtype) -> 
 }
 
 fn down_kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new(
             "cohort_moe_experts_down",
             "moe_experts_down.cu",

@@ -4,12 +4,10 @@
 //! ops route in `moe_graph` stays the CPU and Metal route and the fallback (`COHORT_ROUTER_KERNEL=0`);
 //! `moe_check::check_router` compares the kernel with a float64 host reference.
 
-use std::sync::OnceLock;
-
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::cuda_kernel::{self, CudaKernel, Launch};
+use super::cuda_kernel::{CudaKernel, KernelCell, Launch};
 
 const SOURCE: &str = include_str!("moe_router.cu");
 
@@ -26,8 +24,8 @@ pub fn enabled() -> bool {
 }
 
 fn kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new("cohort_moe_router", "moe_router.cu", &["logits"], &["indices", "scores"], SOURCE, None)
     })
 }

@@ -9,12 +9,10 @@
 //! float64 reference, [`rows_differing`] to giving a row's heads the same bits alone and in a
 //! block (`cohort-lab device --check-kernels`, `--check-invariance`, tests/kernels/qk_norm_rope.rs).
 
-use std::sync::OnceLock;
-
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::cuda_kernel::{self, CudaKernel, Launch};
+use super::cuda_kernel::{CudaKernel, KernelCell, Launch};
 use crate::model::layers::attention::RopeSpec;
 use crate::model::layers::linear::split_widths;
 use crate::model::layers::rope;
@@ -28,8 +26,8 @@ const HEADER: (&str, &str) = ("round_to.cuh", include_str!("round_to.cuh"));
 const WARPS: i32 = 4;
 
 fn kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new(
             "cohort_qk_norm_rope",
             "qk_norm_rope.cu",

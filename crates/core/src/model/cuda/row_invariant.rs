@@ -11,12 +11,10 @@
 //! [`check`] holds it to a float64 host product and to itself: every row of a block must equal,
 //! bit for bit, the same row run alone (`cohort-lab device --check-invariance`).
 
-use std::sync::OnceLock;
-
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
-use super::cuda_kernel::{self, CudaKernel, Launch};
+use super::cuda_kernel::{CudaKernel, KernelCell, Launch};
 use crate::model::config::QuantSpec;
 use crate::model::ops::{host_f32, relative_error, rows_differing, slice_axis};
 
@@ -38,15 +36,15 @@ const MAX_ROWS: i32 = TILE_ROWS * 65_535;
 const WARPS: i32 = 8;
 
 fn kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new("cohort_affine_rows", "affine_rows.cu", &["x", "w", "s", "b"], &["y"], SOURCE, Some(HEADER))
     })
 }
 
 fn mma_kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new("cohort_affine_mma", "affine_mma.cu", &["x", "w", "s", "b"], &["y"], MMA_SOURCE, None)
     })
 }
@@ -55,8 +53,8 @@ fn mma_kernel() -> Result<&'static CudaKernel> {
 /// ([`CudaKernel::build`] not lean), for `bench-step --node-costs`.
 #[cfg(feature = "lab")]
 fn mma_kernel_as_before() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         let io: (&[&str], &[&str]) = (&["x", "w", "s", "b"], &["y"]);
         CudaKernel::build("cohort_affine_mma", "affine_mma.cu", io, MMA_SOURCE, None, false)
     })
@@ -109,8 +107,8 @@ impl Blocks {
 }
 
 fn dense_kernel() -> Result<&'static CudaKernel> {
-    static KERNEL: OnceLock<std::result::Result<CudaKernel, String>> = OnceLock::new();
-    cuda_kernel::once(&KERNEL, || {
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
         CudaKernel::new("cohort_dense_rows", "dense_rows.cu", &["x", "w"], &["y"], DENSE_SOURCE, Some(HEADER))
     })
 }

@@ -19,8 +19,8 @@ use mlx_rs::error::Exception;
 
 use super::gated_delta::GdnPlan;
 use super::moe_graph::Plan as MoePlan;
-use crate::model::config::QuantSpec;
 use crate::model::routes::Routes;
+use crate::model::storage::Storage;
 
 /// Blocks of at most this many rows (batch x positions) take a compiled graph: steps, drafts and
 /// verifies, where per-op overhead is the cost. Prefill chunks keep the plain ops: a trace per
@@ -34,44 +34,6 @@ pub const MAX_ROWS: i32 = 64;
 /// weights, so the plain route pays nothing for the compiled one.
 pub fn serves(switch_on: bool, rows: i32) -> bool {
     switch_on && rows <= MAX_ROWS && crate::model::routes::current().block != crate::model::routes::BlockRoute::RowByRow
-}
-
-/// How one projection's weight is stored, which decides its op and how many inputs it takes.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum Storage {
-    /// [w]: a float weight.
-    Dense,
-    /// [w, scales, biases]: packed affine quantization.
-    Quantized(QuantSpec),
-    /// [w, scales, biases] padded with zero rows; the first `.1` outputs are the projection's
-    /// ([`super::product::Layout::Padded`]).
-    Padded(QuantSpec, i32),
-    /// [w, scales, biases, dense]: packed, with the dequantized weight for blocks of many rows
-    /// ([`super::product::Layout::WithDense`]).
-    WithDense(QuantSpec),
-    /// []: no weight of its own, folded into another projection's product
-    /// ([`super::linear::fuse_outputs`]).
-    Folded,
-}
-
-impl Storage {
-    pub fn inputs(self) -> usize {
-        match self {
-            Storage::Dense => 1,
-            Storage::Quantized(_) | Storage::Padded(..) => 3,
-            Storage::WithDense(_) => 4,
-            Storage::Folded => 0,
-        }
-    }
-
-    /// The quantization of a packed weight whose first three arrays are [w, scales, biases] at
-    /// the projection's own width (so not a padded one).
-    pub fn packed_as_stored(self) -> Option<QuantSpec> {
-        match self {
-            Storage::Quantized(q) | Storage::WithDense(q) => Some(q),
-            _ => None,
-        }
-    }
 }
 
 /// `x W^T` for a projection given as its input arrays.

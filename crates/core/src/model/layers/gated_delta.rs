@@ -10,12 +10,13 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::cache::{GdnState, gather_rows};
-use super::compiled::{self, GraphKey, Storage, offsets, project};
+use super::compiled::{self, GraphKey, offsets, project};
 use super::linear::{Linear, fuse_outputs, split_widths};
 use crate::model::config::{QuantSpec, Qwen35Config};
 use crate::model::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
 use crate::model::formats::weights::Weights;
 use crate::model::ops::{scalar_like, slice_axis};
+use crate::model::storage::Storage;
 
 /// The four input projections, or one product of their stacked rows (qkv | z | b | a).
 enum InProj {

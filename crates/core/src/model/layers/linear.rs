@@ -80,8 +80,8 @@ impl Linear {
 
     /// The weight as a compiled graph takes it (`compiled.rs`); `None` for the CPU kernel's
     /// storage, which only the plain route applies.
-    pub fn graph_inputs(&self) -> Option<(super::compiled::Storage, Vec<Array>)> {
-        use super::compiled::Storage;
+    pub fn graph_inputs(&self) -> Option<(crate::model::storage::Storage, Vec<Array>)> {
+        use crate::model::storage::Storage;
         match self {
             Linear::Dense { weight } => Some((Storage::Dense, vec![weight.clone()])),
             Linear::Quantized { weight, scales, biases, spec, layout } => {

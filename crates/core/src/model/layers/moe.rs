@@ -5,7 +5,7 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::compiled::{self, Storage};
+use super::compiled;
 use super::linear::{Linear, fuse_outputs};
 use super::moe_graph::{self, Block, Plan, Proj, RowIndices, Stacking};
 use crate::model::config::{QuantSpec, Qwen35Config};
@@ -13,6 +13,7 @@ use crate::model::cuda::moe_experts::{self, ExpertWeights};
 use crate::model::cuda::moe_router;
 use crate::model::formats::weights::Weights;
 use crate::model::routes::Stack;
+use crate::model::storage::Storage;
 
 /// One stacked projection of every expert: [E, out, in] (packed when quantized), held as the
 /// compiled block takes it (`arrays` in [`Storage`]'s order), so both routes read it in place.

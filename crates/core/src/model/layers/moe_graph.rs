@@ -10,9 +10,10 @@ use std::collections::HashMap;
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::compiled::{self, GraphKey, Storage, offsets, project};
+use super::compiled::{self, GraphKey, offsets, project};
 use super::linear::split_widths;
 use crate::model::cuda::moe_experts::ExpertWeights;
+use crate::model::storage::Storage;
 
 /// Everything about a block that is not an array: the storage of its projections in input order
 /// (router, experts gate/up/down, shared expert gate/up/down, shared expert gate), top-k.

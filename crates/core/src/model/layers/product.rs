@@ -24,8 +24,8 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::compiled::Storage;
 use crate::model::config::QuantSpec;
+use crate::model::storage::Storage;
 use crate::platform::backend::Backend;
 
 /// Output width MLX CUDA's tiled quantized kernels work in.
