@@ -51,6 +51,18 @@ pub fn cohort_bin() -> &'static str {
         .expect("a test binary of the cohort or cohort-lab package")
 }
 
+/// Every `.rs` file under `dir`, for the tests that read the source itself.
+pub fn rust_files(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     root().join("tests/fixtures").join(name)
 }

@@ -8,7 +8,6 @@ use crate::common;
 use cohort::model::config::LayerKind;
 use cohort::model::layers::attention::{self, Block, RopeSpec};
 use cohort::model::layers::cache::{KvCache, LayerState, RowCache};
-use cohort::model::layers::kv_slots;
 use cohort::model::routes::BlockRoute;
 use cohort::model::routes::{self, Routes};
 use common::{Lcg, to_f32};
@@ -234,8 +233,8 @@ fn cohort_steps(setup: Setup, rope: RopeSpec) -> Vec<Vec<f32>> {
         // One row stands 2 short of the first growth step, so the verify block grows the buffer.
         let (mut rows, mut reference) = rows_with_history(&[5, 1, 254, 17, 40, 3, 99, 8], &mut rng);
         if setup.pack {
-            let buffers = kv_slots::pack(&mut rows).unwrap();
-            assert_eq!(buffers.len(), 1, "one attention layer, and no MTP history written yet");
+            let buffers = RowCache::pack(&mut rows).unwrap();
+            assert_eq!(buffers.layers(), 1, "one attention layer, and no MTP history written yet");
         }
         let all: Vec<usize> = (0..rows.len()).collect();
         let mut outs = vec![step_and_check(&mut rows, &mut reference, &all, 2, rope, &mut rng, setup.host_block)];

@@ -2,20 +2,7 @@
 //! reach the engine only through its facade (`engine::api`), so the rest of the engine can change
 //! behind it. (Cargo holds the crates' order: core imports neither the product nor the lab.)
 
-use std::path::Path;
-
 use crate::common;
-
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// Every `engine::` path in `text` that does not go through `engine::api`, comments left out.
 fn engine_paths_past_the_facade(text: &str) -> Vec<String> {
@@ -40,7 +27,7 @@ fn the_terminal_the_server_and_the_client_reach_the_engine_only_through_its_api(
     let root = common::root();
     let mut files = Vec::new();
     for dir in ["src/tui", "src/server", "src/client"] {
-        rust_files(&root.join(dir), &mut files);
+        common::rust_files(&root.join(dir), &mut files);
     }
     assert!(files.len() > 30, "{} files", files.len());
     let mut past = Vec::new();

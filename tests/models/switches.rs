@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crate::common;
 use cohort::model::switches::{SWITCHES, markdown_table};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -18,24 +19,13 @@ const END: &str = "<!-- /switches -->";
 const NOT_ENGINE_SWITCHES: [&str; 6] =
     ["COHORT_DTYPES", "COHORT_LOG", "COHORT_HOME", "COHORT_API_KEY", "COHORT_TUI_PANIC_ON", "COHORT_TEMPLATE_HELPER"];
 
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
 #[test]
 fn every_cohort_variable_the_engine_reads_is_in_the_table() {
     let mut files = Vec::new();
     for dir in
         ["crates/core/src/model", "crates/core/src/engine", "crates/core/src/platform", "src/cli", "crates/lab/src"]
     {
-        rust_files(&Path::new(ROOT).join(dir), &mut files);
+        common::rust_files(&Path::new(ROOT).join(dir), &mut files);
     }
     let mut missing = Vec::new();
     for f in files.iter().filter(|f| !f.ends_with("switches.rs")) {

@@ -24,8 +24,7 @@ use cohort_core::engine::sampler::SamplerConfig;
 use cohort_core::engine::solo::prefill_row;
 use cohort_core::model::families::qwen3_5::Qwen35Model;
 use cohort_core::model::forward::LanguageModel;
-use cohort_core::model::layers::cache::RowCache;
-use cohort_core::model::layers::kv_slots::{self, SlotHandle};
+use cohort_core::model::layers::cache::{PackedKv, RowCache};
 use cohort_core::model::text::tokenizer::TextTokenizer;
 use cohort_core::platform::timing::median;
 
@@ -77,7 +76,7 @@ struct Cohort<'m> {
     tok: &'m TextTokenizer,
     runs: Vec<RowRun>,
     rows: Vec<RowCache>,
-    slots: Vec<SlotHandle>,
+    slots: PackedKv,
 }
 
 impl<'m> Cohort<'m> {
@@ -119,13 +118,13 @@ impl<'m> Cohort<'m> {
 
     fn settle(&self) -> Result<()> {
         let hidden = self.runs.iter().filter_map(|r| r.hidden_last.as_ref());
-        kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()).chain(hidden))
+        self.slots.eval_with(self.rows.iter().flat_map(|r| r.arrays()).chain(hidden))
     }
 
     /// A phase timer that evaluates each phase's arrays with the packed KV buffers they write.
     fn timer(&self) -> PhaseTimer<'static> {
         let slots = self.slots.clone();
-        PhaseTimer::new(Box::new(move |outputs: &[&Array]| kv_slots::with_buffers(&slots, outputs.iter().copied())))
+        PhaseTimer::new(Box::new(move |outputs: &[&Array]| slots.with_buffers(outputs.iter().copied())))
     }
 
     fn emitted(&self) -> usize {

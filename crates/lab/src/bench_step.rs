@@ -17,8 +17,7 @@ use cohort_core::engine::cycle::Phase;
 use cohort_core::model::config::{LayerKind, Qwen35Config};
 use cohort_core::model::families::qwen3_5::Qwen35Model;
 use cohort_core::model::forward::{LanguageModel, Logits};
-use cohort_core::model::layers::cache::RowCache;
-use cohort_core::model::layers::kv_slots;
+use cohort_core::model::layers::cache::{PackedKv, RowCache};
 use cohort_core::model::routes::BlockRoute;
 use cohort_core::model::routes::Routes;
 use cohort_core::model::text::tokenizer::TextTokenizer;
@@ -360,7 +359,7 @@ fn b1_step(model: &Qwen35Model, tok: &Array, row: &mut RowCache) -> Result<(Step
     let out = model.forward(tok, &mut [&mut *row], Logits::Last, false)?;
     let next = mlx_rs::ops::indexing::argmax_axis(out.logits.as_ref().unwrap(), -1, None)?.as_dtype(Dtype::Int32)?;
     let build = ms(t);
-    let enqueued = eval_timed(kv_slots::with_buffers(&[], row.arrays().into_iter().chain([&next])), t)?;
+    let enqueued = eval_timed(PackedKv::none().with_buffers(row.arrays().into_iter().chain([&next])), t)?;
     Ok((StepTimes { build, enqueued, total: ms(t) }, next.reshape(&[1, 1])?))
 }
 

@@ -9,7 +9,7 @@ use anyhow::Result;
 use mlx_rs::Array;
 
 use cohort_core::model::forward::{LanguageModel, Logits};
-use cohort_core::model::layers::kv_slots;
+use cohort_core::model::layers::cache::RowCache;
 use cohort_core::model::routes::BlockRoute;
 use cohort_core::platform::rng::Rng;
 use cohort_core::platform::timing::median;
@@ -55,7 +55,7 @@ pub fn time_routes(
     let step_tokens = Array::from_slice(&tokens[..width], &[width as i32, 1]);
     let time = |route: BlockRoute, tokens: &Array, logits: Logits| -> Result<Timing> {
         let mut batch = rows.clone();
-        kv_slots::pack(&mut batch)?;
+        RowCache::pack(&mut batch)?;
         let mut refs: Vec<_> = batch.iter_mut().collect();
         cohort_core::model::routes::with_block(route, || {
             let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;

@@ -5,7 +5,7 @@
 //! recurrent state, MTP history) and its own `RowRun` (sampler, RNG, budget, stops, cancel).
 //! Batched layers gather the rows' recurrent state per step and hand each row its part back;
 //! attention KV is packed after prefill into one buffer per layer with a slot per row
-//! (`kv_slots`), the rows keeping their own offsets. Padding, finished and cancelled rows ride
+//! (`RowCache::pack`), the rows keeping their own offsets. Padding, finished and cancelled rows ride
 //! along inert: after every cycle they are put back exactly as they were (keep = 0), so their
 //! offsets and states never move.
 
@@ -22,8 +22,7 @@ use super::row::{RowEvent, RowRun};
 use super::solo::{GenerationMode, prefill_row};
 use super::telemetry::{RowState, RowTelemetry, SharedTelemetry, push_recent};
 use crate::model::forward::LanguageModel;
-use crate::model::layers::cache::RowCache;
-use crate::model::layers::kv_slots;
+use crate::model::layers::cache::{PackedKv, RowCache};
 use crate::model::text::tokenizer::TextTokenizer;
 use crate::platform::memory;
 
@@ -103,7 +102,7 @@ pub fn run_cohort(
         run.stats.real_width = real;
     }
     let slots = pack_if_it_fits(model, runs, &mut rows)?;
-    kv_slots::eval_with(&slots, [])?;
+    slots.eval_with([])?;
     let t0 = Instant::now();
     while runs.iter().any(|r| r.is_active()) {
         for run in runs.iter_mut() {
@@ -120,7 +119,7 @@ pub fn run_cohort(
         }
         // One evaluation per cycle, so no row carries a pending graph into the next.
         let hidden = runs.iter().filter_map(|r| r.hidden_last.as_ref());
-        kv_slots::eval_with(&slots, rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
+        slots.eval_with(rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
         update_telemetry(tel, runs, &rows);
         // Each row's decode time ends when the row does, not when its cohort does.
         for run in runs.iter_mut() {
@@ -141,20 +140,16 @@ pub fn run_cohort(
 /// Move every row's KV into one buffer per layer, so a cycle attends all rows at once. Each slot
 /// is as long as the longest row may grow, so the buffers can need more than the rows did apart;
 /// when the memory available cannot hold them, the rows keep their own KV and attend one by one.
-pub fn pack_if_it_fits(
-    model: &dyn LanguageModel,
-    runs: &[RowRun],
-    rows: &mut [RowCache],
-) -> Result<Vec<kv_slots::SlotHandle>> {
+pub fn pack_if_it_fits(model: &dyn LanguageModel, runs: &[RowRun], rows: &mut [RowCache]) -> Result<PackedKv> {
     let step = crate::model::layers::cache::KV_STEP as usize;
     let longest = runs.iter().map(|r| r.prompt_ids.len().saturating_add(r.max_tokens)).max().unwrap_or(0);
     let positions = longest.saturating_add(VERIFY_SLACK).div_ceil(step).saturating_mul(step);
     let needed = rows.len().saturating_mul(positions).saturating_mul(model.kv_bytes_per_position());
     if let Err(e) = memory::ensure_fits(needed as u64, "one KV buffer per layer for the cohort's rows") {
         tracing::warn!("{e:#}; the rows keep their own KV and attend one by one");
-        return Ok(Vec::new());
+        return Ok(PackedKv::none());
     }
-    kv_slots::pack(rows)
+    RowCache::pack(rows)
 }
 
 /// A cancelled row closes its stream at once; its peers keep decoding.

@@ -11,7 +11,7 @@ use super::cohort::FIXED_WIDTH;
 use super::scheduler::Numerics;
 use super::telemetry::ConstructionCheck;
 use crate::model::forward::{LanguageModel, Logits};
-use crate::model::layers::kv_slots;
+use crate::model::layers::cache::RowCache;
 use crate::model::ops::{host_f32, slice_axis};
 use crate::platform::rng::Rng;
 
@@ -67,7 +67,7 @@ fn compare(model: &dyn LanguageModel, widths: &[usize]) -> Result<(f32, f32)> {
     for &width in widths.iter().filter(|&&w| (2..=FIXED_WIDTH).contains(&w)) {
         // Packed as a cohort packs its rows, so the check covers the cohort's batched attention too.
         let mut batch = rows[..width].to_vec();
-        kv_slots::pack(&mut batch)?;
+        RowCache::pack(&mut batch)?;
         let mut refs: Vec<_> = batch.iter_mut().collect();
         let tokens = Array::from_slice(&verify[..2 * width], &[width as i32, 2]);
         let out = model.forward(&tokens, &mut refs, Logits::All, true)?;

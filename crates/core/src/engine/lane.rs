@@ -30,8 +30,7 @@ use super::scheduler::{Numerics, ReadOrder, WidthPolicy};
 use super::solo::{GenerationMode, first_token, lone_cycle, route_id};
 use super::telemetry::{FinalizeScope, RowState, RowTelemetry, SharedTelemetry};
 use crate::model::forward::{LanguageModel, last_position};
-use crate::model::layers::cache::RowCache;
-use crate::model::layers::kv_slots::{self, SlotHandle};
+use crate::model::layers::cache::{PackedKv, RowCache};
 use crate::model::prefill::{read_chunks, write_history};
 use crate::model::routes::BlockRoute;
 use crate::model::text::tokenizer::TextTokenizer;
@@ -173,7 +172,7 @@ pub struct Lane<'m> {
     rows: Vec<RowCache>,
     /// A one-token row: padding, and the inputs of slots with no row.
     dummy: (RowCache, Inert),
-    slots: Vec<SlotHandle>,
+    slots: PackedKv,
     /// The seated set changed since the KV was last packed.
     repack: bool,
     cycles: u64,
@@ -225,7 +224,7 @@ impl<'m> Lane<'m> {
             runs: Vec::new(),
             rows: Vec::new(),
             dummy,
-            slots: Vec::new(),
+            slots: PackedKv::none(),
             repack: false,
             cycles: 0,
             packed_reads: 0,
@@ -431,7 +430,7 @@ impl<'m> Lane<'m> {
     /// lets go of its rows' KV first: whoever sees it idle must find that memory free.
     fn deliver(&mut self, tel: &SharedTelemetry) {
         if self.is_idle() {
-            self.slots.clear();
+            self.slots = PackedKv::none();
             self.rows.clear();
             // Only returns cached buffers to the system; a failure costs memory, never a row.
             let _ = mlx_rs::memory::clear_cache();
@@ -647,12 +646,12 @@ impl<'m> Lane<'m> {
         if self.repack {
             if width == 1 {
                 // Alone, a row is a solo row: its own KV, the solo cycle.
-                self.slots.clear();
+                self.slots = PackedKv::none();
                 self.rows[0].unpack();
             } else {
                 self.slots = cohort::pack_if_it_fits(self.model, &self.runs, &mut self.rows)?;
             }
-            kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()))?;
+            self.slots.eval_with(self.rows.iter().flat_map(|r| r.arrays()))?;
             self.repack = false;
         }
         cohort::fault_hook()?;
@@ -680,7 +679,7 @@ impl<'m> Lane<'m> {
         }
         // One evaluation per cycle, so no row carries a pending graph into the next.
         let hidden = self.runs.iter().filter_map(|r| r.hidden_last.as_ref());
-        kv_slots::eval_with(&self.slots, self.rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
+        self.slots.eval_with(self.rows.iter().flat_map(|r| r.arrays()).chain(hidden))?;
         self.cycles += 1;
         if let Some(kind) = measured {
             let emitted = self.emitted() - emitted_before;

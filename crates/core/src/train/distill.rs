@@ -13,7 +13,6 @@ use super::progress::Progress;
 use crate::engine::sampler::{PenaltyState, SamplerConfig, distributions};
 use crate::model::forward::{LanguageModel, Logits};
 use crate::model::layers::cache::RowCache;
-use crate::model::layers::kv_slots;
 use crate::model::ops::{host_u32, slice_axis};
 use crate::platform::rng::Rng;
 
@@ -154,7 +153,7 @@ pub fn answer(
         }
         // The whole chunk steps together with its KV packed, so attention is one op a layer;
         // finished rows ride along on their last token and their outputs are dropped.
-        let buffers = kv_slots::pack(&mut rows)?;
+        let buffers = RowCache::pack(&mut rows)?;
         let cfgs = vec![sampler; chunk.len()];
         let penalties = vec![&pens; chunk.len()];
         while !active.is_empty() {
@@ -163,7 +162,7 @@ pub fn answer(
             let logits = o.logits.context("no logits")?;
             let v = *logits.shape().last().unwrap();
             let dists = distributions(&logits.reshape(&[chunk.len() as i32, v])?, &cfgs, &penalties)?;
-            kv_slots::eval_with(&buffers, rows.iter().flat_map(|r| r.arrays()))?;
+            buffers.eval_with(rows.iter().flat_map(|r| r.arrays()))?;
             let mut still = Vec::with_capacity(active.len());
             for &r in &active {
                 let tok = if sampler.is_greedy() { dists[r].argmax() } else { dists[r].sample(&mut rngs[r]) };

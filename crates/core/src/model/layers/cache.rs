@@ -5,6 +5,7 @@
 use anyhow::{Result, bail};
 use mlx_rs::{Array, Dtype};
 
+pub use super::kv_slots::PackedKv;
 use super::kv_slots::Slot;
 use crate::model::ops::{own_copy, slice_axis, slice_update};
 
@@ -260,6 +261,13 @@ pub struct RowCache {
 }
 
 impl RowCache {
+    /// Move `rows`' KV into one buffer per attention layer, row b in slot b, so a cycle attends
+    /// every row at once; each row keeps its own offsets. The buffers come back for the caller
+    /// to evaluate with each step's outputs.
+    pub fn pack(rows: &mut [RowCache]) -> Result<PackedKv> {
+        super::kv_slots::pack(rows)
+    }
+
     pub fn new(kinds: &[crate::model::config::LayerKind]) -> Self {
         let layers = kinds
             .iter()

@@ -63,21 +63,38 @@ pub(super) fn storage(buffer: &SlotHandle) -> (Array, Array) {
     (buf.keys.clone(), buf.values.clone())
 }
 
-/// Evaluate `arrays` together with the buffers' current arrays, at a step boundary, so no
-/// pending graph is carried into the next step.
-pub fn eval_with<'a>(handles: &[SlotHandle], arrays: impl IntoIterator<Item = &'a Array>) -> Result<()> {
-    Ok(mlx_rs::transforms::eval(&with_buffers(handles, arrays))?)
-}
+/// The shared buffers of a packed cohort's KV (none where its rows keep their own): what a
+/// cycle must evaluate with its outputs. Made by [`crate::model::layers::cache::RowCache::pack`].
+#[derive(Clone, Default)]
+pub struct PackedKv(Vec<SlotHandle>);
 
-/// `arrays` and the buffers' current arrays: what [`eval_with`] evaluates (benchmarks that time
-/// the graph's handover to the device evaluate it themselves).
-pub fn with_buffers<'a>(handles: &[SlotHandle], arrays: impl IntoIterator<Item = &'a Array>) -> Vec<Array> {
-    let mut all: Vec<Array> = arrays.into_iter().cloned().collect();
-    for h in handles {
-        let b = h.borrow();
-        all.extend([b.keys.clone(), b.values.clone()]);
+impl PackedKv {
+    /// Rows that keep their own KV: nothing shared to evaluate.
+    pub fn none() -> Self {
+        PackedKv(Vec::new())
     }
-    all
+
+    /// How many layers' KV is in shared buffers (0: the rows keep their own).
+    pub fn layers(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Evaluate `arrays` together with the buffers' current arrays, at a step boundary, so no
+    /// pending graph is carried into the next step.
+    pub fn eval_with<'a>(&self, arrays: impl IntoIterator<Item = &'a Array>) -> Result<()> {
+        Ok(mlx_rs::transforms::eval(&self.with_buffers(arrays))?)
+    }
+
+    /// `arrays` and the buffers' current arrays: what [`PackedKv::eval_with`] evaluates
+    /// (benchmarks that time the graph's handover to the device evaluate it themselves).
+    pub fn with_buffers<'a>(&self, arrays: impl IntoIterator<Item = &'a Array>) -> Vec<Array> {
+        let mut all: Vec<Array> = arrays.into_iter().cloned().collect();
+        for h in &self.0 {
+            let b = h.borrow();
+            all.extend([b.keys.clone(), b.values.clone()]);
+        }
+        all
+    }
 }
 
 impl Slot {
@@ -113,8 +130,8 @@ impl Slot {
 /// Move every attention layer's KV (the MTP history included) of `rows` into shared buffers,
 /// row b in slot b. Returns the buffers for the caller to evaluate. A layer no row has written
 /// yet (the MTP history of an AR cohort) stays unpacked.
-pub fn pack(rows: &mut [RowCache]) -> Result<Vec<SlotHandle>> {
-    let Some(first) = rows.first() else { return Ok(Vec::new()) };
+pub(super) fn pack(rows: &mut [RowCache]) -> Result<PackedKv> {
+    let Some(first) = rows.first() else { return Ok(PackedKv::none()) };
     let (layers, width) = (first.layers.len(), rows.len());
     let mut handles = Vec::new();
     for li in 0..=layers {
@@ -137,7 +154,7 @@ pub fn pack(rows: &mut [RowCache]) -> Result<Vec<SlotHandle>> {
             handles.push(h);
         }
     }
-    Ok(handles)
+    Ok(PackedKv(handles))
 }
 
 fn pack_layer(caches: &mut [&mut KvCache]) -> Result<Option<SlotHandle>> {
