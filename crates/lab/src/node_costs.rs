@@ -115,8 +115,9 @@ pub fn run(dtype: Dtype) -> Result<Vec<NodeCost>> {
                 "the same as called before (whole text, a config each call, two reshapes)",
                 Box::new(|_| {
                     let flat = x3.reshape(&[1, h])?;
-                    let before = cohort_core::model::cuda::row_invariant::affine_product_mma_as_before;
-                    let y = before(&flat, [&w, &s, &b], spec, 512).unwrap_or_else(|| Err(unfit()))?;
+                    let before = cohort_core::model::cuda::row_invariant::mma_product_with;
+                    let y =
+                        before(mma_kernel_as_before, &flat, [&w, &s, &b], spec, 512).unwrap_or_else(|| Err(unfit()))?;
                     Ok(y.reshape(&[1, 1, 512])?)
                 }),
             ));
@@ -132,4 +133,16 @@ pub fn print(costs: &[NodeCost]) {
     for c in costs {
         println!("| {} | {:.2} | {:.2} | {:.2} |", c.kind, c.build_us, c.enqueue_us, c.total_us);
     }
+}
+
+/// The tensor-core kernel as its calls were before they were made cheaper (its whole text, a
+/// configuration built at every call: `CudaKernel::build` not lean), to time a node of each.
+fn mma_kernel_as_before() -> anyhow::Result<&'static cohort_core::model::cuda::cuda_kernel::CudaKernel> {
+    use cohort_core::model::cuda::cuda_kernel::{CudaKernel, KernelCell};
+    static KERNEL: KernelCell = KernelCell::new();
+    KERNEL.get_or_build(|| {
+        let io: (&[&str], &[&str]) = (&["x", "w", "s", "b"], &["y"]);
+        let source = cohort_core::model::cuda::row_invariant::MMA_SOURCE;
+        CudaKernel::build("cohort_affine_mma", "affine_mma.cu", io, source, None, false)
+    })
 }

@@ -191,7 +191,7 @@ impl CudaKernel {
     /// [`CudaKernel::new`] when `lean`; otherwise the same kernel as its calls were before they
     /// were made cheaper (its whole text as written, a configuration built at every call), which
     /// only `bench-step --node-costs` asks for, to time a node of each side by side.
-    pub(crate) fn build(
+    pub fn build(
         name: &'static str,
         file: &str,
         (inputs, outputs): (&[&str], &[&str]),

@@ -20,7 +20,8 @@ use crate::model::ops::{host_f32, relative_error, rows_differing, slice_axis};
 
 const SOURCE: &str = include_str!("affine_rows.cu");
 const DENSE_SOURCE: &str = include_str!("dense_rows.cu");
-const MMA_SOURCE: &str = include_str!("affine_mma.cu");
+/// The tensor-core kernel's body (the lab builds it its own way to time against).
+pub const MMA_SOURCE: &str = include_str!("affine_mma.cu");
 /// The affine dot product it shares with the MoE expert kernels.
 const HEADER: (&str, &str) = ("affine_dot.cuh", include_str!("affine_dot.cuh"));
 
@@ -46,17 +47,6 @@ fn mma_kernel() -> Result<&'static CudaKernel> {
     static KERNEL: KernelCell = KernelCell::new();
     KERNEL.get_or_build(|| {
         CudaKernel::new("cohort_affine_mma", "affine_mma.cu", &["x", "w", "s", "b"], &["y"], MMA_SOURCE, None)
-    })
-}
-
-/// The tensor-core kernel as its calls were before they were made cheaper
-/// ([`CudaKernel::build`] not lean), for `bench-step --node-costs`.
-#[cfg(feature = "lab")]
-fn mma_kernel_as_before() -> Result<&'static CudaKernel> {
-    static KERNEL: KernelCell = KernelCell::new();
-    KERNEL.get_or_build(|| {
-        let io: (&[&str], &[&str]) = (&["x", "w", "s", "b"], &["y"]);
-        CudaKernel::build("cohort_affine_mma", "affine_mma.cu", io, MMA_SOURCE, None, false)
     })
 }
 
@@ -272,19 +262,9 @@ pub fn affine_product_mma(
     mma_product_with(mma_kernel, x, [w, scales, biases], spec, out)
 }
 
-/// [`affine_product_mma`] through the kernel as its calls were before they were made cheaper,
-/// for `bench-step --node-costs`.
-#[cfg(feature = "lab")]
-pub fn affine_product_mma_as_before(
-    x: &Array,
-    weight: [&Array; 3],
-    spec: QuantSpec,
-    out: i32,
-) -> Option<Result<Array>> {
-    mma_product_with(mma_kernel_as_before, x, weight, spec, out)
-}
-
-fn mma_product_with(
+/// [`affine_product_mma`] through another build of the tensor-core kernel (the lab times the kernel
+/// as its calls were before they were made cheaper, `bench-step --node-costs`).
+pub fn mma_product_with(
     kernel: fn() -> Result<&'static CudaKernel>,
     x: &Array,
     weight: [&Array; 3],
