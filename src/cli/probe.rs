@@ -14,10 +14,10 @@ use crate::model::forward::LanguageModel;
 #[derive(Args)]
 pub struct ProbeArgs {
     #[command(flatten)]
-    model: ModelArgs,
+    pub model: ModelArgs,
     /// Print JSON instead of text.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 /// What the probe found: the gate's verdict, the cohort's construction check, and whether a

@@ -2,12 +2,9 @@
 //! name the engine's source reads is in it, docs/configuration.md's switch table is generated
 //! from it, and start-up refuses a value a switch cannot take, naming it.
 
-use std::path::Path;
-
 use crate::common;
 use cohort::model::switches::{SWITCHES, markdown_table};
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BEGIN: &str =
     "<!-- switches: generated from crates/core/src/model/switches.rs, kept in step by tests/models/switches.rs -->\n";
 const END: &str = "<!-- /switches -->";
@@ -25,7 +22,7 @@ fn every_cohort_variable_the_engine_reads_is_in_the_table() {
     for dir in
         ["crates/core/src/model", "crates/core/src/engine", "crates/core/src/platform", "src/cli", "crates/lab/src"]
     {
-        common::rust_files(&Path::new(ROOT).join(dir), &mut files);
+        common::rust_files(&common::root().join(dir), &mut files);
     }
     let mut missing = Vec::new();
     for f in files.iter().filter(|f| !f.ends_with("switches.rs")) {
@@ -38,7 +35,7 @@ fn every_cohort_variable_the_engine_reads_is_in_the_table() {
             // `format!("COHORT_STACK_{kind}")`: the prefix of a family the table lists member by member.
             let family = name.ends_with('_') && SWITCHES.iter().any(|s| s.name.starts_with(&name));
             if !family && !NOT_ENGINE_SWITCHES.contains(&name.as_str()) && !SWITCHES.iter().any(|s| s.name == name) {
-                missing.push(format!("{name} ({})", f.strip_prefix(ROOT).unwrap().display()));
+                missing.push(format!("{name} ({})", f.strip_prefix(common::root()).unwrap().display()));
             }
         }
     }
@@ -51,7 +48,7 @@ fn every_cohort_variable_the_engine_reads_is_in_the_table() {
 
 #[test]
 fn the_configuration_docs_list_the_table() {
-    let path = Path::new(ROOT).join("docs/configuration.md");
+    let path = common::root().join("docs/configuration.md");
     let text = std::fs::read_to_string(&path).unwrap();
     let start = text.find(BEGIN).expect("docs/configuration.md has the switches markers") + BEGIN.len();
     let end = start + text[start..].find(END).expect("the switches end marker");

@@ -63,17 +63,17 @@ impl KernelSwitch {
     }
 }
 
-/// The settings each arm flag listed, in [`KernelSwitch::all`]'s order: the flags are made from
-/// the switch table, so a route declared there with an arm needs nothing here.
+/// The settings each arm flag listed, by flag: the flags are made from the switch table, so a
+/// route declared there with an arm needs nothing here.
 #[derive(Clone, Debug, Default)]
 pub struct RouteArms {
-    listed: Vec<Vec<OnOff>>,
+    listed: Vec<(&'static str, Vec<OnOff>)>,
 }
 
 impl RouteArms {
     fn listed(&self, switch: KernelSwitch) -> &[OnOff] {
-        let at = KernelSwitch::all().iter().position(|s| s.flag_name() == switch.flag_name());
-        at.and_then(|i| self.listed.get(i)).map_or(&[], Vec::as_slice)
+        let flag = switch.flag_name();
+        self.listed.iter().find(|(f, _)| *f == flag).map_or(&[], |(_, settings)| settings.as_slice())
     }
 }
 
@@ -81,7 +81,10 @@ impl FromArgMatches for RouteArms {
     fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
         let listed = KernelSwitch::all()
             .iter()
-            .map(|s| matches.get_many::<OnOff>(s.flag_name()).map(|v| v.copied().collect()).unwrap_or_default())
+            .map(|s| {
+                let settings = matches.get_many::<OnOff>(s.flag_name()).map(|v| v.copied().collect());
+                (s.flag_name(), settings.unwrap_or_default())
+            })
             .collect();
         Ok(RouteArms { listed })
     }

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use cohort::cli::app;
 use cohort::cli::exit;
 
@@ -28,13 +28,15 @@ enum LabCommand {
     Probe(cohort_lab::probe::ProbeArgs),
 }
 
-/// The names `LabCommand` answers to (and help); every other first argument is `cohort`'s.
-const LAB_COMMANDS: [&str; 7] = ["bench", "bench-step", "device", "probe", "help", "--help", "-h"];
+/// Whether the lab's command line answers `first` (one of `LabCommand`'s names, or help); every
+/// other first argument is `cohort`'s.
+fn is_lab_command(first: &str) -> bool {
+    matches!(first, "help" | "--help" | "-h") || Lab::command().get_subcommands().any(|c| c.get_name() == first)
+}
 
 fn main() -> ExitCode {
     app::float32_means_float32();
-    let first = std::env::args().nth(1).unwrap_or_default();
-    if !LAB_COMMANDS.contains(&first.as_str()) {
+    if !is_lab_command(&std::env::args().nth(1).unwrap_or_default()) {
         return app::main();
     }
     let lab = Lab::parse();
@@ -49,4 +51,23 @@ fn main() -> ExitCode {
         }
         .map(|()| exit::OK)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// clap's own consistency checks over the whole lab command line: the route arms' flags,
+    /// made from the switch table at run time, collide with no other flag, and every
+    /// `conflicts_with` names an argument that exists.
+    #[test]
+    fn the_lab_command_line_is_consistent_and_answers_to_its_commands() {
+        Lab::command().debug_assert();
+        for name in ["bench", "bench-step", "device", "probe", "--help"] {
+            assert!(is_lab_command(name), "{name}");
+        }
+        for name in ["serve", "generate", ""] {
+            assert!(!is_lab_command(name), "{name}");
+        }
+    }
 }

@@ -4,7 +4,6 @@
 use anyhow::Result;
 use clap::Args;
 use cohort::cli::probe::{ProbeReport, print_report, probe_model};
-use cohort::config::model_args::ModelArgs;
 use cohort_core::engine::cohort::FIXED_WIDTH;
 use cohort_core::model::forward::LanguageModel;
 use cohort_core::model::routes::BlockRoute;
@@ -13,8 +12,9 @@ use crate::route_cost::{RouteCost, time_routes};
 
 #[derive(Args)]
 pub struct ProbeArgs {
+    /// The product's own `probe` flags (`-m`, `--dtype`, `--weights`, `--json`).
     #[command(flatten)]
-    model: ModelArgs,
+    product: cohort::cli::probe::ProbeArgs,
     /// Probe random weights at a named geometry instead of a model folder (`qwen36-35b-a3b`),
     /// made on the device: no tokenizer needed (`qwen35-moe-small`: the same
     /// blocks at a small width).
@@ -30,9 +30,6 @@ pub struct ProbeArgs {
     /// batched route and on the route the gate kept, in turns (median of N turns each, 1-10,000).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
     time_routes: Option<u64>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -46,7 +43,7 @@ struct LabProbeReport {
 pub fn run(args: ProbeArgs) -> Result<()> {
     let (model, name): (Box<dyn LanguageModel>, String) = match &args.synthetic {
         Some(g) => {
-            let dtype = match &args.model.dtype {
+            let dtype = match &args.product.model.dtype {
                 Some(d) => cohort_core::model::load::parse_dtype(d)?,
                 None => cohort_core::model::load::default_dtype(),
             };
@@ -56,7 +53,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
             (Box::new(model), format!("synthetic {g}"))
         }
         None => {
-            let loaded = args.model.load()?;
+            let loaded = args.product.model.load()?;
             (loaded.model, loaded.dir.display().to_string())
         }
     };
@@ -71,7 +68,7 @@ pub fn run(args: ProbeArgs) -> Result<()> {
         }
         None => Vec::new(),
     };
-    if args.json {
+    if args.product.json {
         println!("{}", serde_json::to_string_pretty(&LabProbeReport { report, route_costs })?);
         return Ok(());
     }

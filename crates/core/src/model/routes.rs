@@ -229,7 +229,7 @@ impl Routes {
         };
         // Every route a switch sets takes its default from the switch table, where it is declared.
         for field in SWITCHES.iter().filter_map(|s| s.route) {
-            (field.set)(&mut routes, field.on_by.on(backend) && field.only_on.is_none_or(|b| b == backend));
+            (field.set)(&mut routes, field.on_by.on(backend) && field.exists_on(backend));
         }
         routes
     }
@@ -257,7 +257,7 @@ impl Routes {
                 _ => bail!("{}={}: use 1 (on) or 0 (off)", s.name, value.to_string_lossy()),
             };
             if let Some(field) = s.route {
-                (field.set)(&mut routes, on && field.only_on.is_none_or(|b| b == backend));
+                (field.set)(&mut routes, on && field.exists_on(backend));
             }
         }
         Ok(routes)
@@ -480,7 +480,7 @@ mod tests {
             let routes = Routes::defaults(backend);
             for s in SWITCHES {
                 let Some(field) = s.route else { continue };
-                let exists = field.only_on.is_none_or(|b| b == backend);
+                let exists = field.exists_on(backend);
                 assert_eq!((field.get)(&routes), field.on_by.on(backend) && exists, "{} on {backend:?}", s.name);
                 let asked = Routes::from_lookup(backend, env(&[(s.name, "1")]));
                 if let Ok(asked) = asked {

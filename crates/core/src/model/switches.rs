@@ -82,6 +82,13 @@ pub struct Field {
     pub only_on: Option<Backend>,
 }
 
+impl Field {
+    /// Whether the route exists on `backend` (elsewhere it stays off, default or asked for).
+    pub fn exists_on(&self, backend: Backend) -> bool {
+        self.only_on.is_none_or(|b| b == backend)
+    }
+}
+
 /// A route's arm in `bench-step`: its flag (without the dashes) and its tables' column.
 #[derive(Debug, Clone, Copy)]
 pub struct Arm {
