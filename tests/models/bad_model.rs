@@ -207,3 +207,16 @@ fn config_values_out_of_range_are_refused_naming_the_key() {
         assert!(e.contains(key), "{name} with {path:?} = {value}: {e}");
     }
 }
+
+/// The Qwen3.5 reader names what it reads, not every family: a Llama config given to it was
+/// "unknown model_type llama (supported: ..., llama)".
+#[test]
+fn a_config_of_another_family_is_named_as_such() {
+    use cohort::model::config::Qwen35Config;
+    let llama = serde_json::json!({"model_type": "llama", "hidden_size": 8});
+    let err = format!("{:#}", Qwen35Config::from_json(&llama).unwrap_err());
+    assert!(err.contains("\"llama\""), "{err}");
+    assert!(err.contains("not a Qwen3.5-family"), "{err}");
+    let unknown = format!("{:#}", Qwen35Config::from_json(&serde_json::json!({"model_type": "gpt2"})).unwrap_err());
+    assert!(unknown.contains("\"gpt2\"") && unknown.contains("qwen3_5_moe"), "{unknown}");
+}

@@ -124,7 +124,8 @@ impl Qwen35Config {
         match model_type.as_str() {
             "qwen3_5" | "qwen3_5_moe" | "qwen3_next" => {}
             "" => bail!("config.json has no \"model_type\""),
-            other => bail!("unknown model_type \"{other}\" (supported: qwen3_5, qwen3_5_moe, llama)"),
+            "llama" => bail!("model_type \"llama\" is not a Qwen3.5-family model (qwen3_5, qwen3_5_moe, qwen3_next)"),
+            other => bail!("unknown model_type \"{other}\" (the Qwen3.5 family: qwen3_5, qwen3_5_moe, qwen3_next)"),
         }
         // mlx-lm: a nested text_config is the text model; a flat config is its own text config.
         let text = root.get("text_config").unwrap_or(root);
