@@ -216,24 +216,30 @@ def arm_mlx(ctx, weights):
 def arm_llama(ctx):
     """llama-batched-bench: one B1 and one B8 (separate prompts, not shared) pass over the
     prompt and generation lengths; it feeds random token ids and does not sample."""
-    n_ctx = 8 * (ctx.prompt_len + ctx.gen) + 64
+    widths = [1, 8] if ctx.b8 else [1]
+    n_ctx = max(widths) * (ctx.prompt_len + ctx.gen) + 64
     cmd = [ctx.llama_bench, "-m", ctx.gguf, "-c", str(n_ctx), "-b", str(n_ctx), "-ub", "512",
-           "-npp", str(ctx.prompt_len), "-ntg", str(ctx.gen), "-npl", "1,8",
+           "-npp", str(ctx.prompt_len), "-ntg", str(ctx.gen), "-npl", ",".join(map(str, widths)),
            "-t", str(ctx.threads), "-tb", str(ctx.threads), "--output-format", "jsonl"]
     lines, _ = run_json_lines(cmd, ctx.timeout)
     by = {x["pl"]: x for x in lines}
-    check(set(by) == {1, 8}, f"llama-batched-bench printed {sorted(by)} instead of B1 and B8")
-    b1, b8 = by[1], by[8]
-    return {
+    check(set(by) == set(widths), f"llama-batched-bench printed widths {sorted(by)} instead of {widths}")
+    b1 = by[1]
+    out = {
         "b1_prompt_tok_s": b1["speed_pp"],
         "b1_ttft_s": b1["t_pp"],
         "b1_decode_tok_s": b1["speed_tg"],
-        "b8_e2e_tok_s": 8 * ctx.gen / b8["t"],
-        "b8_decode_tok_s": b8["speed_tg"],
-        "b8_prompt_tok_s": b8["speed_pp"],
-        "b8_wall_s": b8["t"],
         "raw": lines,
-    }, cmd
+    }
+    if ctx.b8:
+        b8 = by[8]
+        out.update({
+            "b8_e2e_tok_s": 8 * ctx.gen / b8["t"],
+            "b8_decode_tok_s": b8["speed_tg"],
+            "b8_prompt_tok_s": b8["speed_pp"],
+            "b8_wall_s": b8["t"],
+        })
+    return out, cmd
 
 
 def request(rid, ids, gen):
@@ -306,9 +312,11 @@ def cohort_b8(ctx, mode):
 
 def arm_cohort(ctx, mode):
     b1, cmd1, probe = cohort_b1(ctx, mode)
+    b1["probe"] = probe
+    if not ctx.b8:
+        return b1, [cmd1]
     b8, cmd8, _ = cohort_b8(ctx, mode)
     b1.update(b8)
-    b1["probe"] = probe
     return b1, [cmd1, cmd8]
 
 
@@ -544,6 +552,7 @@ class Ctx:
         self.model, self.gguf, self.gen, self.threads = args.model, args.gguf, args.gen, args.threads
         self.prompt_len, self.timeout = args.prompt_len, args.timeout
         self.b8_preset = args.b8_preset
+        self.b8 = not args.b1_only
         self.prompts, self.prompts_file, self.cohort = prompts, prompts_file, cohort
         self.llama_bench = os.path.join(args.peers, "llama.cpp/bin/llama-batched-bench")
 
@@ -575,6 +584,9 @@ def parse(argv):
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per arm process")
     ap.add_argument("--b8-preset", help="cohort's preset for the B8 run (default: the default preset's; "
                     "`sealed` for long prompts, which a continuous lane starts decoding one by one)")
+    ap.add_argument("--b1-only", action="store_true",
+                    help="one row only (cohort and llama.cpp; mlx-lm runs both): at 8,000 prompt tokens a B8 pass "
+                    "reads 64,000 tokens per arm and round")
     ap.add_argument("--out", help="output folder (default: .runtime/peers/results/<time>)")
     return "bench", ap.parse_args(argv)
 

@@ -5,7 +5,7 @@ length, then one table of every length side by side.
 
 usage (normally through scripts/peers/run.sh ctx, which sets up the peers):
   ctx_sweep.py --model DIR --gguf FILE [--lens 300,2000,4000] [--arms "llama.cpp Q4_1,cohort AR"]
-               [--rounds 1] [--gen 64] [--text docs/architecture.md]
+               [--rounds 1] [--gen 64] [--text docs/architecture.md] [--b1-only]
 
 cohort's B8 run is a sealed cohort (`--preset sealed`): a continuous lane would start each row
 decoding as its long read ends, so the eight would not decode together at width 8.
@@ -31,7 +31,7 @@ PEER = "llama.cpp Q4_1"
 def cell(summary, arm, key):
     m = summary.get(arm, {}).get(key)
     if not m:
-        return "failed"
+        return "not run" if key.startswith("b8") and summary.get(arm, {}).get("b1_decode_tok_s") else "failed"
     spread = f" ({m['min']:.1f}-{m['max']:.1f})" if len(m["values"]) > 1 else ""
     return f"{m['median']:.1f}{spread}"
 
@@ -72,6 +72,7 @@ def main(argv):
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--text", default=os.path.join(root, "docs/architecture.md"),
                     help="where the prompts' excerpts come from (long enough for 8 of the longest)")
+    ap.add_argument("--b1-only", action="store_true", help="one row only (bench.py's --b1-only)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     lens = [int(x) for x in args.lens.split(",") if x.strip()]
@@ -84,7 +85,7 @@ def main(argv):
         sub = os.path.join(out, str(length))
         status |= bench.main(["--root", args.root, "--peers", args.peers, "--model", args.model, "--gguf", args.gguf,
                               "--prompt-len", str(length), "--arms", ",".join(arms), "--rounds", str(args.rounds),
-                              "--gen", str(args.gen), "--text", args.text, "--out", sub, "--b8-preset", "sealed"])
+                              "--gen", str(args.gen), "--text", args.text, "--out", sub, "--b8-preset", "sealed"] + (["--b1-only"] if args.b1_only else []))
         receipts.append((length, json.load(open(os.path.join(sub, "receipt.json")))))
     text = table(receipts, arms)
     open(os.path.join(out, "table.md"), "w").write(text)
