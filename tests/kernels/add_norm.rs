@@ -1,4 +1,5 @@
-//! The residual sum and RMSNorm kernel (crates/core/src/model/cuda/add_rms_norm.cu, crates/core/src/model/cuda/add_norm.rs) against a
+//! The residual sum and RMSNorm kernel (crates/core/src/model/cuda/add_rms_norm.cu, its check in
+//! crates/lab/src/checks/add_norm_check.rs) against a
 //! float64 reference of the sum and its norm over the same rounded inputs, and against MLX's own
 //! add and rms_norm. The kernel needs MLX's CUDA backend; its reference is checked against MLX's
 //! ops on whatever backend runs, so the device check rests on a checked reference.
@@ -7,8 +8,9 @@ use crate::common;
 
 use common::require_cuda;
 
-use cohort::model::cuda::add_norm::{self, check};
+use cohort::model::cuda::add_norm;
 use cohort::model::routes::{self, Routes};
+use cohort_lab::checks::add_norm_check::check;
 use mlx_rs::{Array, Dtype};
 
 fn tolerance(dtype: Dtype) -> f64 {

@@ -1,4 +1,5 @@
-//! The short-block cohort attention kernel (crates/core/src/model/cuda/attention_short.cu, crates/core/src/model/cuda/attention_kernel.rs)
+//! The short-block cohort attention kernel (crates/core/src/model/cuda/attention_short.cu, its
+//! check in crates/lab/src/checks/attention_check.rs)
 //! against a float64 attention over the same rounded inputs. The kernel needs MLX's CUDA backend;
 //! the reference is checked against MLX's masked SDPA, as the cohort attends without the kernel,
 //! on whatever backend runs, so the device check rests on a checked reference.
@@ -7,7 +8,7 @@ use crate::common;
 
 use common::require_cuda;
 
-use cohort::model::cuda::attention_kernel::{Shape, check};
+use cohort_lab::checks::attention_check::{Shape, check};
 use mlx_rs::Dtype;
 
 fn tolerance(dtype: Dtype) -> f64 {

@@ -9,11 +9,11 @@ use crate::common;
 
 use cohort::engine::probe::{self, Verdict};
 use cohort::model::config::QuantSpec;
-use cohort::model::cuda::attention_kernel::{self, Shape};
-use cohort::model::cuda::row_invariant;
 use cohort::model::forward::{LanguageModel, Logits};
 use cohort::model::routes;
 use cohort::model::routes::BlockRoute;
+use cohort_lab::checks::attention_check::{self, Shape};
+use cohort_lab::checks::row_invariant_check;
 use common::*;
 use mlx_rs::{Array, Dtype};
 
@@ -39,7 +39,7 @@ fn every_row_of_a_product_block_is_the_row_alone_and_near_float64() {
             // 40: three tiles of 16, the last part-filled (a prompt read's piece).
             for rows in [2, 9, 16, 40] {
                 let spec = (bits > 0).then_some(QuantSpec { bits, group_size });
-                let r = row_invariant::check(rows, input, out, spec, dtype, rows as u64).unwrap();
+                let r = row_invariant_check::check(rows, input, out, spec, dtype, rows as u64).unwrap();
                 let what = format!("{input}->{out} {bits}-bit g{group_size} {dtype:?} x{rows}");
                 assert_eq!(r.rows_differing, 0, "{what}: rows differ from the same rows alone");
                 assert!(r.relative_error <= tolerance(dtype), "{what}: relative error {:.2e}", r.relative_error);
@@ -61,7 +61,7 @@ fn a_verify_blocks_attention_is_the_single_steps_and_the_lone_rows() {
             // Around the first segment's end too: a verify there splits where its steps need not.
             let last = s.capacity - s.queries - 1;
             let offsets = [0, 1, 17, 63, 64, 150, last, last.min(1023)];
-            let differing = attention_kernel::check_invariance(s, &offsets, dtype, 3).unwrap();
+            let differing = attention_check::check_invariance(s, &offsets, dtype, 3).unwrap();
             assert_eq!(differing, 0, "{s:?} {dtype:?}");
         }
     }

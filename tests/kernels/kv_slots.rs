@@ -6,7 +6,8 @@
 use crate::common;
 
 use cohort::model::config::LayerKind;
-use cohort::model::layers::attention::{self, Block, RopeSpec};
+use cohort::model::config::RopeSpec;
+use cohort::model::layers::attention::{self, Block};
 use cohort::model::layers::cache::{KvCache, LayerState, RowCache};
 use cohort::model::routes::BlockRoute;
 use cohort::model::routes::{self, Routes};

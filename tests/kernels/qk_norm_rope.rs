@@ -1,15 +1,27 @@
-//! The attention layers' q/k norm and RoPE kernel (crates/core/src/model/cuda/qk_norm_rope.cu) against a float64
-//! reference of RMSNorm and RoPE (crates/core/src/model/cuda/qk_norm_rope.rs, whose unit test holds that
-//! reference to the model's ops route on any backend), against itself row by row, and inside the
-//! model against the ops route it replaces. The kernel needs MLX's CUDA backend: these tests are
-//! ignored elsewhere, and fail on a wrong backend when run on purpose (`--include-ignored`).
+//! The attention layers' q/k norm and RoPE kernel (crates/core/src/model/cuda/qk_norm_rope.cu)
+//! against a float64 reference of RMSNorm and RoPE (crates/lab/src/checks/qk_norm_rope_check.rs;
+//! the first test holds that reference to the model's ops route on any backend), against itself
+//! row by row, and inside the model against the ops route it replaces. The kernel needs MLX's
+//! CUDA backend: those tests are ignored elsewhere, and fail on a wrong backend when run on
+//! purpose (`--include-ignored`).
 
 use crate::common;
 
 use common::require_cuda;
 
-use cohort::model::cuda::qk_norm_rope::{check, rows_differing};
+use cohort_lab::checks::qk_norm_rope_check::{check, rows_differing};
 use mlx_rs::Dtype;
+
+/// The float64 reference against the model's own ops route (MLX's RMSNorm, the layers' RoPE),
+/// so the kernel's check on the GPU rests on a checked reference: the heads' columns, the
+/// rotary pairs and the angles.
+#[test]
+fn the_reference_matches_the_ops_route() {
+    for (offsets, t) in [(vec![37], 1), (vec![3, 93, 183], 2)] {
+        let (q, k) = check(&offsets, t, Dtype::Float32, false, 29).unwrap();
+        assert!(q <= 1e-5 && k <= 1e-5, "offsets {offsets:?} x {t}: queries {q:e}, keys {k:e}");
+    }
+}
 
 #[ignore = "needs MLX's CUDA backend: scripts/gpu/exact.sh tests runs it (--include-ignored)"]
 #[test]

@@ -1,9 +1,9 @@
-//! RoPE on the host (`model::layers::rope`, the CPU backend's route) against a float64 reference
-//! written here and against MLX's own `fast::rope` / `rope_dynamic`.
+//! RoPE on the host (`model::cpu::rope_host`, where `model::layers::rope` routes the CPU backend)
+//! against a float64 reference written here and against MLX's own `fast::rope` / `rope_dynamic`.
 
 use crate::common;
 
-use cohort::model::layers::attention::RopeSpec;
+use cohort::model::config::RopeSpec;
 use cohort::model::layers::rope::{mlx_rope, rope};
 use mlx_rs::Array;
 

@@ -1,6 +1,8 @@
 //! The tree's import rules that the compiler does not hold: the TUI, the server and the client
 //! reach the engine only through its facade (`engine::api`), so the rest of the engine can change
-//! behind it. (Cargo holds the crates' order: core imports neither the product nor the lab.)
+//! behind it; the CUDA wrappers take arrays and shapes, not the layers' types, and carry no checks
+//! (those are the lab's). (Cargo holds the crates' order: core imports neither the product nor
+//! the lab.)
 
 use crate::common;
 
@@ -37,4 +39,31 @@ fn the_terminal_the_server_and_the_client_reach_the_engine_only_through_its_api(
         }
     }
     assert!(past.is_empty(), "engine paths past engine::api: {past:#?}");
+}
+
+/// Lines of `text` (comments left out) that reach into the layers or define a check.
+fn wrapper_lines_out_of_place(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .filter(|code| code.contains("layers::") || code.contains("pub fn check") || code.contains("fn rows_differing"))
+        .map(|code| code.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_cuda_wrappers_hold_kernels_only() {
+    // The check finds what it is for.
+    assert_eq!(wrapper_lines_out_of_place("use crate::model::layers::rope;\npub fn check(x: i32) {}").len(), 2);
+    assert!(wrapper_lines_out_of_place("use crate::model::config::RopeSpec; // not layers::rope").is_empty());
+    let root = common::root();
+    let mut files = Vec::new();
+    common::rust_files(&root.join("crates/core/src/model/cuda"), &mut files);
+    assert!(files.len() >= 8, "{} files", files.len());
+    let mut found = Vec::new();
+    for f in &files {
+        for line in wrapper_lines_out_of_place(&std::fs::read_to_string(f).unwrap()) {
+            found.push(format!("{}: {line}", f.strip_prefix(&root).unwrap().display()));
+        }
+    }
+    assert!(found.is_empty(), "layer types or checks in the CUDA wrappers: {found:#?}");
 }

@@ -141,58 +141,52 @@ fn time_attention(shape: &[usize], iters: usize) -> Result<()> {
 const KERNEL_TOLERANCE: f64 = 1e-4;
 
 fn check_kernels() -> Result<()> {
-    use crate::checks::gdn_check::{Route, check, real_geometries};
+    use crate::checks::harness::{self, Check, Needs};
     let dtype = cohort_core::model::load::default_dtype();
-    let mut routes = vec![Route::Ops];
-    if runtime::Backend::detect() == runtime::Backend::Cuda {
-        routes.insert(0, Route::Kernel);
-    } else {
-        println!("fused Gated DeltaNet kernel: not available on this backend (the plain-ops route serves)");
-    }
-    let mut worst: f64 = 0.0;
-    for route in routes {
-        for (name, geo) in real_geometries() {
-            let t = std::time::Instant::now();
-            let r = check(route, geo, dtype, 1)?;
-            worst = worst.max(r.worst());
-            println!(
-                "{route:?} {name} ({dtype:?}): relative error y {:.2e}, state {:.2e}{} ({:.1} s)",
-                r.y,
-                r.state,
-                r.per_position.map(|p| format!(", per-position states {p:.2e}")).unwrap_or_default(),
-                t.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let mut failed = Vec::new();
-    if worst > KERNEL_TOLERANCE {
-        failed.push(format!("a recurrence route is off by {worst:.2e} (tolerance {KERNEL_TOLERANCE:e})"));
-    } else {
-        println!("all recurrence routes within {KERNEL_TOLERANCE:e} of the float64 reference");
-    }
-    // Every check runs and reports, so one failing family does not hide the others' results.
+    let backend = runtime::Backend::detect();
     // MLX's own products (gather_qmm, quantized_matmul) come last: on MLX CUDA one of them has
     // stalled a run (docs/benchmarks.md), and the kernels cohort serves should report first.
-    type Check = Box<dyn Fn() -> Result<()>>;
-    let mut checks: Vec<(&str, Check)> = vec![("MoE experts", Box::new(move || check_experts(dtype)))];
-    if runtime::Backend::detect() == runtime::Backend::Cuda {
-        checks.extend([
-            ("fused front", Box::new(move || check_fused_front(dtype)) as Check),
-            ("router", Box::new(check_router)),
-            ("add-norm", Box::new(check_add_norm)),
-            ("qk-norm-rope", Box::new(check_qk_norm_rope)),
-            ("short-block attention", Box::new(check_short_attention)),
-        ]);
+    let checks = vec![
+        Check::new("Gated DeltaNet recurrence, fused kernel", Needs::Cuda, move || {
+            check_recurrence(crate::checks::gdn_check::Route::Kernel, dtype)
+        }),
+        Check::new("Gated DeltaNet recurrence, plain ops", Needs::AnyBackend, move || {
+            check_recurrence(crate::checks::gdn_check::Route::Ops, dtype)
+        }),
+        Check::new("MoE experts", Needs::AnyBackend, move || check_experts(dtype)),
+        Check::new("fused front", Needs::Cuda, move || check_fused_front(dtype)),
+        Check::new("router", Needs::Cuda, check_router),
+        Check::new("add-norm", Needs::Cuda, check_add_norm),
+        Check::new("qk-norm-rope", Needs::Cuda, check_qk_norm_rope),
+        Check::new("short-block attention", Needs::Cuda, check_short_attention),
+        Check::new("MLX's products", Needs::AnyBackend, move || check_gather(dtype)),
+    ];
+    harness::run(checks, backend).into_result("kernel checks", backend)?;
+    println!("every kernel check that runs here passed");
+    Ok(())
+}
+
+/// One recurrence route at each real geometry against the float64 reference.
+fn check_recurrence(route: crate::checks::gdn_check::Route, dtype: mlx_rs::Dtype) -> Result<()> {
+    use crate::checks::gdn_check::{check, real_geometries};
+    let mut worst: f64 = 0.0;
+    for (name, geo) in real_geometries() {
+        let t = std::time::Instant::now();
+        let r = check(route, geo, dtype, 1)?;
+        worst = worst.max(r.worst());
+        println!(
+            "{route:?} {name} ({dtype:?}): relative error y {:.2e}, state {:.2e}{} ({:.1} s)",
+            r.y,
+            r.state,
+            r.per_position.map(|p| format!(", per-position states {p:.2e}")).unwrap_or_default(),
+            t.elapsed().as_secs_f64()
+        );
     }
-    checks.push(("MLX's products", Box::new(move || check_gather(dtype))));
-    for (name, run) in checks {
-        if let Err(e) = run() {
-            println!("FAILED {name}: {e:#}");
-            failed.push(format!("{name}: {e:#}"));
-        }
-    }
-    anyhow::ensure!(failed.is_empty(), "{} kernel check(s) failed: {}", failed.len(), failed.join("; "));
-    println!("every kernel check passed");
+    anyhow::ensure!(
+        worst <= KERNEL_TOLERANCE,
+        "the {route:?} recurrence is off by {worst:.2e} (tolerance {KERNEL_TOLERANCE:e})"
+    );
+    println!("{route:?} recurrence within {KERNEL_TOLERANCE:e} of the float64 reference");
     Ok(())
 }
 
@@ -374,7 +368,7 @@ fn check_qk_norm_rope() -> Result<()> {
         ("prefill block", vec![0], 64),
     ] {
         for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float32] {
-            let (q, k) = cohort_core::model::cuda::qk_norm_rope::check(&offsets, t, dtype, true, 29)?;
+            let (q, k) = crate::checks::qk_norm_rope_check::check(&offsets, t, dtype, true, 29)?;
             println!("q/k norm and RoPE kernel, {name} ({dtype:?}): queries {q:.2e}, keys {k:.2e}");
             let tol = if dtype == mlx_rs::Dtype::Float32 { 1e-4 } else { 1e-2 };
             anyhow::ensure!(
@@ -391,7 +385,7 @@ fn check_qk_norm_rope() -> Result<()> {
 fn check_add_norm() -> Result<()> {
     for (name, n) in [("B1 step", 1), ("B8 verify", 16), ("prefill block", 512)] {
         for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float32] {
-            let r = cohort_core::model::cuda::add_norm::check(n, 2048, dtype, true, 13)?;
+            let r = crate::checks::add_norm_check::check(n, 2048, dtype, true, 13)?;
             println!(
                 "add-norm kernel, {name} ({dtype:?}, {n} x 2048): sum {:.2e}, normed {:.2e}, against MLX's ops {:.2e}",
                 r.sum, r.normed, r.against_ops
@@ -410,7 +404,7 @@ fn check_add_norm() -> Result<()> {
 /// start, middle and end of a 1024-position buffer and of a 4,608-position one (rows past one
 /// segment of keys take the split launch), against float64.
 fn check_short_attention() -> Result<()> {
-    use cohort_core::model::cuda::attention_kernel::{Shape, check};
+    use crate::checks::attention_check::{Shape, check};
     for (queries, base) in [(2, Shape::REAL), (1, Shape::REAL), (2, Shape::REAL_LONG), (1, Shape::REAL_LONG)] {
         for dtype in [mlx_rs::Dtype::Bfloat16, mlx_rs::Dtype::Float32] {
             let s = Shape { queries, ..base };

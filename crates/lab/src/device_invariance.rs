@@ -3,15 +3,16 @@
 //! give every row of a block bit for bit what the row gives alone; the short-block attention
 //! kernel must give a verify block's queries bit for bit what single-token steps and lone rows
 //! give; the MoE router and expert kernels must give each token of a block what it gets alone.
-//! CUDA only: the kernels have no other backend.
+//! CUDA only: the kernels have no other backend, so elsewhere every check reports skipped.
 
 use anyhow::{Result, ensure};
 use mlx_rs::Dtype;
 
+use crate::checks::attention_check::{self, Shape};
 use crate::checks::gdn_check::{self, Geometry};
 use crate::checks::moe_check::{self, ExpertsShape};
+use crate::checks::{qk_norm_rope_check, row_invariant_check};
 use cohort_core::model::config::QuantSpec;
-use cohort_core::model::cuda::attention_kernel::{self, Shape};
 use cohort_core::model::cuda::row_invariant;
 
 /// Largest relative error a product may show against float64: float32 accumulation over at
@@ -39,18 +40,34 @@ const PRODUCTS: [(i32, i32, i32, i32); 11] = [
 ];
 
 pub fn run() -> Result<()> {
-    ensure!(
-        cohort_core::platform::backend::Backend::is_cuda(),
-        "the row-invariant kernels run only where MLX drives CUDA (this backend: {:?})",
-        cohort_core::platform::backend::Backend::detect()
-    );
+    use crate::checks::harness::{self, Check, Needs};
+    let backend = cohort_core::platform::backend::Backend::detect();
+    let checks = vec![
+        Check::new("row-invariant products", Needs::Cuda, products),
+        Check::new("short-block attention", Needs::Cuda, attention),
+        Check::new("MoE router and expert kernels", Needs::Cuda, moe_kernels),
+        Check::new("Gated DeltaNet front in place", Needs::Cuda, mixer_front_in_place),
+        Check::new("q/k norm and RoPE", Needs::Cuda, qk_norm_rope),
+    ];
+    harness::run(checks, backend).into_result("row-invariant kernels", backend)?;
+    println!("every row-invariant kernel is exact against itself and within tolerance of float64");
+    Ok(())
+}
+
+/// `failures` as one error naming each, or nothing.
+fn none_of(failures: Vec<String>, what: &str) -> Result<()> {
+    ensure!(failures.is_empty(), "{what}: {}", failures.join(", "));
+    Ok(())
+}
+
+fn products() -> Result<()> {
     let mut failures = Vec::new();
     for dtype in [Dtype::Bfloat16, Dtype::Float32] {
         for (input, out, bits, group_size) in PRODUCTS {
             for rows in [2, 8, 16] {
                 let spec = (bits > 0).then_some(QuantSpec { bits, group_size });
                 let weight = if bits > 0 { format!("{bits}-bit g{group_size}") } else { "float".into() };
-                let r = row_invariant::check(rows, input, out, spec, dtype, 41 + rows as u64)?;
+                let r = row_invariant_check::check(rows, input, out, spec, dtype, 41 + rows as u64)?;
                 println!(
                     "row-invariant product {input}->{out} {weight} {dtype:?}, {rows} rows: relative error {:.2e}, rows differing from alone {}",
                     r.relative_error, r.rows_differing
@@ -61,13 +78,18 @@ pub fn run() -> Result<()> {
             }
         }
     }
+    none_of(failures, "not row-invariant or off the float64 product")
+}
+
+fn attention() -> Result<()> {
+    let mut failures = Vec::new();
     let small = Shape { heads: 9, kv_heads: 3, head_dim: 64, queries: 2, capacity: 512 };
     for (name, shape) in
         [("default model", small), ("Qwen3.6 real", Shape::REAL), ("Qwen3.6 real, split keys", Shape::REAL_LONG)]
     {
         for dtype in [Dtype::Bfloat16, Dtype::Float32] {
             let offsets: Vec<i32> = (0..8).map(|r| 1 + r * (shape.capacity - 3) / 7).collect();
-            let differing = attention_kernel::check_invariance(shape, &offsets, dtype, 7)?;
+            let differing = attention_check::check_invariance(shape, &offsets, dtype, 7)?;
             println!(
                 "short-block attention, {name} ({dtype:?}), 8 rows: outputs differing from steps or lone rows {differing}"
             );
@@ -76,6 +98,11 @@ pub fn run() -> Result<()> {
             }
         }
     }
+    none_of(failures, "outputs differing from steps or lone rows")
+}
+
+fn moe_kernels() -> Result<()> {
+    let mut failures = Vec::new();
     for dtype in [Dtype::Bfloat16, Dtype::Float32] {
         for tokens in [2, 8, 16] {
             let shape = ExpertsShape { tokens, ..ExpertsShape::REAL };
@@ -95,7 +122,12 @@ pub fn run() -> Result<()> {
             }
         }
     }
-    // The mixer's front reading a verify's states in place must give what it gives them sliced.
+    none_of(failures, "tokens differing from alone")
+}
+
+/// The mixer's front reading a verify's states in place must give what it gives them sliced.
+fn mixer_front_in_place() -> Result<()> {
+    let mut failures = Vec::new();
     for dtype in [Dtype::Bfloat16, Dtype::Float32] {
         for positions in [1, 2] {
             let geo = Geometry {
@@ -116,9 +148,14 @@ pub fn run() -> Result<()> {
             }
         }
     }
+    none_of(failures, "elements differing read in place")
+}
+
+fn qk_norm_rope() -> Result<()> {
+    let mut failures = Vec::new();
     for dtype in [Dtype::Bfloat16, Dtype::Float32] {
         let offsets: Vec<i32> = (0..8).map(|r| 3 + 90 * r).collect();
-        let differing = cohort_core::model::cuda::qk_norm_rope::rows_differing(&offsets, 2, dtype, 47)?;
+        let differing = qk_norm_rope_check::rows_differing(&offsets, 2, dtype, 47)?;
         println!(
             "q/k norm and RoPE kernel, real heads ({dtype:?}), 8 rows x 2: positions differing from lone rows or steps {differing}"
         );
@@ -126,9 +163,7 @@ pub fn run() -> Result<()> {
             failures.push(format!("q/k norm and RoPE {dtype:?}"));
         }
     }
-    ensure!(failures.is_empty(), "not row-invariant or off the float64 product: {}", failures.join(", "));
-    println!("every row-invariant kernel is exact against itself and within tolerance of float64");
-    Ok(())
+    none_of(failures, "positions differing from lone rows or steps")
 }
 
 /// The real Qwen3.6-35B-A3B geometry's step products as the engine stacks them at load (input,

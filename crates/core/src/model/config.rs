@@ -11,6 +11,14 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+/// How a layer rotates queries and keys (the arguments of MLX's fast RoPE).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeSpec {
+    pub dims: i32,
+    pub traditional: bool,
+    pub base: f32,
+}
+
 /// Affine quantization of one module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct QuantSpec {

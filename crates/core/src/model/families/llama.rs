@@ -9,10 +9,11 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::{Array, Dtype};
 use serde_json::Value;
 
+use crate::model::config::RopeSpec;
 use crate::model::config::{LayerKind, QuantSpec, Quantization, check_ranges, count, eos_ids, parse_quantization};
 use crate::model::formats::weights::Weights;
 pub use crate::model::forward::{ForwardOutput, LanguageModel, Logits};
-use crate::model::layers::attention::{self, Block, RopeSpec};
+use crate::model::layers::attention::{self, Block};
 use crate::model::layers::cache::{KvCache, LayerState, RowCache};
 use crate::model::layers::linear::{Embedding, Linear};
 use crate::model::layers::mlp::Mlp;

@@ -11,17 +11,10 @@ use mlx_rs::fast::ScaledDotProductAttentionMask;
 use super::cache::{KvCache, row};
 use super::kv_slots::{self, SlotHandle};
 use super::rope;
+use crate::model::config::RopeSpec;
 use crate::model::cpu::attention_cpu;
 use crate::model::ops::slice_axis;
 use crate::model::routes::BlockRoute;
-
-/// How a layer rotates queries and keys (the arguments of MLX's fast RoPE).
-#[derive(Debug, Clone, Copy)]
-pub struct RopeSpec {
-    pub dims: i32,
-    pub traditional: bool,
-    pub base: f32,
-}
 
 /// One attention step's inputs: `q` [B, heads, T, d], `k` and `v` [B, kv_heads, T, d], before
 /// RoPE, rotated here by `rope`; `None` when they arrive rotated (`cuda::qk_norm_rope` normed
@@ -163,8 +156,8 @@ pub fn attend_host(
     let HostQkv { mut q, mut k, v, t, heads, kv_heads, head_dim: d } = qkv;
     let rows = caches.len();
     let offsets: Vec<i32> = caches.iter().map(|c| c.offset()).collect();
-    rope::rope_host(&mut q, t, heads, d, rope, &offsets)?;
-    rope::rope_host(&mut k, t, kv_heads, d, rope, &offsets)?;
+    crate::model::cpu::rope_host::rope_host(&mut q, t, heads, d, rope, &offsets)?;
+    crate::model::cpu::rope_host::rope_host(&mut k, t, kv_heads, d, rope, &offsets)?;
     let block = attention_cpu::HostBlock { q: &q, k: &k, v: &v, rows, t, heads, kv_heads, head_dim: d };
     let attended = attention_cpu::attend_host_block(&block, &stored, scale)?;
     // The storage's last readers go before the write, so MLX updates it in place.
@@ -195,7 +188,7 @@ pub fn write_block(caches: &mut [&mut KvCache], k: &Array, v: &Array) -> Result<
 
 /// [rows, 1, T, len]: row b's query i sees its own positions 0..=offsets[b] + i and nothing past
 /// them.
-pub(crate) fn visibility(offsets: &[i32], t: i32, len: i32) -> Array {
+pub fn visibility(offsets: &[i32], t: i32, len: i32) -> Array {
     let visible: Vec<bool> =
         offsets.iter().flat_map(|&o| (0..t).flat_map(move |i| (0..len).map(move |j| j <= o + i))).collect();
     Array::from_slice(&visible, &[offsets.len() as i32, 1, t, len])

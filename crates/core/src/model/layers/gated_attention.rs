@@ -4,10 +4,11 @@
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::attention::{self, Block, RopeSpec};
+use super::attention::{self, Block};
 use super::cache::KvCache;
 use super::linear::{Linear, fuse_outputs, split_widths};
 use super::norm::RmsNorm;
+use crate::model::config::RopeSpec;
 use crate::model::config::{QuantSpec, Qwen35Config};
 use crate::model::cuda::qk_norm_rope::{self, Heads};
 use crate::model::formats::weights::Weights;

@@ -18,11 +18,12 @@ use anyhow::{Context, Result, bail};
 use mlx_rs::Array;
 
 use super::{DecoderLayer, LlamaModel, MtpModule};
+use crate::model::config::RopeSpec;
 use crate::model::cpu::attention_cpu::RowKv;
 use crate::model::cpu::cpu_qmm::PackedMatrix;
 use crate::model::cpu::host_ops::{add_assign, rms_norm, silu_mul, to_host, token_ids, values};
 use crate::model::forward::{ForwardOutput, Logits};
-use crate::model::layers::attention::{self, HostQkv, RopeSpec};
+use crate::model::layers::attention::{self, HostQkv};
 use crate::model::layers::cache::{KvCache, LayerState, RowCache};
 use crate::model::layers::linear::Linear;
 use crate::model::layers::norm::RmsNorm;
