@@ -527,7 +527,7 @@ fn greedy_cohorts_measure_plain_cycles_and_sampled_ones_always_draft() {
 /// request arriving meanwhile waits about that long, not a whole LONE_READ piece.
 #[test]
 fn a_lone_read_goes_in_pieces_sized_by_the_rate_it_reads_at() {
-    use cohort::engine::lane::{LONE_PIECE_S, LONE_READ, SHARED_READ, lone_piece};
+    use cohort::engine::read_planner::{LONE_PIECE_S, LONE_READ, SHARED_READ, lone_piece};
     assert_eq!(lone_piece(None), LONE_READ, "before any piece was read");
     assert_eq!(lone_piece(Some(10_000.0)), LONE_READ, "fast reads keep whole pieces");
     let rate = 400.0;

@@ -24,6 +24,7 @@ use super::prepare::prepare;
 use super::prompt_cache::decoded::settle_decoded;
 use super::prompt_cache::persist::{self, MadeBy, Restored, Saved};
 use super::prompt_cache::{Hit, Kept, PromptCache, Reuse, Snapshot};
+use super::read_planner::{ReadPlanner, SHARED_READ, Waiting};
 use super::request::{FinishReason, Request, RequestResult};
 use super::row::{CancelFlag, RowEvent, RowRun};
 use super::scheduler::{Numerics, ReadOrder, WidthPolicy};
@@ -34,31 +35,6 @@ use crate::model::layers::cache::{PackedKv, RowCache};
 use crate::model::prefill::{read_chunks, write_history};
 use crate::model::routes::BlockRoute;
 use crate::model::text::tokenizer::TextTokenizer;
-
-/// Prompt tokens a step reads while others wait for it (rows decoding, or other prompts), where
-/// a read may split anywhere: on the CPU about a fifth of a second of the default model's reading
-/// at 2,000 tokens of context.
-pub const SHARED_READ: usize = 64;
-
-/// Prompt tokens a step reads at most while nobody waits, where a read may split anywhere: a
-/// request that arrives meanwhile waits for one such piece at most. On the CPU a 2,000-token
-/// prompt read in pieces of 128 took 1.05x the time of chunks of 512 (pieces of 64: 1.2x).
-pub const LONE_READ: usize = 128;
-
-/// How long a lone read's piece should take: pieces shrink (to [`SHARED_READ`] at the least) as
-/// the context grows and reading slows, so a request arriving meanwhile waits about this long at
-/// most rather than a whole [`LONE_READ`] piece (~0.4 s at 2,000 tokens of context on the CPU).
-pub const LONE_PIECE_S: f64 = 0.2;
-
-/// The tokens of a lone read's next piece, given the rate (tokens/s) the last lone piece read
-/// at: what takes [`LONE_PIECE_S`] at that rate, in multiples of 16, within [`SHARED_READ`]
-/// ..= [`LONE_READ`]; [`LONE_READ`] before any piece was read.
-pub fn lone_piece(rate: Option<f64>) -> usize {
-    match rate.filter(|r| r.is_finite() && *r > 0.0) {
-        Some(rate) => (((rate * LONE_PIECE_S) as usize) / 16 * 16).clamp(SHARED_READ, LONE_READ),
-        None => LONE_READ,
-    }
-}
 
 /// Answers waiting to be read back into the prompt cache, at most.
 const MAX_SETTLES: usize = 16;
@@ -154,6 +130,17 @@ struct Reader {
     tel: RowTelemetry,
 }
 
+impl Reader {
+    fn waiting(&self) -> Waiting {
+        Waiting {
+            read: self.next,
+            len: self.run.prompt_ids.len(),
+            row_len: self.row.len,
+            cancelled: self.run.cancel.is_cancelled(),
+        }
+    }
+}
+
 /// What a seated row keeps beside its `RowRun` and `RowCache`.
 struct Seat {
     p: Pending,
@@ -178,6 +165,8 @@ pub struct Lane<'m> {
     cycles: u64,
     /// Prompt reads of several rows in one block.
     packed_reads: u64,
+    /// What each step reads of the waiting prompts.
+    planner: ReadPlanner,
     /// Tokens per second the last lone read step read at (sizes the next lone piece).
     lone_rate: Option<f64>,
     /// What cycles of each kind have emitted, per width, and the choice that follows from it.
@@ -213,7 +202,15 @@ impl<'m> Lane<'m> {
         let dummy = cycle::dummy(model).context("the lane's padding row")?;
         let pc = &cfg.prompt_cache;
         let cache = PromptCache::new(pc.reuse, pc.bytes, pc.inexact_because.clone(), pc.answers_as_decoded);
+        let planner = ReadPlanner {
+            chunk: cfg.chunk,
+            budget: cfg.budget,
+            split_exact: cfg.split_exact,
+            packed: cfg.packed_prefill,
+            order: cfg.read_order,
+        };
         Ok(Self {
+            planner,
             cache,
             settles: VecDeque::new(),
             model,
@@ -441,22 +438,19 @@ impl<'m> Lane<'m> {
         }
     }
 
-    /// Read waiting prompts in the lane's order (by default the one with the least left to read
-    /// first: a short question never waits behind a long paste), chunk by chunk until the step's budget is spent (at least one
-    /// chunk, so a lone prompt always moves); where the lane packs, the chunks of the readers at
-    /// the front are read together as one block. A prompt read to its end (or held whole by the
-    /// prompt cache) draws its first token and takes a seat.
+    /// Read waiting prompts as the read planner says (which first, where each read ends, which
+    /// read together as one block) until the step's budget is spent (at least one read, so a
+    /// lone prompt always moves). A prompt read to its end (or held whole by the prompt cache)
+    /// draws its first token and takes a seat.
     fn read_prompts(&mut self) {
         self.seat_cached_prompts();
-        let budget = self.step_budget();
+        let budget = self.planner.step_budget(self.others_wait(), self.lone_rate);
         let lone = self.cfg.split_exact && !self.others_wait();
         let started = Instant::now();
         let mut spent = 0;
-        let mut pack = self.cfg.packed_prefill;
+        let mut pack = self.planner.packed;
         while spent == 0 || spent < budget {
-            if self.cfg.read_order == ReadOrder::ShortestFirst {
-                self.readers.make_contiguous().sort_by_key(|r| r.run.prompt_ids.len() - r.next);
-            }
+            self.planner.order(&mut self.readers, Reader::waiting);
             let Some(r) = self.readers.front_mut() else { break };
             if r.run.cancel.is_cancelled() {
                 // Acts within one chunk of a request being cancelled.
@@ -466,9 +460,14 @@ impl<'m> Lane<'m> {
                 continue;
             }
             let room = budget.saturating_sub(spent).max(1);
-            let n = if pack { self.pack_len(room) } else { 1 };
+            let n = if pack {
+                let front: Vec<Waiting> = self.readers.iter().map(Reader::waiting).collect();
+                self.planner.block_len(&front, room, |row_len, tokens| self.model.prefill_block(row_len, tokens))
+            } else {
+                1
+            };
             let mut readers: Vec<Reader> = self.readers.drain(..n).collect();
-            let ends: Vec<usize> = readers.iter().map(|r| self.chunk_end(r, room)).collect();
+            let ends: Vec<usize> = readers.iter().map(|r| self.planner.read_end(r.waiting(), room)).collect();
             let t0 = Instant::now();
             let model = self.model;
             let outs = crate::model::routes::batched(|| {
@@ -546,44 +545,9 @@ impl<'m> Lane<'m> {
         }
     }
 
-    /// Prompt tokens this step may read. Where a read may split anywhere, a step reads at most
-    /// [`SHARED_READ`] tokens while others wait (rows decoding, or other prompts to read) and
-    /// a piece of about [`LONE_PIECE_S`] ([`lone_piece`]) while nobody does, so a request never
-    /// waits long behind a long read; otherwise the configured budget in whole chunks.
-    fn step_budget(&self) -> usize {
-        match (self.cfg.split_exact, self.others_wait()) {
-            (true, true) => self.cfg.budget.min(SHARED_READ),
-            (true, false) => self.cfg.budget.min(lone_piece(self.lone_rate)),
-            (false, _) => self.cfg.budget,
-        }
-    }
-
     /// Rows decoding, or more than one prompt to read.
     fn others_wait(&self) -> bool {
         !self.runs.is_empty() || self.readers.len() > 1
-    }
-
-    /// Where a reader's next chunk ends: a whole chunk, or, where a read may split anywhere, no
-    /// further than `room` tokens of the step's budget.
-    fn chunk_end(&self, r: &Reader, room: usize) -> usize {
-        let len = if self.cfg.split_exact { self.cfg.chunk.min(room) } else { self.cfg.chunk };
-        (r.next + len.max(1)).min(r.run.prompt_ids.len())
-    }
-
-    /// How many readers from the front read their next chunks as one block: those whose chunks
-    /// the model pads, while the block (rows x the longest chunk's padded length) stays within
-    /// `room` positions; always at least the first.
-    fn pack_len(&self, room: usize) -> usize {
-        let (mut n, mut width) = (0, 0);
-        for r in &self.readers {
-            let block = self.model.prefill_block(r.row.len, self.chunk_end(r, room) - r.next);
-            let Some(block) = block.filter(|_| !r.run.cancel.is_cancelled()) else { break };
-            if n > 0 && width.max(block).saturating_mul(n + 1) > room {
-                break;
-            }
-            (n, width) = (n + 1, width.max(block));
-        }
-        n.max(1)
     }
 
     /// The prompt is read (`last`: its last position's hidden state and logits): keep the row's

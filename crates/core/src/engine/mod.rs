@@ -17,6 +17,7 @@ pub mod owner;
 pub mod prepare;
 pub mod probe;
 pub mod prompt_cache;
+pub mod read_planner;
 pub mod request;
 pub mod row;
 pub mod sampler;

@@ -1,6 +1,9 @@
-//! Scheduling policy: how rows are admitted (continuously at cycle boundaries, or sealed into
-//! cohorts as the reference system does), how many decode at once, how prompts are chunked and
-//! how much prompt a cycle may prefill, and which numerics route a cohort takes.
+//! Scheduling settings, chosen by preset or profile: how rows are admitted (continuously at
+//! cycle boundaries, or sealed into cohorts as the reference system does), how many decode at
+//! once, how prompts are chunked and how much prompt a cycle may prefill, in which order, and
+//! which numerics route a cohort takes. The decisions made from them each step are the read
+//! planner's ([`super::read_planner`]: what a step reads) and the draft chooser's
+//! ([`super::draft_policy`]: whether a cycle drafts); the lane carries them out.
 
 use std::time::Duration;
 
