@@ -5,8 +5,12 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent};
+use crossterm::event::{KeyEvent, MouseEvent};
 use ratatui::layout::Rect;
+
+mod overlays;
+
+pub use overlays::{Overlay, Popups, SessionList, SessionMode};
 
 use super::action::{Action, Effect, EngineSummary, OpenedSession, ProfileSwitch};
 use super::input::InputLine;
@@ -14,11 +18,9 @@ use super::layout::{Screen, neighbour, screen};
 use super::pane::{InFlight, Pane, Turn};
 use super::settings::{SettingsForm, summary};
 use super::style::Styles;
-use super::transcript::{Record, RestoredPane, SessionEntry, check_session_title};
+use super::transcript::{Record, RestoredPane};
 use crate::config::keymap::{Command, Keymap};
-use crate::config::profile::{
-    ChatSettings, MAX_PANES, PaneProfile, ProfileEntry, Settings, check_profile_name, is_built_in,
-};
+use crate::config::profile::{ChatSettings, MAX_PANES, ProfileEntry, Settings};
 use crate::config::theme::Theme;
 use crate::engine::api::Numerics;
 use crate::engine::api::RowEvent;
@@ -60,62 +62,6 @@ impl InspectorPanel {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Overlay {
-    Help {
-        scroll: usize,
-    },
-    Profiles {
-        selected: usize,
-    },
-    SaveProfile {
-        name: InputLine,
-    },
-    /// Picking a message of the focused pane to copy: `index` into `Pane::messages`.
-    Select {
-        index: usize,
-    },
-    /// Picking the message of the focused pane to branch from (`index` into `Pane::messages`):
-    /// a new pane gets the conversation up to it.
-    Branch {
-        index: usize,
-    },
-    /// A pane's settings form.
-    Settings(Box<SettingsForm>),
-    /// The inspector drilled into one row (by request id); `opened`: the drill-down showed the
-    /// inspector, and hides it again on the way back.
-    Row {
-        id: String,
-        opened: bool,
-    },
-    /// The saved sessions.
-    Sessions(Box<SessionList>),
-    /// Finding `query` in the focused pane's conversation; the match shown is `back` matches up
-    /// from the newest.
-    Search {
-        query: InputLine,
-        back: usize,
-    },
-}
-
-/// The session list: the sessions saved (newest first), the one picked, and what the keys do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionList {
-    pub list: Vec<SessionEntry>,
-    pub selected: usize,
-    pub mode: SessionMode,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionMode {
-    /// Moving through the list.
-    Browse,
-    /// Typing the picked session's new name.
-    Rename(InputLine),
-    /// Asking before the picked session is deleted.
-    Delete,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineStatus {
     Loading { model: String, since_tick: u64 },
@@ -143,7 +89,8 @@ pub struct App {
     pub zoomed: bool,
     /// None = inspector hidden.
     pub inspector: Option<InspectorPanel>,
-    pub overlay: Option<Overlay>,
+    /// The overlays open, the top one taking the keys.
+    pub popups: Popups,
     pub engine: EngineStatus,
     pub telemetry: Telemetry,
     /// MLX active memory over time, oldest first.
@@ -182,7 +129,7 @@ impl App {
             focus: 0,
             zoomed: false,
             inspector: None,
-            overlay: None,
+            popups: Popups::default(),
             engine: EngineStatus::Loading { model, since_tick: 0 },
             telemetry: Telemetry::default(),
             memory_history: VecDeque::new(),
@@ -331,19 +278,6 @@ impl App {
         fx
     }
 
-    /// Open a message picker (`overlay` at an index) on the focused pane's newest message, or say
-    /// there is nothing to `verb`.
-    fn open_picker(&mut self, verb: &str, overlay: impl FnOnce(usize) -> Overlay) {
-        let count = self.focused().messages().len();
-        if count == 0 {
-            self.notify(format!("nothing to {verb}: this pane has no message yet"), true);
-        } else {
-            // The bottom bar shows the picker's keys.
-            self.notice = None;
-            self.overlay = Some(overlay(count - 1));
-        }
-    }
-
     pub fn notify(&mut self, text: String, error: bool) {
         self.notice = Some(Notice { text, error, until_tick: self.tick + NOTICE_TICKS });
     }
@@ -416,7 +350,7 @@ impl App {
                 self.inspector = Some(self.inspector.map(InspectorPanel::next).unwrap_or(InspectorPanel::All))
             }
             Command::InspectRow => self.inspect_row(),
-            Command::Help => self.overlay = Some(Overlay::Help { scroll: 0 }),
+            Command::Help => self.popups.open(Overlay::Help { scroll: 0 }),
             Command::Copy => match self.focused().last_answer() {
                 Some(text) => fx.push(Effect::Copy { text: text.to_owned() }),
                 None => self.notify("nothing to copy: this pane has no answer yet".into(), true),
@@ -429,13 +363,13 @@ impl App {
                 } else {
                     // The bottom bar holds the query.
                     self.notice = None;
-                    self.overlay = Some(Overlay::Search { query: InputLine::default(), back: 0 });
+                    self.popups.open(Overlay::Search { query: InputLine::default(), back: 0 });
                 }
             }
             Command::Export => self.export(fx),
             Command::Settings => {
                 let form = SettingsForm::new(self.focused().id, &self.chat_settings(self.focus));
-                self.overlay = Some(Overlay::Settings(Box::new(form)));
+                self.popups.open(Overlay::Settings(Box::new(form)));
             }
             Command::NewPane => {
                 if n < MAX_PANES {
@@ -464,104 +398,11 @@ impl App {
             Command::HistoryNext => self.recall(1),
             Command::Profiles => {
                 let current = self.profiles.iter().position(|p| p.name == self.settings.profile).unwrap_or(0);
-                self.overlay = Some(Overlay::Profiles { selected: current });
+                self.popups.open(Overlay::Profiles { selected: current });
             }
-            Command::SaveProfile => {
-                self.overlay =
-                    Some(Overlay::SaveProfile { name: InputLine::new(suggested_profile_name(&self.settings.profile)) })
-            }
+            Command::SaveProfile => self.open_save_profile(),
             Command::Sessions => fx.push(Effect::ListSessions),
         }
-    }
-
-    /// The saved sessions arrived: open the list on the session in use (else the newest), or
-    /// refresh the list already open, keeping the place.
-    fn show_sessions(&mut self, list: Vec<SessionEntry>) {
-        if list.is_empty() {
-            self.overlay = None;
-            return self.notify("no saved session yet: a session is saved once a pane has a message".into(), true);
-        }
-        let selected = match &self.overlay {
-            Some(Overlay::Sessions(open)) => open.selected.min(list.len() - 1),
-            _ => list.iter().position(|e| e.name == self.session).unwrap_or(0),
-        };
-        // The bottom bar is free for what the list's keys report.
-        if !matches!(self.overlay, Some(Overlay::Sessions(_))) {
-            self.notice = None;
-        }
-        self.overlay = Some(Overlay::Sessions(Box::new(SessionList { list, selected, mode: SessionMode::Browse })));
-    }
-
-    /// Keys in the session list. Browsing: up/down (k/j), home/end (g/G) move; enter opens the
-    /// session picked, r renames it, d (or delete) asks before deleting it; esc, q or the key
-    /// again close the list. Renaming: the keys edit the name, enter gives it, esc goes back.
-    /// Asked to delete: y deletes, any other key keeps it.
-    fn sessions_key(&mut self, mut open: Box<SessionList>, key: KeyEvent, fx: &mut Vec<Effect>) -> Option<Overlay> {
-        let last = open.list.len().saturating_sub(1);
-        let picked = open.list.get(open.selected).cloned()?;
-        match std::mem::replace(&mut open.mode, SessionMode::Browse) {
-            SessionMode::Rename(mut name) => match key.code {
-                KeyCode::Esc => {}
-                KeyCode::Enter => match check_session_title(name.text()) {
-                    Ok(()) => {
-                        let title = Some(name.text().trim().to_owned()).filter(|t| !t.is_empty());
-                        fx.push(Effect::TitleSession { name: picked.name, title });
-                    }
-                    Err(e) => {
-                        self.notify(format!("{e:#}"), true);
-                        open.mode = SessionMode::Rename(name);
-                    }
-                },
-                _ => {
-                    name.handle_key(&key);
-                    open.mode = SessionMode::Rename(name);
-                }
-            },
-            SessionMode::Delete => {
-                if key.code == KeyCode::Char('y') {
-                    fx.push(Effect::DeleteSession { name: picked.name });
-                }
-            }
-            SessionMode::Browse => {
-                let again = self.keymap.keys_for(Command::Sessions).iter().any(|c| c.matches(&key));
-                match key.code {
-                    KeyCode::Esc | KeyCode::Char('q') => return None,
-                    _ if again => return None,
-                    KeyCode::Up | KeyCode::Char('k') => open.selected = open.selected.saturating_sub(1),
-                    KeyCode::Down | KeyCode::Char('j') => open.selected = (open.selected + 1).min(last),
-                    KeyCode::Home | KeyCode::Char('g') => open.selected = 0,
-                    KeyCode::End | KeyCode::Char('G') => open.selected = last,
-                    // Its title to edit; an untitled session's box starts empty (its folder name
-                    // is not a name to type after).
-                    KeyCode::Char('r') => {
-                        open.mode = SessionMode::Rename(InputLine::new(picked.title.as_deref().unwrap_or_default()))
-                    }
-                    KeyCode::Char('d') | KeyCode::Delete if picked.name == self.session => {
-                        self.notify("that is the session in use: open another one to delete this one".into(), true);
-                    }
-                    KeyCode::Char('d') | KeyCode::Delete => open.mode = SessionMode::Delete,
-                    KeyCode::Enter if picked.name == self.session => {
-                        self.notify(format!("session {} is the one open", picked.label()), false);
-                        return None;
-                    }
-                    KeyCode::Enter if self.busy_panes() > 0 => {
-                        let keys = self.keymap.describe_keys(Command::CancelAll);
-                        self.notify(
-                            format!(
-                                "panes are answering: wait for them (or cancel them: {keys}) to open another session"
-                            ),
-                            true,
-                        );
-                    }
-                    KeyCode::Enter => {
-                        fx.push(Effect::OpenSession { name: picked.name });
-                        return None;
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Some(Overlay::Sessions(open))
     }
 
     /// A saved session read back: its panes replace the ones on screen (the session left behind
@@ -582,7 +423,7 @@ impl App {
         }
         self.focus = 0;
         self.zoomed = false;
-        self.overlay = None;
+        self.popups.close_all();
         self.row_seen = None;
         fx.push(Effect::UseSession { name: name.clone() });
         let label = self.session_title.clone().unwrap_or(name);
@@ -927,195 +768,13 @@ impl App {
 
     /// A key no binding claims: it edits an overlay's input or the focused pane's input.
     fn key(&mut self, key: KeyEvent, fx: &mut Vec<Effect>) {
-        if let Some(overlay) = self.overlay.take() {
-            self.overlay = self.overlay_key(overlay, key, fx);
-            return;
+        if self.popups.is_open() {
+            return self.overlay_key(key, fx);
         }
         let pane = self.focused_mut();
         if pane.input.handle_key(&key) {
             pane.history_pos = None;
         }
-    }
-
-    /// Keys inside an overlay; returns the overlay to keep open (None closes it).
-    fn overlay_key(&mut self, overlay: Overlay, key: KeyEvent, fx: &mut Vec<Effect>) -> Option<Overlay> {
-        match overlay {
-            Overlay::Help { scroll } => match key.code {
-                KeyCode::Up | KeyCode::Char('k') => Some(Overlay::Help { scroll: scroll.saturating_sub(1) }),
-                KeyCode::Down | KeyCode::Char('j') => Some(Overlay::Help { scroll: scroll + 1 }),
-                KeyCode::PageUp => Some(Overlay::Help { scroll: scroll.saturating_sub(10) }),
-                KeyCode::PageDown | KeyCode::Char(' ') => Some(Overlay::Help { scroll: scroll + 10 }),
-                _ => None,
-            },
-            Overlay::Profiles { selected } => {
-                let count = self.profiles.len();
-                match key.code {
-                    KeyCode::Up => Some(Overlay::Profiles { selected: selected.saturating_sub(1) }),
-                    KeyCode::Down => Some(Overlay::Profiles { selected: (selected + 1).min(count.saturating_sub(1)) }),
-                    KeyCode::Enter => {
-                        if let Some(entry) = self.profiles.get(selected) {
-                            let spec = entry
-                                .path
-                                .as_ref()
-                                .map(|p| p.display().to_string())
-                                .unwrap_or_else(|| entry.name.clone());
-                            fx.push(Effect::LoadProfile { spec });
-                        }
-                        None
-                    }
-                    KeyCode::Char('s') if key.modifiers.contains(KeyModifiers::CONTROL) => Some(Overlay::SaveProfile {
-                        name: InputLine::new(suggested_profile_name(&self.settings.profile)),
-                    }),
-                    KeyCode::Esc | KeyCode::Char('q') => None,
-                    _ => Some(Overlay::Profiles { selected }),
-                }
-            }
-            Overlay::Select { index } => {
-                let copy = self.keymap.keys_for(Command::Copy).iter().any(|c| c.matches(&key));
-                match key.code {
-                    KeyCode::Esc | KeyCode::Char('q') => None,
-                    KeyCode::Enter | KeyCode::Char('y') => self.copy_message(index, fx),
-                    _ if copy => self.copy_message(index, fx),
-                    _ => Some(Overlay::Select { index: self.pick_move(index, &key) }),
-                }
-            }
-            Overlay::Branch { index } => {
-                let again = self.keymap.keys_for(Command::Branch).iter().any(|c| c.matches(&key));
-                match key.code {
-                    KeyCode::Esc | KeyCode::Char('q') => None,
-                    KeyCode::Enter | KeyCode::Char('b') => self.branch(index, fx),
-                    _ if again => self.branch(index, fx),
-                    _ => Some(Overlay::Branch { index: self.pick_move(index, &key) }),
-                }
-            }
-            Overlay::Settings(form) => self.settings_key(form, key, fx),
-            Overlay::Sessions(open) => self.sessions_key(open, key, fx),
-            Overlay::Search { mut query, back } => {
-                let pane = self.focused();
-                let hits = pane.search_hits.get();
-                let again = self.keymap.keys_for(Command::Search).iter().any(|c| c.matches(&key));
-                let back = match key.code {
-                    // Closed, the view stays on the match it showed (scrolled up, it holds
-                    // still; the bottom follows new text again).
-                    KeyCode::Esc => {
-                        let (top, max) = (pane.shown_top.get(), pane.max_scroll.get());
-                        if hits > 0 {
-                            self.focused_mut().scroll_top = (top < max).then_some(top);
-                        }
-                        return None;
-                    }
-                    _ if again => (back + 1) % hits.max(1),
-                    KeyCode::Enter | KeyCode::Up => (back + 1) % hits.max(1),
-                    KeyCode::Down => (back + hits.max(1) - 1) % hits.max(1),
-                    _ => {
-                        let before = query.text().to_owned();
-                        query.handle_key(&key);
-                        if query.text() == before { back } else { 0 }
-                    }
-                };
-                Some(Overlay::Search { query, back })
-            }
-            Overlay::Row { id, opened } => {
-                let back = self.keymap.keys_for(Command::InspectRow).iter().any(|c| c.matches(&key));
-                if back || matches!(key.code, KeyCode::Esc | KeyCode::Char('q')) {
-                    if opened {
-                        self.inspector = None;
-                    }
-                    return None;
-                }
-                let rows = &self.telemetry.rows;
-                let at = rows.iter().position(|r| r.id == id);
-                let to = match key.code {
-                    KeyCode::Up | KeyCode::Char('k') => at.map(|i| i.saturating_sub(1)).or(rows.len().checked_sub(1)),
-                    KeyCode::Down | KeyCode::Char('j') => {
-                        at.map(|i| (i + 1).min(rows.len().saturating_sub(1))).or(Some(0))
-                    }
-                    KeyCode::Home | KeyCode::Char('g') => Some(0),
-                    KeyCode::End | KeyCode::Char('G') => rows.len().checked_sub(1),
-                    _ => None,
-                };
-                let id = match to.and_then(|i| rows.get(i)) {
-                    Some(row) if row.id != id => {
-                        self.row_seen = Some(row.clone());
-                        row.id.clone()
-                    }
-                    _ => id,
-                };
-                Some(Overlay::Row { id, opened })
-            }
-            Overlay::SaveProfile { mut name } => match key.code {
-                KeyCode::Esc => None,
-                KeyCode::Enter => match check_profile_name(name.text()).and_then(|()| not_built_in(name.text())) {
-                    Ok(()) => {
-                        // The panes open now, which may differ from the profile's count.
-                        let mut profile = self.settings.to_profile();
-                        profile.panes = Some(self.panes.len());
-                        // Panes' own settings as they are now, by their place on screen.
-                        profile.pane = self
-                            .panes
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(i, p)| {
-                                Some(((i + 1).to_string(), PaneProfile::from_settings(p.settings.as_ref()?)))
-                            })
-                            .collect();
-                        fx.push(Effect::SaveProfile { name: name.text().to_owned(), profile: Box::new(profile) });
-                        None
-                    }
-                    Err(e) => {
-                        self.notify(format!("{e:#}"), true);
-                        Some(Overlay::SaveProfile { name })
-                    }
-                },
-                // Every character is typed: one a name cannot have is flagged by the prompt and
-                // refused on enter, never dropped silently (which saved `my test!` as `mytest`).
-                _ => {
-                    name.handle_key(&key);
-                    Some(Overlay::SaveProfile { name })
-                }
-            },
-        }
-    }
-
-    /// Keys in a pane's settings form: up/down (tab/shift+tab) move between fields, enter applies
-    /// the form to its pane, ctrl+g to every pane, ctrl+d puts the profile's values back in it,
-    /// esc closes it; other keys edit the field. A refused value keeps the form open, the field at
-    /// fault focused and the reason shown.
-    fn settings_key(&mut self, mut form: Box<SettingsForm>, key: KeyEvent, fx: &mut Vec<Effect>) -> Option<Overlay> {
-        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
-        let index = self.panes.iter().position(|p| p.id == form.pane)?;
-        match key.code {
-            KeyCode::Esc => return None,
-            KeyCode::Up | KeyCode::BackTab => form.move_by(-1),
-            KeyCode::Down | KeyCode::Tab => form.move_by(1),
-            KeyCode::Char('d') if ctrl => {
-                let values = self.settings.pane_start(index + 1).unwrap_or_else(|| self.settings.chat());
-                form.fill(&values);
-            }
-            KeyCode::Enter | KeyCode::Char('g') if key.code == KeyCode::Enter || ctrl => {
-                let window = match &self.engine {
-                    EngineStatus::Ready(summary) => Some(summary.max_context),
-                    _ => None,
-                };
-                match form.parse(window) {
-                    Ok(values) => {
-                        let all = key.code != KeyCode::Enter;
-                        let targets: Vec<usize> = if all { (0..self.panes.len()).collect() } else { vec![index] };
-                        self.apply_settings(&targets, values, all, fx);
-                        return None;
-                    }
-                    Err((field, why)) => {
-                        form.field = field;
-                        form.error = Some(why);
-                    }
-                }
-            }
-            _ => {
-                form.inputs[form.field].handle_key(&key);
-                form.error = None;
-            }
-        }
-        Some(Overlay::Settings(form))
     }
 
     /// Give the panes at `targets` these settings (a pane given the profile's own values follows
@@ -1146,22 +805,6 @@ impl App {
             )),
         }
         self.notify(text, false);
-    }
-
-    /// A message picker's move: up/down (k/j) one message, home/end (g/G) the first and last,
-    /// pageup/pagedown five; other keys stay.
-    fn pick_move(&self, index: usize, key: &KeyEvent) -> usize {
-        let last = self.focused().messages().len().saturating_sub(1);
-        let index = match key.code {
-            KeyCode::Up | KeyCode::Char('k') => index.saturating_sub(1),
-            KeyCode::Down | KeyCode::Char('j') => index + 1,
-            KeyCode::Home | KeyCode::Char('g') => 0,
-            KeyCode::End | KeyCode::Char('G') => last,
-            KeyCode::PageUp => index.saturating_sub(5),
-            KeyCode::PageDown => index + 5,
-            _ => index,
-        };
-        index.min(last)
     }
 
     /// Branch the focused pane at message `index` of `Pane::messages`: a new pane (focused, with
@@ -1254,7 +897,7 @@ impl App {
 
     fn paste(&mut self, text: &str) {
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
-        match &mut self.overlay {
+        match self.popups.top_mut() {
             Some(Overlay::SaveProfile { name }) => name.insert(text.lines().next().unwrap_or_default()),
             Some(Overlay::Search { query, back }) => {
                 query.insert(text.lines().next().unwrap_or_default());
@@ -1353,43 +996,8 @@ impl App {
         }
     }
 
-    /// Drill into the focused pane's row of the inspector (else the first row), opening the
-    /// inspector if it is hidden.
-    fn inspect_row(&mut self) {
-        let rows = &self.telemetry.rows;
-        let pane = self.focused();
-        let flight = pane.in_flight.as_ref().map(|f| f.id.clone());
-        let mine = [flight.clone(), pane.turns.last().map(|t| t.request_id.clone())];
-        let row = mine.iter().flatten().find_map(|id| rows.iter().find(|r| r.id == *id)).or(rows.first()).cloned();
-        // A request just sent may not be in the last report yet (telemetry is polled a few times a
-        // second): drill into it all the same; the next report fills the view in.
-        let id = match (&row, flight) {
-            (Some(row), _) if mine.iter().flatten().any(|id| *id == row.id) => row.id.clone(),
-            (_, Some(flight)) => flight,
-            (Some(row), None) => row.id.clone(),
-            (None, None) => {
-                let send = self.keymap.describe_keys(Command::Send);
-                let any_ran = self.panes.iter().any(|p| !p.turns.is_empty()) || self.telemetry.lane_cycles > 0;
-                let text = if any_ran {
-                    format!("no row is running now: a row shows here while its request runs ({send} sends one)")
-                } else {
-                    format!("no row to inspect yet: the lane has had no request ({send} sends one)")
-                };
-                return self.notify(text, true);
-            }
-        };
-        let opened = self.inspector.is_none();
-        if opened {
-            self.inspector = Some(InspectorPanel::All);
-        }
-        // The bottom bar shows the drill-down's keys.
-        self.notice = None;
-        self.row_seen = row.filter(|r| r.id == id);
-        self.overlay = Some(Overlay::Row { id, opened });
-    }
-
     fn on_telemetry(&mut self, telemetry: Telemetry) {
-        if let Some(Overlay::Row { id, .. }) = &self.overlay
+        if let Some(Overlay::Row { id, .. }) = self.popups.top()
             && let Some(row) = telemetry.rows.iter().find(|r| r.id == *id)
         {
             self.row_seen = Some(row.clone());
@@ -1475,20 +1083,4 @@ pub fn numerics_name(n: Numerics) -> &'static str {
 pub fn preset_name(p: crate::engine::api::Preset) -> String {
     use clap::ValueEnum as _;
     p.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_else(|| format!("{p:?}").to_lowercase())
-}
-
-/// The name ctrl+s offers: the profile in use, unless it is a built-in one, which a user profile
-/// of the same name would replace (issue 58: Enter on the offered name did so without a word).
-fn suggested_profile_name(current: &str) -> &str {
-    if is_built_in(current) { "" } else { current }
-}
-
-/// A built-in profile's name is not taken by a saved one.
-fn not_built_in(name: &str) -> anyhow::Result<()> {
-    if is_built_in(name) {
-        anyhow::bail!(
-            "\"{name}\" is a built-in profile: a saved profile of that name would replace it; choose another name"
-        );
-    }
-    Ok(())
 }

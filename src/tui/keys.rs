@@ -11,7 +11,7 @@ use super::app::App;
 use crate::config::keymap::Command;
 
 pub fn resolve(app: &App, key: KeyEvent) -> Action {
-    if app.overlay.is_some() {
+    if app.popups.is_open() {
         return Action::Key(key);
     }
     // `?` opens help only when nothing is being typed, so a question mark can still be typed.
@@ -34,7 +34,7 @@ pub const WHEEL_CELLS: isize = 6;
 /// it, the wheel over a pane scrolls that pane. Anything else (the bars, the inspector, an empty
 /// grid cell, any event while an overlay is open) does nothing.
 pub fn mouse(app: &App, event: MouseEvent, area: Rect) -> Option<Action> {
-    if app.overlay.is_some() {
+    if app.popups.is_open() {
         return None;
     }
     // Motion and drags (reported too while the mouse is captured) skip the layout.

@@ -226,12 +226,12 @@ fn inspector_toggles_and_cycles_panels() {
 fn question_mark_opens_help_only_on_an_empty_input() {
     let mut app = fixture::app(1, "dark");
     app.handle_key(key(KeyCode::Char('?')));
-    assert_eq!(app.overlay, Some(Overlay::Help { scroll: 0 }));
+    assert_eq!(app.overlay(), Some(&Overlay::Help { scroll: 0 }));
     app.handle_key(key(KeyCode::Esc));
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
     type_text(&mut app, "why?");
     assert_eq!(app.panes[0].input.text(), "why?");
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
 }
 
 #[test]
@@ -241,12 +241,12 @@ fn save_profile_asks_for_a_name_and_saves_the_current_settings() {
         app.handle_key(ctrl('n'));
     }
     app.handle_key(ctrl('s'));
-    assert!(matches!(app.overlay, Some(Overlay::SaveProfile { .. })));
+    assert!(matches!(app.overlay(), Some(Overlay::SaveProfile { .. })));
     app.handle_key(ctrl('u'));
     // A name that is not safe as a file name is refused as typed, not silently changed.
     type_text(&mut app, "my test!");
     assert!(app.handle_key(key(KeyCode::Enter)).is_empty(), "not saved under another name");
-    assert!(matches!(&app.overlay, Some(Overlay::SaveProfile { name }) if name.text() == "my test!"));
+    assert!(matches!(app.overlay(), Some(Overlay::SaveProfile { name }) if name.text() == "my test!"));
     let notice = app.notice.as_ref().expect("the refusal says why").text.clone();
     assert!(notice.contains("' '") && notice.contains("'!'"), "{notice}");
     app.handle_key(ctrl('u'));
@@ -260,7 +260,7 @@ fn save_profile_asks_for_a_name_and_saves_the_current_settings() {
         }
         other => panic!("expected one SaveProfile, got {other:?}"),
     }
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
 }
 
 #[test]
@@ -798,22 +798,22 @@ fn any_message_can_be_picked_and_copied() {
     let mut app = fixture::app(1, "dark");
     assert!(app.handle_key(alt(KeyCode::Char('y'))).is_empty());
     assert!(app.notice.as_ref().unwrap().text.contains("nothing to copy"), "{:?}", app.notice);
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
 
     let mut app = two_turns("second");
     app.handle_key(alt(KeyCode::Char('y')));
-    assert_eq!(app.overlay, Some(Overlay::Select { index: 3 }), "the newest answer first");
+    assert_eq!(app.overlay(), Some(&Overlay::Select { index: 3 }), "the newest answer first");
     app.handle_key(key(KeyCode::Up));
     app.handle_key(key(KeyCode::Char('k')));
     let fx = app.handle_key(key(KeyCode::Enter));
     assert!(matches!(&fx[..], [Effect::Copy { text }] if text == "answer one"), "{fx:?}");
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
 
     app.handle_key(alt(KeyCode::Char('y')));
     for _ in 0..5 {
         app.handle_key(key(KeyCode::Char('k')));
     }
-    assert_eq!(app.overlay, Some(Overlay::Select { index: 0 }), "the first message stops it");
+    assert_eq!(app.overlay(), Some(&Overlay::Select { index: 0 }), "the first message stops it");
     app.handle_key(key(KeyCode::Char('j')));
     app.handle_key(key(KeyCode::End));
     app.handle_key(key(KeyCode::Home));
@@ -822,9 +822,9 @@ fn any_message_can_be_picked_and_copied() {
 
     app.handle_key(alt(KeyCode::Char('y')));
     assert!(app.handle_key(key(KeyCode::Char('x'))).is_empty());
-    assert!(app.overlay.is_some(), "a stray key keeps the choice open");
+    assert!(app.overlay().is_some(), "a stray key keeps the choice open");
     assert!(app.handle_key(key(KeyCode::Esc)).is_empty());
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
     assert_eq!(app.panes[0].input.text(), "", "nothing was typed into the box");
 }
 
@@ -917,7 +917,7 @@ fn cancel_all_cancels_every_running_answer() {
 /// 6 frequency_penalty, 7 generation mode), then press `then`.
 fn set_settings(app: &mut App, fields: &[(usize, &str)], then: KeyEvent) -> Vec<Effect> {
     assert!(app.handle_key(KeyEvent::new(KeyCode::Char(','), KeyModifiers::ALT)).is_empty());
-    assert!(matches!(app.overlay, Some(Overlay::Settings(_))), "alt+, opens the settings");
+    assert!(matches!(app.overlay(), Some(Overlay::Settings(_))), "alt+, opens the settings");
     let mut at = 0;
     for &(field, text) in fields {
         while at < field {
@@ -948,7 +948,7 @@ fn settings_records(fx: &[Effect]) -> Vec<(u32, Option<cohort::config::profile::
 #[test]
 fn a_panes_own_settings_go_with_its_requests_only() {
     let mut app = fixture::app(2, "dark");
-    let form = |app: &App| match &app.overlay {
+    let form = |app: &App| match app.overlay() {
         Some(Overlay::Settings(form)) => form.inputs.iter().map(|i| i.text().to_owned()).collect::<Vec<_>>(),
         other => panic!("no settings form: {other:?}"),
     };
@@ -957,7 +957,7 @@ fn a_panes_own_settings_go_with_its_requests_only() {
     app.handle_key(key(KeyCode::Esc));
 
     let fx = set_settings(&mut app, &[(0, "Be terse."), (1, "0.2"), (3, "40"), (4, "64")], key(KeyCode::Enter));
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
     let own = app.panes[0].settings.clone().expect("pane 1 has its own settings");
     let s = &own.sampler;
     assert_eq!(
@@ -984,7 +984,7 @@ fn a_panes_own_settings_go_with_its_requests_only() {
 
     // esc closes the form and changes nothing.
     assert!(set_settings(&mut app, &[(1, "1.5")], key(KeyCode::Esc)).is_empty());
-    assert_eq!((app.overlay.as_ref(), app.panes[1].settings.as_ref()), (None, None));
+    assert_eq!((app.overlay(), app.panes[1].settings.as_ref()), (None, None));
 }
 
 /// Issue 40 (item 2): values the engine would refuse are refused in the form, with a message
@@ -1006,16 +1006,16 @@ fn bad_settings_are_refused_naming_the_field() {
     for (field, text, words) in cases {
         let fx = set_settings(&mut app, &[(field, text)], key(KeyCode::Enter));
         assert!(fx.is_empty(), "{text}: nothing applied");
-        let Some(Overlay::Settings(form)) = &app.overlay else { panic!("{text}: the form stays open") };
+        let Some(Overlay::Settings(form)) = app.overlay() else { panic!("{text}: the form stays open") };
         let error = form.error.clone().expect("the form says why");
         assert!(words.iter().all(|w| error.contains(w)), "{text}: {error}");
         assert_eq!(form.field, field, "{text}: the field at fault is focused");
         // Typing clears the message; esc closes the form.
         app.handle_key(key(KeyCode::End));
-        let Some(Overlay::Settings(form)) = &app.overlay else { panic!() };
+        let Some(Overlay::Settings(form)) = app.overlay() else { panic!() };
         assert_eq!(form.error, None);
         app.handle_key(key(KeyCode::Esc));
-        assert_eq!((app.overlay.as_ref(), app.panes[0].settings.as_ref()), (None, None));
+        assert_eq!((app.overlay(), app.panes[0].settings.as_ref()), (None, None));
     }
 }
 
@@ -1037,7 +1037,7 @@ fn settings_go_to_every_pane_and_back_to_the_profile() {
 
     app.handle_key(KeyEvent::new(KeyCode::Char(','), KeyModifiers::ALT));
     app.handle_key(ctrl('d'));
-    let Some(Overlay::Settings(form)) = &app.overlay else { panic!() };
+    let Some(Overlay::Settings(form)) = app.overlay() else { panic!() };
     assert_eq!(form.inputs[1].text(), "0.6", "the profile's temperature is back in the form");
     let fx = app.handle_key(key(KeyCode::Enter));
     assert_eq!(settings_records(&fx), [(1, None)], "pane 1 follows the profile again");
@@ -1117,7 +1117,7 @@ fn a_panes_generation_mode_goes_with_its_requests() {
 fn a_row_of_the_inspector_can_be_drilled_into() {
     let mut app = fixture::app(2, "dark");
     assert!(app.handle_key(alt(KeyCode::Char('i'))).is_empty());
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
     let notice = app.notice.as_ref().unwrap();
     assert!(notice.error && notice.text.contains("no row to inspect"), "{notice:?}");
 
@@ -1126,14 +1126,14 @@ fn a_row_of_the_inspector_can_be_drilled_into() {
     assert_eq!(ids.len(), 4);
     app.handle_key(alt(KeyCode::Char('2')));
     app.handle_key(alt(KeyCode::Char('i')));
-    assert_eq!(app.overlay, Some(Overlay::Row { id: ids[1].clone(), opened: true }), "the focused pane's row");
+    assert_eq!(app.overlay(), Some(&Overlay::Row { id: ids[1].clone(), opened: true }), "the focused pane's row");
     assert_eq!(app.inspector, Some(InspectorPanel::All), "the inspector opens to show it");
     app.handle_key(key(KeyCode::Down));
-    assert!(matches!(&app.overlay, Some(Overlay::Row { id, .. }) if *id == ids[2]));
+    assert!(matches!(app.overlay(), Some(Overlay::Row { id, .. }) if *id == ids[2]));
     for _ in 0..5 {
         app.handle_key(key(KeyCode::Up));
     }
-    assert!(matches!(&app.overlay, Some(Overlay::Row { id, .. }) if *id == ids[0]), "the first row stops it");
+    assert!(matches!(app.overlay(), Some(Overlay::Row { id, .. }) if *id == ids[0]), "the first row stops it");
     type_text(&mut app, "x");
     assert!(app.panes[1].input.text().is_empty(), "keys stay in the drill-down");
     // A new snapshot keeps the row it shows, and the last one seen once the row has gone.
@@ -1145,13 +1145,13 @@ fn a_row_of_the_inspector_can_be_drilled_into() {
     app.update(Action::Telemetry(Box::new(later)));
     assert_eq!(app.row_seen.as_ref().map(|r| (r.id.as_str(), r.tokens)), Some((ids[0].as_str(), 99)));
     app.handle_key(key(KeyCode::Esc));
-    assert_eq!((app.overlay.as_ref(), app.inspector), (None, None), "back, and the inspector it opened hides");
+    assert_eq!((app.overlay(), app.inspector), (None, None), "back, and the inspector it opened hides");
 
     app.handle_key(ctrl('t'));
     app.handle_key(key(KeyCode::F(12)));
-    assert!(matches!(app.overlay, Some(Overlay::Row { opened: false, .. })));
+    assert!(matches!(app.overlay(), Some(Overlay::Row { opened: false, .. })));
     app.handle_key(alt(KeyCode::Char('i')));
-    assert_eq!((app.overlay.as_ref(), app.inspector), (None, Some(InspectorPanel::All)), "it stays open");
+    assert_eq!((app.overlay(), app.inspector), (None, Some(InspectorPanel::All)), "it stays open");
 }
 
 /// Issue 40 (item 3): a sent message remembers when (in ticks), so the queue panel can say how
@@ -1187,15 +1187,15 @@ fn a_conversation_branches_into_a_new_pane_at_any_message() {
     let mut app = fixture::app(1, "dark");
     assert!(app.handle_key(alt(KeyCode::Char('b'))).is_empty());
     assert!(app.notice.as_ref().unwrap().text.contains("nothing to branch"), "{:?}", app.notice);
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
 
     let mut app = two_turns("second");
     app.panes[0].settings = Some(app.settings.chat());
     app.handle_key(alt(KeyCode::Char('b')));
-    assert_eq!(app.overlay, Some(Overlay::Branch { index: 3 }), "the newest answer first");
+    assert_eq!(app.overlay(), Some(&Overlay::Branch { index: 3 }), "the newest answer first");
     app.handle_key(key(KeyCode::Up));
     let fx = app.handle_key(key(KeyCode::Enter));
-    assert_eq!((app.overlay.as_ref(), app.panes.len(), app.focus), (None, 2, 1));
+    assert_eq!((app.overlay(), app.panes.len(), app.focus), (None, 2, 1));
     let (source, branch) = (&app.panes[0], &app.panes[1]);
     assert_eq!(branch.turns.iter().map(|t| t.user.as_str()).collect::<Vec<_>>(), ["first"]);
     assert_eq!(branch.input.text(), "second", "the picked question waits in the box");
@@ -1240,7 +1240,7 @@ fn a_branch_needs_room_and_a_finished_answer() {
     app.handle_key(alt(KeyCode::Char('b')));
     assert!(app.handle_key(key(KeyCode::Enter)).is_empty());
     assert!(app.notice.as_ref().unwrap().text.contains("8 panes at most"), "{:?}", app.notice);
-    assert_eq!((app.panes.len(), app.overlay.as_ref()), (8, None));
+    assert_eq!((app.panes.len(), app.overlay()), (8, None));
 
     let mut app = fixture::app(1, "dark");
     type_text(&mut app, "first");
@@ -1248,12 +1248,12 @@ fn a_branch_needs_room_and_a_finished_answer() {
     let id = request_id(&app, 0);
     deliver(&mut app, 0, RowEvent::Delta { id, text: "so far".into(), ids: vec![1] });
     app.handle_key(alt(KeyCode::Char('b')));
-    assert_eq!(app.overlay, Some(Overlay::Branch { index: 1 }));
+    assert_eq!(app.overlay(), Some(&Overlay::Branch { index: 1 }));
     assert!(app.handle_key(key(KeyCode::Enter)).is_empty());
     assert!(app.notice.as_ref().unwrap().text.contains("still being written"), "{:?}", app.notice);
     assert_eq!(app.panes.len(), 1);
     assert!(app.handle_key(key(KeyCode::Esc)).is_empty());
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
     app.handle_key(alt(KeyCode::Char('b')));
     app.handle_key(key(KeyCode::Up));
     app.handle_key(key(KeyCode::Enter));
@@ -1284,7 +1284,7 @@ fn the_session_list_renames_deletes_and_opens_sessions() {
     let fx = app.handle_key(alt(KeyCode::Char('o')));
     assert!(matches!(&fx[..], [Effect::ListSessions]), "{fx:?}");
     app.update(Action::Sessions(vec![entry("20260102-090000", 3), entry(&current, 2), entry("20251231-235959", 1)]));
-    let picked = |app: &App| match &app.overlay {
+    let picked = |app: &App| match app.overlay() {
         Some(Overlay::Sessions(open)) => (open.list[open.selected].name.clone(), open.mode.clone()),
         other => panic!("no session list: {other:?}"),
     };
@@ -1327,7 +1327,7 @@ fn the_session_list_renames_deletes_and_opens_sessions() {
     app.handle_key(key(KeyCode::Char('k')));
     let fx = app.handle_key(key(KeyCode::Enter));
     assert!(matches!(&fx[..], [Effect::OpenSession { name }] if name == "20260102-090000"), "{fx:?}");
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
     assert_eq!(app.panes.iter().map(|p| p.input.text()).collect::<Vec<_>>(), ["", ""], "nothing was typed");
     let mut turn = cohort::tui::pane::Turn::default();
     (turn.request_id, turn.user, turn.answer) =
@@ -1354,7 +1354,7 @@ fn a_session_opens_only_when_no_pane_answers() {
     let current = app.session.clone();
     app.update(Action::Sessions(vec![entry(&current, 2), entry("20260102-090000", 3)]));
     assert!(app.handle_key(key(KeyCode::Enter)).is_empty());
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
     assert!(app.notice.as_ref().unwrap().text.contains("is the one open"), "{:?}", app.notice);
     assert!(app.panes[1].is_busy());
     app.update(Action::Sessions(vec![entry(&current, 2), entry("20260102-090000", 3)]));
@@ -1365,7 +1365,7 @@ fn a_session_opens_only_when_no_pane_answers() {
     assert!(app.update(Action::SessionOpened(Box::new(opened))).is_empty());
     assert_eq!(app.session, current);
     app.update(Action::Sessions(Vec::new()));
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
     assert!(app.notice.as_ref().unwrap().text.contains("no saved session yet"), "{:?}", app.notice);
 }
 
@@ -1377,18 +1377,18 @@ fn search_takes_the_keys_until_esc() {
     let mut app = fixture::app(1, "dark");
     assert!(app.handle_key(ctrl('f')).is_empty());
     assert!(app.notice.as_ref().unwrap().text.contains("nothing to search"), "{:?}", app.notice);
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
 
     let mut app = two_turns("second");
     app.panes[0].scroll_top = Some(1);
     app.handle_key(ctrl('f'));
     type_text(&mut app, "answ");
     app.update(Action::Paste("er\nignored".into()));
-    let Some(Overlay::Search { query, back }) = &app.overlay else { panic!("{:?}", app.overlay) };
+    let Some(Overlay::Search { query, back }) = app.overlay() else { panic!("{:?}", app.overlay()) };
     assert_eq!((query.text(), *back), ("answer", 0));
     assert_eq!(app.panes[0].input.text(), "", "nothing reached the box");
     assert!(app.handle_key(key(KeyCode::Esc)).is_empty());
-    assert_eq!((app.overlay.as_ref(), app.panes[0].scroll_top), (None, Some(1)), "no match was shown: the view stays");
+    assert_eq!((app.overlay(), app.panes[0].scroll_top), (None, Some(1)), "no match was shown: the view stays");
     assert_eq!(app.keymap.describe_keys(Command::Search), "ctrl+f");
 }
 
@@ -1403,7 +1403,7 @@ fn a_row_can_be_drilled_into_before_its_first_report() {
     let id = request_id(&app, 0);
     assert!(app.telemetry.rows.is_empty());
     app.handle_key(alt(KeyCode::Char('i')));
-    assert_eq!(app.overlay, Some(Overlay::Row { id: id.clone(), opened: true }), "{:?}", app.notice);
+    assert_eq!(app.overlay(), Some(&Overlay::Row { id: id.clone(), opened: true }), "{:?}", app.notice);
     assert!(app.row_seen.is_none());
     let mut report = fixture::telemetry(&app);
     let mut row = fixture::mixed(1, "dark").telemetry.rows.remove(0);
@@ -1421,10 +1421,14 @@ fn saving_a_profile_never_takes_a_built_in_name() {
     let mut app = fixture::app(2, "dark");
     assert_eq!(app.settings.profile, "throughput");
     app.handle_key(ctrl('s'));
-    assert!(matches!(&app.overlay, Some(Overlay::SaveProfile { name }) if name.text().is_empty()), "{:?}", app.overlay);
+    assert!(
+        matches!(app.overlay(), Some(Overlay::SaveProfile { name }) if name.text().is_empty()),
+        "{:?}",
+        app.overlay()
+    );
     type_text(&mut app, "throughput");
     assert!(app.handle_key(key(KeyCode::Enter)).is_empty(), "saved over the built-in profile");
-    assert!(matches!(&app.overlay, Some(Overlay::SaveProfile { name }) if name.text() == "throughput"));
+    assert!(matches!(app.overlay(), Some(Overlay::SaveProfile { name }) if name.text() == "throughput"));
     let notice = app.notice.as_ref().expect("the refusal says why").text.clone();
     assert!(notice.contains("built-in") && notice.contains("throughput"), "{notice}");
     app.handle_key(ctrl('u'));
@@ -1446,4 +1450,32 @@ fn drilling_in_with_no_row_running_says_whether_any_has_run() {
     app.update(Action::Command(Command::InspectRow));
     let after = app.notice.as_ref().expect("a notice").text.clone();
     assert!(!after.contains("has had no request") && after.contains("no row is running now"), "{after}");
+}
+
+/// Overlays stack (issue 59): the save dialog opened from the profile picker opens over it, esc
+/// goes back to the picker where it was, and a save closes both.
+#[test]
+fn the_save_dialog_opens_over_the_profile_picker_and_esc_goes_back_to_it() {
+    let mut app = fixture::app(2, "dark");
+    app.profiles = cohort::config::profile::SHIPPED
+        .iter()
+        .map(|(name, _)| cohort::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
+        .collect();
+    app.handle_key(ctrl('p'));
+    app.handle_key(key(KeyCode::Down));
+    let picker = app.overlay().cloned().expect("the picker is open");
+    assert!(matches!(picker, Overlay::Profiles { .. }), "{picker:?}");
+    app.handle_key(ctrl('s'));
+    assert!(matches!(app.overlay(), Some(Overlay::SaveProfile { .. })), "{:?}", app.overlay());
+    assert_eq!(app.popups.iter().count(), 2, "over the picker, not in its place");
+    app.handle_key(key(KeyCode::Esc));
+    assert_eq!(app.overlay(), Some(&picker), "back to the picker, on the profile it was on");
+    app.handle_key(ctrl('s'));
+    type_text(&mut app, "mine");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert!(matches!(&fx[..], [Effect::SaveProfile { name, .. }] if name == "mine"), "{fx:?}");
+    assert_eq!(app.overlay(), None, "saved: the picker beneath closes too");
+    // Keys reach the panes again.
+    type_text(&mut app, "hi");
+    assert_eq!(app.panes[0].input.text(), "hi");
 }

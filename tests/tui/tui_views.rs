@@ -121,7 +121,7 @@ fn an_error_pane_shows_the_error() {
 #[test]
 fn the_help_overlay_lists_the_bindings() {
     let mut app = fixture::mixed(4, "dark");
-    app.overlay = Some(Overlay::Help { scroll: 0 });
+    app.popups.open(Overlay::Help { scroll: 0 });
     insta::assert_snapshot!(draw(&app, 100, 48).backend());
 }
 
@@ -129,7 +129,7 @@ fn the_help_overlay_lists_the_bindings() {
 #[test]
 fn the_help_overlay_lists_the_mouse() {
     let mut app = fixture::mixed(4, "dark");
-    app.overlay = Some(Overlay::Help { scroll: 60 });
+    app.popups.open(Overlay::Help { scroll: 60 });
     let text = draw(&app, 100, 48).backend().to_string();
     assert!(text.contains("the mouse"), "{text}");
     assert!(text.contains("focus the pane clicked"), "{text}");
@@ -144,7 +144,7 @@ fn the_help_overlay_lists_every_command() {
     let mut app = fixture::mixed(4, "dark");
     let mut text = String::new();
     for scroll in (0..200).step_by(20) {
-        app.overlay = Some(Overlay::Help { scroll });
+        app.popups.open(Overlay::Help { scroll });
         text.push_str(&draw(&app, 100, 48).backend().to_string());
     }
     for command in cohort::config::keymap::Command::all() {
@@ -160,12 +160,12 @@ fn the_help_overlay_lists_every_command() {
 #[test]
 fn the_help_overlay_lists_the_keys_inside_lists_and_forms() {
     let mut app = fixture::mixed(4, "dark");
-    app.overlay = Some(Overlay::Help { scroll: 1000 });
+    app.popups.open(Overlay::Help { scroll: 1000 });
     let end = draw(&app, 100, 48);
     insta::assert_snapshot!(end.backend());
     let mut text = String::new();
     for scroll in (0..200).step_by(20) {
-        app.overlay = Some(Overlay::Help { scroll });
+        app.popups.open(Overlay::Help { scroll });
         text.push_str(&draw(&app, 100, 48).backend().to_string());
     }
     for heading in [
@@ -209,14 +209,14 @@ fn the_profile_picker() {
         .iter()
         .map(|(name, _)| cohort::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
         .collect();
-    app.overlay = Some(Overlay::Profiles { selected: 1 });
+    app.popups.open(Overlay::Profiles { selected: 1 });
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
 }
 
 #[test]
 fn the_save_profile_prompt() {
     let mut app = fixture::mixed(1, "dark");
-    app.overlay = Some(Overlay::SaveProfile { name: InputLine::new("my-eight") });
+    app.popups.open(Overlay::SaveProfile { name: InputLine::new("my-eight") });
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
 }
 
@@ -266,7 +266,7 @@ fn tiny_terminals_do_not_panic() {
     for (w, h) in [(1, 1), (10, 4), (20, 6), (33, 9), (80, 5)] {
         draw(&app, w, h);
     }
-    app.overlay = Some(Overlay::Help { scroll: 99 });
+    app.popups.open(Overlay::Help { scroll: 99 });
     draw(&app, 12, 6);
 }
 
@@ -379,7 +379,7 @@ fn a_queued_message_shows_under_the_answer() {
 #[test]
 fn the_save_profile_prompt_flags_a_bad_name() {
     let mut app = fixture::mixed(1, "dark");
-    app.overlay = Some(Overlay::SaveProfile { name: InputLine::new("my test!") });
+    app.popups.open(Overlay::SaveProfile { name: InputLine::new("my test!") });
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
 }
 
@@ -581,7 +581,7 @@ fn a_message_picked_for_copying() {
     fixture::play(&mut app, 0, "Write a loop in Rust", fixture::CODE_ANSWER, Some(FinishReason::Stop), t0);
     let long: String = (1..=30).map(|i| format!("line {i}\n")).collect();
     fixture::play(&mut app, 0, "Count to thirty", &long, Some(FinishReason::Stop), t0);
-    app.overlay = Some(Overlay::Select { index: 0 });
+    app.popups.open(Overlay::Select { index: 0 });
     let screen = draw(&app, 60, 14);
     insta::assert_snapshot!(screen.backend());
     let selected = app.styles.selection;
@@ -675,7 +675,7 @@ fn searching_a_conversation() {
     app.handle_key(plain_key(KeyCode::Backspace));
     draw(&app, 60, 14);
     app.handle_key(plain_key(KeyCode::Esc));
-    assert_eq!(app.overlay, None);
+    assert_eq!(app.overlay(), None);
     let held = draw(&app, 60, 14).backend().to_string();
     assert!(held.contains("╭─ rust") && held.contains(" ↑"), "still there, the lines below it counted:\n{held}");
     assert!(app.panes[0].scroll_top.is_some(), "the view holds where the match was");
@@ -1028,12 +1028,25 @@ fn the_save_profile_prompt_says_it_all_and_how_the_profile_is_started() {
     for pane in app.panes.iter_mut().take(3) {
         pane.settings = Some(app.settings.chat());
     }
-    app.overlay = Some(Overlay::SaveProfile { name: InputLine::new("my-eight") });
+    app.popups.open(Overlay::SaveProfile { name: InputLine::new("my-eight") });
     let screen = format!("{:?}", draw(&app, 80, 24).backend());
     assert!(screen.contains("of their own") && screen.contains("[pane.N])"), "the sentence is cut:\n{screen}");
     assert!(screen.contains("--profile my-eight"), "how to start with it:\n{screen}");
     assert!(screen.contains("`default`"), "which profile loads at start-up:\n{screen}");
-    app.overlay = Some(Overlay::SaveProfile { name: InputLine::new("default") });
+    app.popups.open(Overlay::SaveProfile { name: InputLine::new("default") });
     let screen = format!("{:?}", draw(&app, 80, 24).backend());
     assert!(screen.contains("cohort starts with"), "saving as default:\n{screen}");
+}
+
+/// The save dialog opened from the profile picker is drawn over it (issue 59: overlays stack).
+#[test]
+fn the_save_prompt_over_the_profile_picker() {
+    let mut app = fixture::mixed(4, "dark");
+    app.profiles = cohort::config::profile::SHIPPED
+        .iter()
+        .map(|(name, _)| cohort::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
+        .collect();
+    app.popups.open(Overlay::Profiles { selected: 1 });
+    app.popups.open(Overlay::SaveProfile { name: InputLine::new("my-eight") });
+    insta::assert_snapshot!(draw(&app, 80, 24).backend());
 }

@@ -76,9 +76,9 @@ pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(format!(" {}", notice.text)).style(style), area);
         return;
     }
-    if let Some(Overlay::Select { index } | Overlay::Branch { index }) = app.overlay {
+    if let Some(Overlay::Select { index } | Overlay::Branch { index }) = app.overlay() {
         let count = app.focused().messages().len();
-        let (lead, enter) = match app.overlay {
+        let (lead, enter) = match app.overlay() {
             Some(Overlay::Branch { .. }) => ("branch at ", " branch  "),
             _ => ("", " copy  "),
         };
@@ -94,7 +94,7 @@ pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(Line::from(spans)), area);
         return;
     }
-    if let Some(Overlay::Search { query, back }) = &app.overlay {
+    if let Some(Overlay::Search { query, back }) = app.overlay() {
         let hits = app.focused().search_hits.get();
         let lead = " find: ";
         let mut spans = vec![Span::styled(lead, s.accent), Span::styled(query.text().to_owned(), s.base)];
@@ -114,7 +114,7 @@ pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
         }
         return;
     }
-    if let Some(Overlay::Row { id, .. }) = &app.overlay {
+    if let Some(Overlay::Row { id, .. }) = app.overlay() {
         let rows = &app.telemetry.rows;
         let place = match rows.iter().position(|r| r.id == *id) {
             Some(i) => format!(" row {i} of the lane's {}  ", rows.len()),

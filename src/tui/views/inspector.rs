@@ -12,7 +12,7 @@ const MEMORY_HEIGHT: u16 = 9;
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, panel: InspectorPanel) {
     // Drilled into one row, it takes the whole inspector.
-    if let Some(Overlay::Row { id, .. }) = &app.overlay {
+    if let Some(Overlay::Row { id, .. }) = app.overlay() {
         return row::draw(frame, area, app, id);
     }
     match panel {

@@ -37,15 +37,17 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if let (Some(rect), Some(panel)) = (screen.inspector, app.inspector) {
         inspector::draw(frame, rect, app, panel);
     }
-    match &app.overlay {
-        Some(Overlay::Help { scroll }) => help::draw(frame, area, app, *scroll),
-        Some(Overlay::Profiles { selected }) => picker::draw_profiles(frame, area, app, *selected),
-        Some(Overlay::SaveProfile { name }) => picker::draw_save(frame, area, app, name),
-        Some(Overlay::Settings(form)) => settings::draw(frame, area, app, form),
-        Some(Overlay::Sessions(open)) => sessions::draw(frame, area, app, open),
-        // Drawn in the pane itself (the picked message highlighted), or the inspector (the
-        // drilled row), and the bottom bar.
-        Some(Overlay::Select { .. } | Overlay::Branch { .. } | Overlay::Row { .. } | Overlay::Search { .. }) | None => {
+    // Every overlay open, bottom first, so the one on top is drawn over those beneath.
+    for overlay in app.popups.iter() {
+        match overlay {
+            Overlay::Help { scroll } => help::draw(frame, area, app, *scroll),
+            Overlay::Profiles { selected } => picker::draw_profiles(frame, area, app, *selected),
+            Overlay::SaveProfile { name } => picker::draw_save(frame, area, app, name),
+            Overlay::Settings(form) => settings::draw(frame, area, app, form),
+            Overlay::Sessions(open) => sessions::draw(frame, area, app, open),
+            // Drawn in the pane itself (the picked message highlighted), or the inspector (the
+            // drilled row), and the bottom bar.
+            Overlay::Select { .. } | Overlay::Branch { .. } | Overlay::Row { .. } | Overlay::Search { .. } => {}
         }
     }
 }

@@ -52,14 +52,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
     if body_height > 0 {
         let body = Rect { height: body_height, ..inner };
         // The message being picked for copying or branching, in the focused pane.
-        let picked = match app.overlay {
+        let picked = match app.overlay() {
             Some(Overlay::Select { index } | Overlay::Branch { index }) if focused => {
-                pane.messages().get(index).copied()
+                pane.messages().get(*index).copied()
             }
             _ => None,
         };
         // What the focused pane's search looks for, and which match it shows.
-        let search = match &app.overlay {
+        let search = match app.overlay() {
             Some(Overlay::Search { query, back }) if focused => Some((query.text(), *back)),
             _ => None,
         };
@@ -84,7 +84,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
         lines = vec![Line::from(vec![Span::styled("› ", styles.user), Span::styled("type a prompt", styles.muted)])];
     }
     frame.render_widget(Paragraph::new(lines), input_area);
-    if focused && app.overlay.is_none() {
+    if focused && !app.popups.is_open() {
         let x = input_area.x + prompt_width + cursor.1 as u16;
         let y = input_area.y + (cursor.0 - first) as u16;
         if x < input_area.right() && y < input_area.bottom() {

@@ -1,0 +1,68 @@
+//! The message pickers' keys (copy a message, branch a new pane at one): up/down (k/j) one
+//! message, home/end (g/G) the first and last, pageup/pagedown five; enter (or the picker's
+//! own key again) acts, esc or q close. Drawn in the focused pane and the bottom bar
+//! (`tui::views::pane`, `tui::views::bars`).
+
+use crossterm::event::{KeyCode, KeyEvent};
+
+use super::super::App;
+use super::{Next, Overlay};
+use crate::config::keymap::Command;
+use crate::tui::action::Effect;
+
+impl App {
+    /// Open a message picker (`overlay` at an index) on the focused pane's newest message, or say
+    /// there is nothing to `verb`.
+    pub(in crate::tui::app) fn open_picker(&mut self, verb: &str, overlay: impl FnOnce(usize) -> Overlay) {
+        let count = self.focused().messages().len();
+        if count == 0 {
+            self.notify(format!("nothing to {verb}: this pane has no message yet"), true);
+        } else {
+            // The bottom bar shows the picker's keys.
+            self.notice = None;
+            self.popups.open(overlay(count - 1));
+        }
+    }
+
+    pub(super) fn select_key(&mut self, index: usize, key: KeyEvent, fx: &mut Vec<Effect>) -> Next {
+        let kept: Option<Overlay> = {
+            let copy = self.keymap.keys_for(Command::Copy).iter().any(|c| c.matches(&key));
+            match key.code {
+                KeyCode::Esc | KeyCode::Char('q') => None,
+                KeyCode::Enter | KeyCode::Char('y') => self.copy_message(index, fx),
+                _ if copy => self.copy_message(index, fx),
+                _ => Some(Overlay::Select { index: self.pick_move(index, &key) }),
+            }
+        };
+        kept.into()
+    }
+
+    pub(super) fn branch_key(&mut self, index: usize, key: KeyEvent, fx: &mut Vec<Effect>) -> Next {
+        let kept: Option<Overlay> = {
+            let again = self.keymap.keys_for(Command::Branch).iter().any(|c| c.matches(&key));
+            match key.code {
+                KeyCode::Esc | KeyCode::Char('q') => None,
+                KeyCode::Enter | KeyCode::Char('b') => self.branch(index, fx),
+                _ if again => self.branch(index, fx),
+                _ => Some(Overlay::Branch { index: self.pick_move(index, &key) }),
+            }
+        };
+        kept.into()
+    }
+
+    /// A message picker's move: up/down (k/j) one message, home/end (g/G) the first and last,
+    /// pageup/pagedown five; other keys stay.
+    fn pick_move(&self, index: usize, key: &KeyEvent) -> usize {
+        let last = self.focused().messages().len().saturating_sub(1);
+        let index = match key.code {
+            KeyCode::Up | KeyCode::Char('k') => index.saturating_sub(1),
+            KeyCode::Down | KeyCode::Char('j') => index + 1,
+            KeyCode::Home | KeyCode::Char('g') => 0,
+            KeyCode::End | KeyCode::Char('G') => last,
+            KeyCode::PageUp => index.saturating_sub(5),
+            KeyCode::PageDown => index + 5,
+            _ => index,
+        };
+        index.min(last)
+    }
+}
