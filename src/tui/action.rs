@@ -12,6 +12,7 @@ use crate::config::keymap::{Command, Keymap};
 use crate::config::profile::{Profile, Settings};
 use crate::config::theme::Theme;
 use crate::engine::api::EngineInfo;
+use crate::engine::api::Numerics;
 use crate::engine::api::Request;
 use crate::engine::api::RowEvent;
 use crate::engine::api::Telemetry;
@@ -211,7 +212,7 @@ impl EngineSummary {
         EngineSummary {
             model,
             mode: format!("{:?}", info.mode).to_lowercase(),
-            numerics: crate::tui::app::numerics_name(info.numerics).to_owned(),
+            numerics: numerics_name(info.numerics).to_owned(),
             weights: info.weights.name().to_owned(),
             probe: info.probe.clone(),
             max_context: info.max_context,
@@ -219,4 +220,19 @@ impl EngineSummary {
             counter,
         }
     }
+}
+
+/// A numerics mode as profiles and `--numerics` spell it.
+pub fn numerics_name(n: Numerics) -> &'static str {
+    match n {
+        Numerics::Throughput => "throughput",
+        Numerics::Balanced => "balanced",
+        Numerics::B1Exact => "b1-exact",
+    }
+}
+
+/// A preset as profiles and `--preset` spell it.
+pub fn preset_name(p: crate::engine::api::Preset) -> String {
+    use clap::ValueEnum as _;
+    p.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_else(|| format!("{p:?}").to_lowercase())
 }

@@ -8,6 +8,8 @@ use std::time::Instant;
 use crossterm::event::{KeyEvent, MouseEvent};
 use ratatui::layout::Rect;
 
+mod context_window;
+pub mod keys;
 mod overlays;
 
 pub use overlays::{Overlay, Popups, SessionList, SessionMode};
@@ -22,7 +24,6 @@ use super::transcript::{Record, RestoredPane};
 use crate::config::keymap::{Command, Keymap};
 use crate::config::profile::{ChatSettings, MAX_PANES, ProfileEntry, Settings};
 use crate::config::theme::Theme;
-use crate::engine::api::Numerics;
 use crate::engine::api::RowEvent;
 use crate::engine::api::{FinishReason, Prompt, Request, RequestResult};
 use crate::engine::api::{RowState, RowTelemetry, Telemetry};
@@ -204,14 +205,14 @@ impl App {
 
     /// Map a key to an action and apply it (what the event loop does with a key press).
     pub fn handle_key(&mut self, key: KeyEvent) -> Vec<Effect> {
-        let action = super::keys::resolve(self, key);
+        let action = keys::resolve(self, key);
         self.update(action)
     }
 
     /// Map a mouse event on a screen of `area` to an action and apply it (what the event loop
     /// does with a click or a wheel notch).
     pub fn handle_mouse(&mut self, event: MouseEvent, area: Rect) -> Vec<Effect> {
-        match super::keys::mouse(self, event, area) {
+        match keys::mouse(self, event, area) {
             Some(action) => self.update(action),
             None => Vec::new(),
         }
@@ -594,7 +595,8 @@ impl App {
 
     fn cancel_focused(&mut self, fx: &mut Vec<Effect>) {
         let number = self.focus + 1;
-        if self.focused_mut().cancel(fx) {
+        if let Some(request) = self.focused_mut().cancel() {
+            fx.push(Effect::Cancel { request });
             self.notify(format!("cancelling pane {number}; the other panes continue"), false);
         }
     }
@@ -604,7 +606,9 @@ impl App {
         let mut running = Vec::new();
         for (i, pane) in self.panes.iter_mut().enumerate() {
             if pane.is_busy() {
-                pane.cancel(fx);
+                if let Some(request) = pane.cancel() {
+                    fx.push(Effect::Cancel { request });
+                }
                 running.push((i + 1).to_string());
             }
         }
@@ -1069,18 +1073,4 @@ pub fn finish_state(reason: FinishReason) -> RowState {
         FinishReason::Cancelled => RowState::Cancelled,
         FinishReason::Error => RowState::Error,
     }
-}
-
-pub fn numerics_name(n: Numerics) -> &'static str {
-    match n {
-        Numerics::Throughput => "throughput",
-        Numerics::Balanced => "balanced",
-        Numerics::B1Exact => "b1-exact",
-    }
-}
-
-/// A preset as profiles and `--preset` spell it.
-pub fn preset_name(p: crate::engine::api::Preset) -> String {
-    use clap::ValueEnum as _;
-    p.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_else(|| format!("{p:?}").to_lowercase())
 }

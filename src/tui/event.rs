@@ -13,6 +13,7 @@ use crossterm::event::{Event, KeyEventKind};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::action::{Action, Effect, EngineSummary, OpenedSession, ProfileSwitch};
+use super::app::keys;
 use super::app::{App, TICKS_PER_S};
 use super::bridge::{Backend, Bridge};
 use super::terminal::{self, Tui};
@@ -20,7 +21,7 @@ use super::transcript::{
     TranscriptWriter, delete_session, list_sessions, load_session, release_session_if_empty, session_title,
     set_session_title,
 };
-use super::{clipboard, editor, export, keys, views};
+use super::{clipboard, editor, export, views};
 use crate::config::keymap::Keymap;
 use crate::config::model_args::ModelArgs;
 use crate::config::profile::{Overrides, Settings, load_profile, save_profile};

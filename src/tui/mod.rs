@@ -19,7 +19,6 @@ pub mod export;
 #[cfg(feature = "testing")]
 pub mod fixture;
 pub mod input;
-pub mod keys;
 pub mod layout;
 pub mod markdown;
 pub mod pane;

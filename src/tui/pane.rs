@@ -155,9 +155,10 @@ impl Pane {
         self.in_flight.is_some()
     }
 
-    /// Ask for the running answer to be cancelled (once: true when this call asked); a message
-    /// queued behind it goes back to the box (before what is there), to edit or send.
-    pub fn cancel(&mut self, fx: &mut Vec<super::action::Effect>) -> bool {
+    /// Mark the running answer cancelled and return its request id (once: None when it was
+    /// already asked, or nothing runs); a message queued behind it goes back to the box (before
+    /// what is there), to edit or send.
+    pub fn cancel(&mut self) -> Option<String> {
         if let Some(queued) = self.queued.take() {
             let rest = self.input.take();
             let joined = if rest.is_empty() { queued } else { format!("{queued}\n{rest}") };
@@ -166,10 +167,9 @@ impl Pane {
         match self.in_flight.as_mut() {
             Some(flight) if !flight.cancel_requested => {
                 flight.cancel_requested = true;
-                fx.push(super::action::Effect::Cancel { request: flight.id.clone() });
-                true
+                Some(flight.id.clone())
             }
-            _ => false,
+            _ => None,
         }
     }
 

@@ -7,7 +7,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::config::keymap::Command;
-use crate::tui::app::{App, EngineStatus, Overlay, TICKS_PER_S, numerics_name, preset_name};
+use crate::tui::action::{numerics_name, preset_name};
+use crate::tui::app::{App, EngineStatus, Overlay, TICKS_PER_S};
 
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 

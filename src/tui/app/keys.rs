@@ -6,9 +6,9 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::Rect;
 
-use super::action::Action;
-use super::app::App;
+use super::App;
 use crate::config::keymap::Command;
+use crate::tui::action::Action;
 
 pub fn resolve(app: &App, key: KeyEvent) -> Action {
     if app.popups.is_open() {
