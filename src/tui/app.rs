@@ -356,7 +356,7 @@ impl App {
                 Some(text) => fx.push(Effect::Copy { text: text.to_owned() }),
                 None => self.notify("nothing to copy: this pane has no answer yet".into(), true),
             },
-            Command::Select => self.open_picker("copy", |index| Overlay::Select { index }),
+            Command::Select => self.open_picker("copy", |index| Overlay::Select { index, code: 0 }),
             Command::Branch => self.open_picker("branch", |index| Overlay::Branch { index }),
             Command::Search => {
                 if self.focused().turns.is_empty() {

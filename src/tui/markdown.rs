@@ -490,6 +490,26 @@ impl<'s> Inline<'s> {
 
 // ---------------------------------------------------------------- tables
 
+/// The text of each code block in `text` (fenced or indented), in order, as written between its
+/// fences: what the message picker's code key copies.
+pub fn code_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut open: Option<String> = None;
+    for event in Parser::new_ext(text, options()) {
+        match event {
+            Event::Start(Tag::CodeBlock(_)) => open = Some(String::new()),
+            Event::Text(t) => {
+                if let Some(block) = open.as_mut() {
+                    block.push_str(&t);
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => blocks.extend(open.take()),
+            _ => {}
+        }
+    }
+    blocks
+}
+
 /// Draw the pending lines: a table when pulldown-cmark reads them as one, else line by line.
 fn flush(state: &mut BlockState, width: usize, styles: &Styles, out: &mut Rendered) {
     if state.pending.is_empty() {

@@ -802,7 +802,7 @@ fn any_message_can_be_picked_and_copied() {
 
     let mut app = two_turns("second");
     app.handle_key(alt(KeyCode::Char('y')));
-    assert_eq!(app.overlay(), Some(&Overlay::Select { index: 3 }), "the newest answer first");
+    assert_eq!(app.overlay(), Some(&Overlay::Select { index: 3, code: 0 }), "the newest answer first");
     app.handle_key(key(KeyCode::Up));
     app.handle_key(key(KeyCode::Char('k')));
     let fx = app.handle_key(key(KeyCode::Enter));
@@ -813,7 +813,7 @@ fn any_message_can_be_picked_and_copied() {
     for _ in 0..5 {
         app.handle_key(key(KeyCode::Char('k')));
     }
-    assert_eq!(app.overlay(), Some(&Overlay::Select { index: 0 }), "the first message stops it");
+    assert_eq!(app.overlay(), Some(&Overlay::Select { index: 0, code: 0 }), "the first message stops it");
     app.handle_key(key(KeyCode::Char('j')));
     app.handle_key(key(KeyCode::End));
     app.handle_key(key(KeyCode::Home));
@@ -1478,4 +1478,37 @@ fn the_save_dialog_opens_over_the_profile_picker_and_esc_goes_back_to_it() {
     // Keys reach the panes again.
     type_text(&mut app, "hi");
     assert_eq!(app.panes[0].input.text(), "hi");
+}
+
+/// Issue 58: one code block of an answer could not be copied, only the whole message. In the
+/// message picker, c copies the picked message's code block; with several, c again copies the
+/// next (the picker stays open); a message with none says so.
+#[test]
+fn one_code_block_of_a_message_can_be_copied() {
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "two loops");
+    app.handle_key(key(KeyCode::Enter));
+    let answer =
+        "Here:\n\n```rust\nfor i in 0..3 {}\n```\n\nand in Python:\n\n```python\nfor i in range(3):\n    pass\n```\n";
+    finish(&mut app, 0, FinishReason::Stop, answer);
+    app.handle_key(alt(KeyCode::Char('y')));
+    let fx = app.handle_key(key(KeyCode::Char('c')));
+    assert!(matches!(&fx[..], [Effect::Copy { text }] if text == "for i in 0..3 {}\n"), "{fx:?}");
+    assert!(app.overlay().is_some(), "two blocks: the picker stays for the next");
+    let fx = app.handle_key(key(KeyCode::Char('c')));
+    assert!(matches!(&fx[..], [Effect::Copy { text }] if text == "for i in range(3):\n    pass\n"), "{fx:?}");
+    // The question has no code block: nothing is copied, and the picker says why.
+    app.handle_key(key(KeyCode::Up));
+    assert!(app.handle_key(key(KeyCode::Char('c'))).is_empty());
+    assert!(app.notice.as_ref().is_some_and(|n| n.text.contains("no code block")), "{:?}", app.notice);
+    assert!(app.overlay().is_some());
+    // A single block copies and closes the picker, as enter does.
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "one loop");
+    app.handle_key(key(KeyCode::Enter));
+    finish(&mut app, 0, FinishReason::Stop, "```\nloop {}\n```");
+    app.handle_key(alt(KeyCode::Char('y')));
+    let fx = app.handle_key(key(KeyCode::Char('c')));
+    assert!(matches!(&fx[..], [Effect::Copy { text }] if text == "loop {}\n"), "{fx:?}");
+    assert_eq!(app.overlay(), None);
 }

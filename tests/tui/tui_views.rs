@@ -581,7 +581,7 @@ fn a_message_picked_for_copying() {
     fixture::play(&mut app, 0, "Write a loop in Rust", fixture::CODE_ANSWER, Some(FinishReason::Stop), t0);
     let long: String = (1..=30).map(|i| format!("line {i}\n")).collect();
     fixture::play(&mut app, 0, "Count to thirty", &long, Some(FinishReason::Stop), t0);
-    app.popups.open(Overlay::Select { index: 0 });
+    app.popups.open(Overlay::Select { index: 0, code: 0 });
     let screen = draw(&app, 60, 14);
     insta::assert_snapshot!(screen.backend());
     let selected = app.styles.selection;
@@ -1049,4 +1049,17 @@ fn the_save_prompt_over_the_profile_picker() {
     app.popups.open(Overlay::Profiles { selected: 1 });
     app.popups.open(Overlay::SaveProfile { name: InputLine::new("my-eight") });
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
+}
+
+/// Issue 58: the copy picker on an answer with code says that c copies its code block.
+#[test]
+fn the_copy_picker_on_an_answer_with_code_offers_its_code_block() {
+    let mut app = fixture::app(1, "dark");
+    let t0 = std::time::Instant::now();
+    fixture::play(&mut app, 0, "Write a loop in Rust", fixture::CODE_ANSWER, Some(FinishReason::Stop), t0);
+    app.popups.open(Overlay::Select { index: 1, code: 0 });
+    let screen = draw(&app, 80, 10);
+    let bottom = row_text(screen.backend().buffer(), 9);
+    assert!(bottom.contains("message 2 of 2") && bottom.contains("c code"), "{bottom}");
+    insta::assert_snapshot!(screen.backend());
 }

@@ -3,7 +3,7 @@
 //! - Benchmarks: `bench` (serial against cohort on the sealed B8 lane) and `bench_arrivals`
 //!   (requests arriving over time through the continuous lane).
 //! - Step timings: `bench_step` (prefill, B1 AR and the B8 cycle's phases against their bandwidth
-//!   floors), with `bench_b8`, `bench_step_report`, `bench_switches` (the route arms),
+//!   floors; its folder holds `b8`, `report` and `switches`, the route arms),
 //!   `node_costs`, `graph_stats` and the CUDA profiler's windows (`cuda_profiler`).
 //! - The device: `device` (matmul, linear and attention timings: `device_timing`,
 //!   `attention_timing`; the kernels' checks and timings: `device_invariance`,
@@ -17,10 +17,7 @@
 pub mod attention_timing;
 pub mod bench;
 pub mod bench_arrivals;
-mod bench_b8;
 pub mod bench_step;
-mod bench_step_report;
-mod bench_switches;
 pub mod checks;
 pub mod cuda_profiler;
 pub mod device;

@@ -9,6 +9,7 @@ use ratatui::widgets::Paragraph;
 use crate::config::keymap::Command;
 use crate::tui::action::{numerics_name, preset_name};
 use crate::tui::app::{App, EngineStatus, Overlay, TICKS_PER_S};
+use crate::tui::markdown::code_blocks;
 
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -77,21 +78,30 @@ pub fn draw_bottom(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(format!(" {}", notice.text)).style(style), area);
         return;
     }
-    if let Some(Overlay::Select { index } | Overlay::Branch { index }) = app.overlay() {
+    if let Some(Overlay::Select { index, .. } | Overlay::Branch { index }) = app.overlay() {
         let count = app.focused().messages().len();
         let (lead, enter) = match app.overlay() {
             Some(Overlay::Branch { .. }) => ("branch at ", " branch  "),
             _ => ("", " copy  "),
         };
-        let spans = vec![
+        let mut spans = vec![
             Span::styled(format!(" {lead}message {} of {count}  ", index + 1), s.accent),
             Span::styled("↑/↓", s.key),
             Span::styled(" choose  ", s.muted),
             Span::styled("enter", s.key),
             Span::styled(enter, s.muted),
-            Span::styled("esc", s.key),
-            Span::styled(" back", s.muted),
         ];
+        // The copy picker's code key, where the picked message has code: which block it copies.
+        if let Some(Overlay::Select { code, .. }) = app.overlay() {
+            let blocks = app.focused().message_text(*index).map_or(0, |t| code_blocks(t).len());
+            if blocks > 0 {
+                spans.push(Span::styled("c", s.key));
+                let which =
+                    if blocks > 1 { format!(" code {}/{blocks}  ", code % blocks + 1) } else { " code  ".into() };
+                spans.push(Span::styled(which, s.muted));
+            }
+        }
+        spans.extend([Span::styled("esc", s.key), Span::styled(" back", s.muted)]);
         frame.render_widget(Paragraph::new(Line::from(spans)), area);
         return;
     }

@@ -53,7 +53,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, index: usize) {
         let body = Rect { height: body_height, ..inner };
         // The message being picked for copying or branching, in the focused pane.
         let picked = match app.overlay() {
-            Some(Overlay::Select { index } | Overlay::Branch { index }) if focused => {
+            Some(Overlay::Select { index, .. } | Overlay::Branch { index }) if focused => {
                 pane.messages().get(*index).copied()
             }
             _ => None,

@@ -32,9 +32,11 @@ pub enum Overlay {
     SaveProfile {
         name: InputLine,
     },
-    /// Picking a message of the focused pane to copy: `index` into `Pane::messages`.
+    /// Picking a message of the focused pane to copy: `index` into `Pane::messages`; `code`: the
+    /// code block of it that the code key copies next.
     Select {
         index: usize,
+        code: usize,
     },
     /// Picking the message of the focused pane to branch from (`index` into `Pane::messages`):
     /// a new pane gets the conversation up to it.
@@ -142,7 +144,7 @@ impl App {
             Overlay::Help { scroll } => self.help_key(scroll, key),
             Overlay::Profiles { selected } => self.profiles_key(selected, key, fx),
             Overlay::SaveProfile { name } => self.save_profile_key(name, key, fx),
-            Overlay::Select { index } => self.select_key(index, key, fx),
+            Overlay::Select { index, code } => self.select_key(index, code, key, fx),
             Overlay::Branch { index } => self.branch_key(index, key, fx),
             Overlay::Settings(form) => self.settings_key(form, key, fx).into(),
             Overlay::Sessions(open) => self.sessions_key(open, key, fx).into(),

@@ -7,7 +7,7 @@ use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use cohort_core::model::routes::Routes;
 use cohort_core::model::switches::{SWITCHES, SwitchDoc};
 
-use super::bench_step::{BenchStepArgs, OnOff};
+use super::{BenchStepArgs, OnOff};
 
 /// How many switches have an arm: an arm carries one setting of each.
 pub(super) const COUNT: usize = {

@@ -2,7 +2,7 @@
 //! cohort's aggregate measured and projected. A step that `--steps` left out is not reported
 //! (its medians are empty, and a table of NaN reads as a measurement).
 
-use super::bench_step::{Figures, StepKind};
+use super::{Figures, StepKind};
 use cohort_core::engine::cohort::FIXED_WIDTH;
 
 /// Each step's floor in ms: the bytes it must read / the measured bandwidth.

@@ -9,9 +9,12 @@ use anyhow::{Context, Result};
 use clap::Args;
 use mlx_rs::{Array, Dtype};
 
-use super::bench_b8::{B8Times, b8_cycles, interleaved_b8, tokenizer_for};
-use super::bench_switches::{self, KernelSwitch};
+mod b8;
+mod report;
+mod switches;
+
 use crate::cuda_profiler::Window;
+use b8::{B8Times, b8_cycles, interleaved_b8, tokenizer_for};
 use cohort_core::engine::cohort::FIXED_WIDTH;
 use cohort_core::engine::cycle::Phase;
 use cohort_core::model::config::{LayerKind, Qwen35Config};
@@ -23,6 +26,7 @@ use cohort_core::model::routes::Routes;
 use cohort_core::model::text::tokenizer::TextTokenizer;
 use cohort_core::platform::backend::{MemoryStats, human_bytes};
 use cohort_core::platform::timing::median;
+use switches::KernelSwitch;
 
 #[derive(Args)]
 pub struct BenchStepArgs {
@@ -81,7 +85,7 @@ pub struct BenchStepArgs {
     /// `--qk-kernel`, `--experts-kernel`, ...; `--help` lists them), each taking `on`, `off` or
     /// both.
     #[command(flatten)]
-    pub(super) arms: super::bench_switches::RouteArms,
+    pub(super) arms: switches::RouteArms,
     /// Projections that share an input stacked at load, on or off (`on,off` loads the model
     /// twice, so the interleaved B1 arms can step both in one process); default: the engine's.
     #[arg(long, value_delimiter = ',')]
@@ -414,7 +418,7 @@ pub(super) struct Arm {
     pub compiled: CompiledBlocks,
     pub moe_rows: MoeRows,
     /// Each of [`KernelSwitch::all`]'s settings, in that order.
-    pub kernels: [Option<OnOff>; bench_switches::COUNT],
+    pub kernels: [Option<OnOff>; switches::COUNT],
 }
 
 /// An arm's switch setting as the tables show it.
@@ -444,9 +448,9 @@ pub(super) fn min_max(v: &[f64]) -> (f64, f64) {
 }
 
 /// Every interleaved arm: the loaded models (`--stacking`) crossed with `--compiled`,
-/// `--moe-rows` and every kernel switch's settings ([`bench_switches::combinations`]).
+/// `--moe-rows` and every kernel switch's settings ([`switches::combinations`]).
 fn arms(models: &[(Option<OnOff>, Box<Qwen35Model>)], args: &BenchStepArgs, compiled: &[CompiledBlocks]) -> Vec<Arm> {
-    let kernels = bench_switches::combinations(args);
+    let kernels = switches::combinations(args);
     let mut arms = Vec::new();
     for (model, (stacking, _)) in models.iter().enumerate() {
         for &compiled in compiled {
@@ -523,7 +527,7 @@ fn interleaved_b1(
         "| stacking | {} | compiled blocks | MoE gather rows | median step ms | min | max | median graph build ms |",
         kernel_columns()
     );
-    println!("|{}", " --- |".repeat(7 + bench_switches::COUNT));
+    println!("|{}", " --- |".repeat(7 + switches::COUNT));
     for (arm, (_, _, steps, builds)) in arms.iter().zip(rows) {
         let (lo, hi) = min_max(&steps);
         println!(
@@ -738,7 +742,7 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
         c.full_attention_interval = 1;
         c
     };
-    let floors = super::bench_step_report::Floors {
+    let floors = report::Floors {
         b1: floor(step_bytes(&cfg, 1, true)),
         draft: floor(step_bytes(&mtp_cfg, FIXED_WIDTH as i64, true)),
         verify: floor(step_bytes(&cfg, 2 * FIXED_WIDTH as i64, true)),
@@ -758,14 +762,14 @@ pub fn run(args: BenchStepArgs) -> Result<()> {
                 routes.gdn_kernel = matches!(route, GdnRoute::Kernel);
                 routes.batched_attention = matches!(attention, AttentionPath::Batched);
                 compiled.apply(&mut routes);
-                super::bench_switches::apply_single_settings(&args, &mut routes);
+                switches::apply_single_settings(&args, &mut routes);
                 let _in_force = cohort_core::model::routes::enter(routes);
                 eprintln!(
                     "measuring: {route:?} recurrence, {attention:?} cohort attention, compiled blocks: {compiled:?}"
                 );
                 let f = measure(model, &tok, &args, route, attention, compiled, &mut first_logits)?;
                 // Each arm as soon as it is measured, so a run cut short keeps the arms before.
-                super::bench_step_report::print(&f, &floors, args.prefill, &args.steps);
+                report::print(&f, &floors, args.prefill, &args.steps);
                 all.push(f);
             }
         }

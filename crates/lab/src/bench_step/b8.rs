@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::bench_step::{
+use super::{
     Arm, BenchStepArgs, ProfiledStep, arm_order, arm_routes, close_window, kernel_cells, kernel_columns, min_max,
     print_graph_stats, profile_window, synthetic_ids,
 };
@@ -256,7 +256,7 @@ pub fn interleaved_b8(model: &Qwen35Model, tok: &TextTokenizer, args: &BenchStep
         "| {} | compiled blocks | owe history ms | draft ms | verify ms | decide ms | commit ms | cycle ms | B8 AR cycle ms | verify min | verify max |",
         kernel_columns()
     );
-    println!("|{}", " --- |".repeat(10 + super::bench_switches::COUNT));
+    println!("|{}", " --- |".repeat(10 + super::switches::COUNT));
     for (a, arm) in arms.iter().enumerate() {
         let (lo, hi) = min_max(mtp[a].get(&Phase::Verify).map(Vec::as_slice).unwrap_or(&[]));
         let m = |p| B8Times::median(&mtp[a], p);
