@@ -15,8 +15,9 @@ use cohort::engine::sampler::SamplerConfig;
 use cohort::engine::solo::{GenerationMode, run_solo};
 use cohort::model::families::qwen3_5::Qwen35Model;
 use cohort::model::forward::LanguageModel;
-use cohort::model::layers::compiled::{GraphKey, compiled_here};
-use cohort::model::layers::moe_graph::Stacking;
+use cohort::model::layers::compiled::compiled_here;
+use cohort::model::layers::gated_delta::GdnPlan;
+use cohort::model::layers::moe_graph::{Plan as MoePlan, Stacking};
 use cohort::model::routes::{self, Routes};
 use cohort::model::storage::Storage;
 use cohort::model::text::tokenizer::TextTokenizer;
@@ -53,7 +54,7 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
             dense_products: layout == 2,
             ..compiled
         });
-        let before = compiled_here();
+        let before = (compiled_here::<GdnPlan>(), compiled_here::<MoePlan>());
         let model = Qwen35Model::load(&fixture(name), Dtype::Float32).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let refs = reference(name);
         for (pname, p) in refs["prompts"].as_object().unwrap() {
@@ -84,34 +85,29 @@ fn compiled_blocks_match_mlx_lm_on_every_qwen35_fixture() {
                 assert_eq!(run.tokens, want[..48].to_vec(), "{name}/{pname}: greedy MTP differs from mlx-lm");
             }
         }
-        let plans = compiled_here();
+        let (mixers, moes) = (compiled_here::<GdnPlan>(), compiled_here::<MoePlan>());
         assert!(
-            plans.iter().any(|k| matches!(k, GraphKey::Gdn(p) if p.fused_in == stacked)),
+            mixers.iter().any(|p| p.fused_in == stacked),
             "{name}: the compiled mixer (input projections stacked: {stacked}) never served"
         );
         if name.contains("moe") || name.contains("next") {
             let all_stacked = Stacking { router_gate: stacked, gate_up: stacked, shared_gate_up: stacked };
             assert!(
-                plans.iter().any(|k| matches!(k, GraphKey::Moe(p) if Stacking::of(&p.storage) == all_stacked)),
+                moes.iter().any(|p| Stacking::of(&p.storage) == all_stacked),
                 "{name}: the compiled MoE block (stacked: {stacked}) never served"
             );
         }
         // The plans this fixture traced took its layout, and only it.
-        let new: Vec<Storage> = plans
-            .iter()
-            .filter(|k| !before.contains(k))
-            .flat_map(|k| match k {
-                GraphKey::Gdn(p) => p.storage.to_vec(),
-                GraphKey::Moe(p) => p.storage.to_vec(),
-            })
-            .collect();
+        let new_mixers = mixers.iter().filter(|p| !before.0.contains(p)).flat_map(|p| p.storage.to_vec());
+        let new_moes = moes.iter().filter(|p| !before.1.contains(p)).flat_map(|p| p.storage.to_vec());
+        let new: Vec<Storage> = new_mixers.chain(new_moes).collect();
         let padded = new.iter().filter(|s| matches!(s, Storage::Padded(..))).count();
         let dense = new.iter().filter(|s| matches!(s, Storage::WithDense(_))).count();
         let took = [(padded, dense) == (0, 0), padded > 0 && dense == 0, dense > 0 && padded == 0];
         assert!(took[layout], "{name}: layout {layout} forced, the plans have {padded} padded and {dense} dense");
         if WITH_MTP.contains(&name) {
             assert!(
-                plans.iter().any(|k| matches!(k, GraphKey::Gdn(p) if p.capture)),
+                mixers.iter().any(|p| p.capture),
                 "{name}: no verify ran through the compiled mixer with state capture"
             );
         }

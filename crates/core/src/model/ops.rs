@@ -2,7 +2,7 @@
 //! mlx-rs exposes only through its generic indexing machinery.
 
 use anyhow::{Result, bail};
-use mlx_rs::Array;
+use mlx_rs::{Array, Dtype};
 
 fn checked(status: i32, what: &str, raw: mlx_sys::mlx_array) -> Result<Array> {
     // SAFETY: `raw` was created by mlx_array_new and filled (or left empty) by the op; on failure
@@ -137,6 +137,26 @@ pub fn relative_error(got: &[f32], want: &[f64]) -> f64 {
     let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs())).max(1e-30);
     let worst = got.iter().zip(want).fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs()));
     if got.len() != want.len() { f64::INFINITY } else { worst / scale }
+}
+
+/// Row `b` of a batched array, keeping the batch axis.
+pub fn row(a: &Array, b: i32) -> Result<Array> {
+    slice_axis(a, 0, b, b + 1)
+}
+
+/// Stack rows' optional arrays along axis 0, filling rows without state with zeros of `shape`.
+pub fn gather_rows(parts: &[Option<Array>], shape: &[i32], dtype: Dtype) -> Result<Array> {
+    if let [Some(only)] = parts {
+        return Ok(only.clone()); // a single row needs no gathering
+    }
+    let rows: Vec<Array> = parts
+        .iter()
+        .map(|p| match p {
+            Some(a) => Ok(a.clone()),
+            None => mlx_rs::ops::zeros_dtype(shape, dtype),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(mlx_rs::ops::concatenate(&rows, 0)?)
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 //! history KV. A batched step gathers rows' state, runs once, and hands each row its part back.
 
 use anyhow::{Result, bail};
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
+pub use super::gdn_batch::GdnState;
 pub use super::kv_slots::PackedKv;
 use super::kv_slots::Slot;
+pub use crate::model::ops::{gather_rows, row};
 use crate::model::ops::{own_copy, slice_axis, slice_update};
 
 /// Positions added to a KV buffer at a time (a verify's two-token write rarely reallocates).
@@ -206,43 +208,6 @@ impl KvCache {
     }
 }
 
-/// One row's Gated DeltaNet state for one layer: nothing before the row's first block, else
-/// the row's place in the batch that made it ([`super::gdn_batch`]). A row holds no arrays of
-/// its own: a cohort of eight rows would otherwise put 2 x 8 views a mixer into every step's
-/// graph (480 of a B8 verify's nodes at the real geometry) only to hand each row its part, while
-/// the next step of the same rows reads the batch whole. [`GdnState::conv`] and
-/// [`GdnState::ssm`] make the row's views when a caller needs them.
-#[derive(Default, Clone)]
-pub struct GdnState {
-    packed: Option<super::gdn_batch::PackedAt>,
-}
-
-impl GdnState {
-    pub(super) fn in_batch(at: super::gdn_batch::PackedAt) -> Self {
-        GdnState { packed: Some(at) }
-    }
-
-    /// Where the row's state sits in the batch that made it; `None` before its first block.
-    pub fn packed(&self) -> Option<&super::gdn_batch::PackedAt> {
-        self.packed.as_ref()
-    }
-
-    /// The last K-1 pre-convolution qkv rows, [1, K-1, conv_dim]; `None` before the first block.
-    pub fn conv(&self) -> Result<Option<Array>> {
-        self.packed.as_ref().map(|at| at.tail()).transpose()
-    }
-
-    /// The recurrent state, [1, Hv, Dv, Dk], float32; `None` before the first block.
-    pub fn ssm(&self) -> Result<Option<Array>> {
-        self.packed.as_ref().map(|at| at.state()).transpose()
-    }
-
-    /// The arrays to evaluate so the state holds no pending graph: its batch's, whole.
-    pub fn arrays(&self) -> Vec<&Array> {
-        self.packed.as_ref().map(|at| at.batch_arrays()).unwrap_or_default()
-    }
-}
-
 /// One layer's state in one row.
 #[derive(Clone)]
 pub enum LayerState {
@@ -374,26 +339,6 @@ impl RowCache {
             LayerState::GatedDelta(_) => None,
         })
     }
-}
-
-/// Stack rows' optional arrays along axis 0, filling rows without state with zeros of `shape`.
-pub fn gather_rows(parts: &[Option<Array>], shape: &[i32], dtype: Dtype) -> Result<Array> {
-    if let [Some(only)] = parts {
-        return Ok(only.clone()); // a single row needs no gathering
-    }
-    let rows: Vec<Array> = parts
-        .iter()
-        .map(|p| match p {
-            Some(a) => Ok(a.clone()),
-            None => mlx_rs::ops::zeros_dtype(shape, dtype),
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(mlx_rs::ops::concatenate(&rows, 0)?)
-}
-
-/// Row `b` of a batched array, keeping the batch axis.
-pub fn row(a: &Array, b: i32) -> Result<Array> {
-    slice_axis(a, 0, b, b + 1)
 }
 
 impl KvCache {

@@ -10,15 +10,13 @@
 //! (compile JIT-builds C++ there) and on Metal (not measured). `COHORT_COMPILE_MOE` and
 //! `COHORT_COMPILE_GDN` (`1` on, `0` off) override each.
 
+use std::any::Any;
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use anyhow::Result;
 use mlx_rs::Array;
 use mlx_rs::error::Exception;
 
-use super::gated_delta::GdnPlan;
-use super::moe_graph::Plan as MoePlan;
 use crate::model::routes::Routes;
 use crate::model::storage::Storage;
 
@@ -53,46 +51,48 @@ pub fn offsets<const N: usize>(storage: &[Storage; N], first: usize) -> ([usize;
     (at, next)
 }
 
-/// What a compiled graph is traced from: the block kind and its plan.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum GraphKey {
-    Moe(MoePlan),
-    Gdn(GdnPlan),
-}
-
-impl GraphKey {
-    fn trace(&self, inputs: &[Array]) -> Result<Vec<Array>> {
-        match self {
-            GraphKey::Moe(plan) => super::moe_graph::block_from_inputs(inputs, plan).map(|y| vec![y]),
-            GraphKey::Gdn(plan) => super::gated_delta::mix_from_inputs(inputs, plan),
-        }
-    }
+/// A block that runs as a compiled graph: its plan (everything the trace depends on besides the
+/// inputs: storage, sizes, switches) and how the block is built from its inputs. The MoE block's
+/// and the mixer's plans implement it where they are defined, so this file names neither.
+pub trait Traced: Copy + PartialEq + std::fmt::Debug + 'static {
+    fn trace(&self, inputs: &[Array]) -> Result<Vec<Array>>;
 }
 
 type CompiledFn = Box<dyn FnMut(&[Array]) -> std::result::Result<Vec<Array>, Exception>>;
 
-thread_local! {
-    /// mlx-rs's compiled functions are not `Send`: each thread that runs a model (the model
-    /// owner; test threads) keeps its own, traced on its first call per input shape.
-    /// Keyed by the routes in force too: a trace holds the products and kernels they chose
-    /// when it was traced.
-    static COMPILED: RefCell<HashMap<(GraphKey, Routes), CompiledFn>> = RefCell::new(HashMap::new());
+/// One traced graph: its plan (any [`Traced`] type) and the routes in force when it was traced (a
+/// trace holds the products and kernels they chose).
+struct Entry {
+    plan: Box<dyn Any>,
+    routes: Routes,
+    f: CompiledFn,
 }
 
-/// Run the compiled graph for `key` on `inputs`.
-pub fn run(key: GraphKey, inputs: &[Array]) -> Result<Vec<Array>> {
+thread_local! {
+    /// mlx-rs's compiled functions are not `Send`: each thread that runs a model (the model
+    /// owner; test threads) keeps its own, traced on its first call per input shape. A model has
+    /// a few plans, so a list searched in order serves.
+    static COMPILED: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Run the compiled graph for `plan` on `inputs`.
+pub fn run<P: Traced>(plan: P, inputs: &[Array]) -> Result<Vec<Array>> {
     COMPILED.with_borrow_mut(|cache| {
-        let f = cache.entry((key, crate::model::routes::current())).or_insert_with(|| {
+        let routes = crate::model::routes::current();
+        let found = cache.iter().position(|e| e.routes == routes && e.plan.downcast_ref::<P>() == Some(&plan));
+        let at = found.unwrap_or_else(|| {
             let traced = move |inputs: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
-                key.trace(inputs).map_err(|e| Exception::custom(format!("{e:#}")))
+                plan.trace(inputs).map_err(|e| Exception::custom(format!("{e:#}")))
             };
-            Box::new(mlx_rs::transforms::compile::compile(traced, None))
+            let f = Box::new(mlx_rs::transforms::compile::compile(traced, None));
+            cache.push(Entry { plan: Box::new(plan), routes, f });
+            cache.len() - 1
         });
-        Ok(f(inputs)?)
+        Ok((cache[at].f)(inputs)?)
     })
 }
 
-/// The plans this thread has compiled a graph for (diagnostics, tests).
-pub fn compiled_here() -> Vec<GraphKey> {
-    COMPILED.with_borrow(|c| c.keys().map(|(k, _)| *k).collect())
+/// The plans of type `P` this thread has compiled a graph for (diagnostics, tests).
+pub fn compiled_here<P: Traced>() -> Vec<P> {
+    COMPILED.with_borrow(|c| c.iter().filter_map(|e| e.plan.downcast_ref::<P>().copied()).collect())
 }

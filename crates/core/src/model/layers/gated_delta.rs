@@ -10,7 +10,7 @@ use anyhow::Result;
 use mlx_rs::{Array, Dtype};
 
 use super::cache::{GdnState, gather_rows};
-use super::compiled::{self, GraphKey, offsets, project};
+use super::compiled::{self, Traced, offsets, project};
 use super::linear::{Linear, fuse_outputs, split_widths};
 use crate::model::config::{QuantSpec, Qwen35Config};
 use crate::model::cuda::gdn_kernel::{self, Recurrence, RecurrenceInputs};
@@ -130,7 +130,7 @@ impl GatedDeltaNet {
                 inputs.extend([self.a_log.clone(), self.dt_bias.clone(), self.norm_weight.clone()]);
                 inputs.extend(place);
                 inputs.extend(weights);
-                compiled::run(GraphKey::Gdn(GdnPlan { storage, ..plan }), &inputs)?
+                compiled::run(GdnPlan { storage, ..plan }, &inputs)?
             }
             None => {
                 let params = [&self.conv_weight, &self.a_log, &self.dt_bias, &self.norm_weight];
@@ -378,7 +378,13 @@ fn finish(
 /// The mixer from its inputs `[x, tail, state, conv weight, A_log, dt_bias, norm weight, (the
 /// rows' places when `plan.placed`), projections in plan order...]`, as the compiled function
 /// traces it.
-pub(super) fn mix_from_inputs(inputs: &[Array], plan: &GdnPlan) -> Result<Vec<Array>> {
+impl Traced for GdnPlan {
+    fn trace(&self, inputs: &[Array]) -> Result<Vec<Array>> {
+        mix_from_inputs(inputs, self)
+    }
+}
+
+fn mix_from_inputs(inputs: &[Array], plan: &GdnPlan) -> Result<Vec<Array>> {
     let fixed = if plan.placed { 8 } else { 7 };
     let (at, next) = offsets(&plan.storage, fixed);
     anyhow::ensure!(inputs.len() == next, "the Gated DeltaNet graph takes {next} inputs, got {}", inputs.len());

@@ -16,8 +16,7 @@ use std::rc::Rc;
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::cache::{GdnState, row};
-use crate::model::ops::slice_axis;
+use crate::model::ops::{row, slice_axis};
 
 /// The arrays one batched mixer call left for its rows.
 pub struct Batch {
@@ -37,6 +36,43 @@ impl Batch {
         let tail = slice_axis(&self.conv, 1, p + 1, p + self.kernel)?;
         let state = slice_axis(&self.ssm, 1, p, p + 1)?.squeeze_axes(&[1])?;
         Ok((tail, state))
+    }
+}
+
+/// One row's Gated DeltaNet state for one layer: nothing before the row's first block, else
+/// the row's place in the batch that made it ([`super::gdn_batch`]). A row holds no arrays of
+/// its own: a cohort of eight rows would otherwise put 2 x 8 views a mixer into every step's
+/// graph (480 of a B8 verify's nodes at the real geometry) only to hand each row its part, while
+/// the next step of the same rows reads the batch whole. [`GdnState::conv`] and
+/// [`GdnState::ssm`] make the row's views when a caller needs them.
+#[derive(Default, Clone)]
+pub struct GdnState {
+    packed: Option<PackedAt>,
+}
+
+impl GdnState {
+    fn in_batch(at: PackedAt) -> Self {
+        GdnState { packed: Some(at) }
+    }
+
+    /// Where the row's state sits in the batch that made it; `None` before its first block.
+    pub fn packed(&self) -> Option<&PackedAt> {
+        self.packed.as_ref()
+    }
+
+    /// The last K-1 pre-convolution qkv rows, [1, K-1, conv_dim]; `None` before the first block.
+    pub fn conv(&self) -> Result<Option<Array>> {
+        self.packed.as_ref().map(|at| at.tail()).transpose()
+    }
+
+    /// The recurrent state, [1, Hv, Dv, Dk], float32; `None` before the first block.
+    pub fn ssm(&self) -> Result<Option<Array>> {
+        self.packed.as_ref().map(|at| at.state()).transpose()
+    }
+
+    /// The arrays to evaluate so the state holds no pending graph: its batch's, whole.
+    pub fn arrays(&self) -> Vec<&Array> {
+        self.packed.as_ref().map(|at| at.batch_arrays()).unwrap_or_default()
     }
 }
 
@@ -167,7 +203,7 @@ pub fn placed(states: &[&mut GdnState]) -> Option<Placed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::layers::cache::gather_rows;
+    use crate::model::ops::gather_rows;
 
     fn host(a: &Array) -> Vec<f32> {
         crate::model::ops::host_f32(a).unwrap()

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use anyhow::Result;
 use mlx_rs::Array;
 
-use super::compiled::{self, GraphKey, offsets, project};
+use super::compiled::{self, Traced, offsets, project};
 use super::linear::split_widths;
 use crate::model::cuda::moe_experts::ExpertWeights;
 use crate::model::storage::Storage;
@@ -249,7 +249,13 @@ pub fn experts_op(x: &Array, rows: Option<&Array>, indices: &Array, w: &[Array],
 
 /// The block from its inputs `[x, (rows by token, rows by pair when held), weights in plan
 /// order...]`, as the compiled function traces it.
-pub(super) fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> {
+impl Traced for Plan {
+    fn trace(&self, inputs: &[Array]) -> Result<Vec<Array>> {
+        block_from_inputs(inputs, self).map(|y| vec![y])
+    }
+}
+
+fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> {
     let (at, next) = offsets(&plan.storage, if plan.held_rows { 3 } else { 1 });
     anyhow::ensure!(inputs.len() == next, "the MoE graph takes {next} inputs, got {}", inputs.len());
     let w = |p: Proj| &inputs[at[p as usize]..at[p as usize] + plan.storage[p as usize].inputs()];
@@ -273,7 +279,7 @@ pub(super) fn block_from_inputs(inputs: &[Array], plan: &Plan) -> Result<Array> 
 /// Run the compiled block for `plan` on `inputs` (`[x [N, H], (rows by token, rows by pair when
 /// held), weights in plan order...]`).
 pub fn run(plan: &Plan, inputs: &[Array]) -> Result<Array> {
-    let mut out = compiled::run(GraphKey::Moe(*plan), inputs)?;
+    let mut out = compiled::run(*plan, inputs)?;
     out.pop().ok_or_else(|| anyhow::anyhow!("the compiled MoE block returned nothing"))
 }
 
