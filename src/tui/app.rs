@@ -574,7 +574,8 @@ impl App {
             ignore_eos: self.settings.ignore_eos,
             mode: chat.mode,
         };
-        pane.turns.push(Turn { request_id: id.clone(), user: text.clone(), ..Turn::default() });
+        let system = chat.system.clone();
+        pane.turns.push(Turn { request_id: id.clone(), user: text.clone(), system: system.clone(), ..Turn::default() });
         pane.in_flight = Some(InFlight {
             id: id.clone(),
             sent: Instant::now(),
@@ -589,7 +590,7 @@ impl App {
         pane.row = None;
         pane.scroll_top = None;
         pane.history_pos = None;
-        fx.push(Effect::Record { pane: pane.id, record: Record::User { request: id, text, replaces } });
+        fx.push(Effect::Record { pane: pane.id, record: Record::User { request: id, text, replaces, system } });
         fx.push(Effect::Submit { pane: pane.id, request });
     }
 
@@ -688,7 +689,6 @@ impl App {
 
     /// The focused pane's conversation as Markdown, for the loop to write.
     fn export(&mut self, fx: &mut Vec<Effect>) {
-        let system = self.chat_settings(self.focus).system;
         let pane = self.focused();
         if pane.turns.is_empty() {
             return self.notify("nothing to export: this pane has no conversation yet".into(), true);
@@ -702,7 +702,6 @@ impl App {
             session: &self.session,
             model: &model,
             profile: &self.settings.profile,
-            system: system.as_deref(),
         };
         let markdown = super::export::markdown(pane, &about);
         fx.push(Effect::Export { pane: pane.id, turns: pane.turns.len(), markdown });
@@ -854,7 +853,12 @@ impl App {
         // `[pane.N]` of the place it happens to have.
         fx.push(record(Record::Settings { settings }));
         for t in &copied {
-            fx.push(record(Record::User { request: t.request_id.clone(), text: t.user.clone(), replaces: None }));
+            fx.push(record(Record::User {
+                request: t.request_id.clone(),
+                text: t.user.clone(),
+                replaces: None,
+                system: t.system.clone(),
+            }));
             match t.finish {
                 Some(finish) => fx.push(record(Record::Done {
                     request: t.request_id.clone(),

@@ -18,7 +18,6 @@ pub struct About<'a> {
     pub session: &'a str,
     pub model: &'a str,
     pub profile: &'a str,
-    pub system: Option<&'a str>,
 }
 
 /// The conversation as Markdown: a header, then each turn's question and answer (answers are
@@ -27,15 +26,25 @@ pub fn markdown(pane: &Pane, about: &About) -> String {
     let mut out = format!("# Pane {} · session {}\n\n", about.number, about.session);
     let model = if about.model.is_empty() { "(no model)" } else { about.model };
     out.push_str(&format!("Model `{model}` · profile `{}`\n", about.profile));
-    if let Some(system) = about.system {
-        out.push_str("\n**System prompt:**\n\n");
-        for line in system.lines() {
-            out.push_str(&format!("> {line}\n"));
-        }
-    }
     let last = pane.turns.len().saturating_sub(1);
+    // Each turn records the system prompt its request carried: it is shown where it changed.
+    let mut system: Option<&str> = None;
     for (i, turn) in pane.turns.iter().enumerate() {
-        out.push_str("\n---\n\n## You\n\n");
+        out.push_str("\n---\n\n");
+        if turn.system.as_deref() != system {
+            system = turn.system.as_deref();
+            match system {
+                Some(text) => {
+                    out.push_str("**System prompt, from this turn on:**\n\n");
+                    for line in text.lines() {
+                        out.push_str(&format!("> {line}\n"));
+                    }
+                    out.push('\n');
+                }
+                None => out.push_str("**No system prompt from this turn on.**\n\n"),
+            }
+        }
+        out.push_str("## You\n\n");
         out.push_str(turn.user.trim_end());
         out.push_str("\n\n## Assistant\n\n");
         if !turn.answer.trim().is_empty() {

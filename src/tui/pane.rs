@@ -15,6 +15,9 @@ use crate::model::text::tokenizer::ChatMessage;
 pub struct Turn {
     pub request_id: String,
     pub user: String,
+    /// The system prompt the turn's request carried (None: none, or a transcript written before
+    /// turns recorded it).
+    pub system: Option<String>,
     pub answer: String,
     /// None while generating (or when a session ended before the answer did).
     pub finish: Option<FinishReason>,

@@ -36,6 +36,10 @@ pub enum Record {
         /// this one replaces. Absent in files written before edits existed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replaces: Option<String>,
+        /// The system prompt the request carried. Absent in files written before turns
+        /// recorded it, and when there was none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        system: Option<String>,
     },
     Delta {
         request: String,
@@ -530,13 +534,13 @@ pub fn read_pane(path: &Path) -> Result<(Vec<Turn>, Option<Option<ChatSettings>>
                 }
             }
             Record::Settings { settings } => own = Some(settings),
-            Record::User { request, text, replaces } => {
+            Record::User { request, text, replaces, system } => {
                 if let Some(old) = replaces
                     && let Some(at) = turns.iter().position(|t| t.request_id == old)
                 {
                     turns.truncate(at);
                 }
-                turns.push(Turn { request_id: request, user: text, interrupted: true, ..Turn::default() })
+                turns.push(Turn { request_id: request, user: text, system, interrupted: true, ..Turn::default() })
             }
             Record::Delta { request, text } => {
                 if let Some(t) = turns.iter_mut().rev().find(|t| t.request_id == request) {

@@ -254,7 +254,7 @@ fn save_session(sessions: &Path, name: &str, question: &str, answer: &str) {
     use cohort::tui::transcript::{Record, TranscriptWriter};
     let mut writer = TranscriptWriter::new(sessions, name, "throughput", None);
     let request = format!("{name}-p1-1");
-    let user = Record::User { request: request.clone(), text: question.into(), replaces: None };
+    let user = Record::User { request: request.clone(), text: question.into(), replaces: None, system: None };
     let text = answer.to_owned();
     let done = Record::Done { request, finish: FinishReason::Stop, text, error: None, stats: Stats::default() };
     writer.append(1, &user).unwrap();

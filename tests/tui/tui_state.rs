@@ -1512,3 +1512,30 @@ fn one_code_block_of_a_message_can_be_copied() {
     assert!(matches!(&fx[..], [Effect::Copy { text }] if text == "loop {}\n"), "{fx:?}");
     assert_eq!(app.overlay(), None);
 }
+
+/// Issue 58: the export put the pane's system prompt at the top, as if every turn had been sent
+/// with it. Each turn now records the system prompt its request carried (in the transcript too),
+/// and the export says from which turn on one applied.
+#[test]
+fn the_export_says_which_turns_a_system_prompt_applied_to() {
+    let mut app = fixture::app(1, "dark");
+    type_text(&mut app, "first question");
+    app.handle_key(key(KeyCode::Enter));
+    finish(&mut app, 0, FinishReason::Stop, "answer one");
+    app.settings.system = Some("Answer briefly.".into());
+    type_text(&mut app, "second question");
+    let fx = app.handle_key(key(KeyCode::Enter));
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Record { record: Record::User { system: Some(s), .. }, .. } if s == "Answer briefly.")),
+        "the transcript records the system prompt sent: {fx:?}"
+    );
+    finish(&mut app, 0, FinishReason::Stop, "answer two");
+    assert_eq!(app.panes[0].turns[0].system, None);
+    let [Effect::Export { markdown, .. }] = &app.handle_key(alt(KeyCode::Char('s')))[..] else { panic!("one export") };
+    let at = |s: &str| markdown.find(s).unwrap_or_else(|| panic!("{s:?} missing:\n{markdown}"));
+    assert!(
+        at("first question") < at("Answer briefly.") && at("Answer briefly.") < at("second question"),
+        "{markdown}"
+    );
+    assert!(markdown.contains("from this turn on"), "{markdown}");
+}

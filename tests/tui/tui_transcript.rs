@@ -11,10 +11,10 @@ use cohort::tui::transcript::{
 };
 
 fn user(request: &str, text: &str) -> Record {
-    Record::User { request: request.into(), text: text.into(), replaces: None }
+    Record::User { request: request.into(), text: text.into(), replaces: None, system: None }
 }
 fn replacing(request: &str, text: &str, old: &str) -> Record {
-    Record::User { request: request.into(), text: text.into(), replaces: Some(old.into()) }
+    Record::User { request: request.into(), text: text.into(), replaces: Some(old.into()), system: None }
 }
 fn delta(request: &str, text: &str) -> Record {
     Record::Delta { request: request.into(), text: text.into() }

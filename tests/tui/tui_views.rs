@@ -785,7 +785,7 @@ fn a_pane_shows_its_settings() {
     app.panes[0].settings = Some(own);
     let terminal = draw(&app, 100, 16);
     insta::assert_snapshot!(terminal.backend());
-    assert_eq!(style_at(&terminal, "greedy max64 sys ar").fg, app.styles.accent.fg);
+    assert_eq!(style_at(&terminal, "greedy max64 sys:\"Be terse.\" ar").fg, app.styles.accent.fg);
     assert_eq!(style_at(&terminal, "t0.6 p0.95 k20 max512").fg, app.styles.muted.fg);
     let narrow = draw(&app, 44, 16);
     insta::assert_snapshot!("a_pane_shows_its_settings_narrow", narrow.backend());
@@ -1062,4 +1062,16 @@ fn the_copy_picker_on_an_answer_with_code_offers_its_code_block() {
     let bottom = row_text(screen.backend().buffer(), 9);
     assert!(bottom.contains("message 2 of 2") && bottom.contains("c code"), "{bottom}");
     insta::assert_snapshot!(screen.backend());
+}
+
+/// Issue 58: a pane's system prompt was shown only as `sys`; the start of its first line shows
+/// in the pane's border where it fits.
+#[test]
+fn a_panes_system_prompt_shows_its_first_words() {
+    let mut app = fixture::app(1, "dark");
+    app.settings.system = Some("Answer briefly, in French.\nNever apologise.".into());
+    let screen = draw(&app, 80, 10);
+    let buffer = screen.backend().buffer();
+    let text: Vec<String> = (0..buffer.area.height).map(|y| row_text(buffer, y)).collect();
+    assert!(text.iter().any(|l| l.contains("sys:\"Answer briefly,…\"")), "{text:#?}");
 }

@@ -177,7 +177,9 @@ fn turns_left_out_stay_left_out_when_a_session_is_reopened() {
     let dir = tempfile::tempdir().unwrap();
     let mut writer = TranscriptWriter::new(dir.path(), "s", "p", None);
     for (request, text) in [("r1", "one"), ("r2", "two")] {
-        writer.append(1, &Record::User { request: request.into(), text: text.into(), replaces: None }).unwrap();
+        writer
+            .append(1, &Record::User { request: request.into(), text: text.into(), replaces: None, system: None })
+            .unwrap();
     }
     writer.append(1, &Record::Dropped { request: "r1".into() }).unwrap();
     let file = std::fs::read_dir(dir.path().join("s")).unwrap().next().unwrap().unwrap().path();

@@ -198,23 +198,48 @@ fn title<'a>(pane: &Pane, index: usize, focused: bool, width: usize, app: &App) 
     Line::from(spans)
 }
 
-/// ` t0.6 p0.95 k20 max256 sys `: what the pane's requests carry, in at most `width` cells (the
-/// least telling parts dropped first); its own settings in the accent colour, the profile's muted.
+/// ` t0.6 p0.95 k20 max256 sys:"Answer briefly." `: what the pane's requests carry, in at most
+/// `width` cells (the least telling parts dropped first; the system prompt shortened to `sys`
+/// where its words do not fit); its own settings in the accent colour, the profile's muted.
 fn settings_line<'a>(app: &App, index: usize, width: usize) -> Line<'a> {
     let own = app.panes[index].settings.is_some();
     let style = if own { app.styles.accent } else { app.styles.muted };
-    let mut text = String::new();
-    for part in summary(&app.chat_settings(index)) {
-        let next = if text.is_empty() { part } else { format!("{text} {part}") };
-        if next.chars().count() + 2 > width {
-            break;
+    let fit = |parts: &[String]| {
+        let mut text = String::new();
+        for part in parts {
+            let next = if text.is_empty() { part.clone() } else { format!("{text} {part}") };
+            if next.chars().count() + 2 > width {
+                break;
+            }
+            text = next;
         }
-        text = next;
-    }
+        text
+    };
+    let chat = app.chat_settings(index);
+    let mut parts = summary(&chat);
+    let short = fit(&parts);
+    // The system prompt's first words where they fit, else `sys` alone.
+    let text = match (&chat.system, parts.iter().position(|p| p == "sys")) {
+        (Some(system), Some(at)) => {
+            parts[at] = system_label(system);
+            let long = fit(&parts);
+            if long.contains("sys:") { long } else { short }
+        }
+        _ => short,
+    };
     if text.is_empty() {
         return Line::default();
     }
     Line::from(Span::styled(format!(" {text} "), style))
+}
+
+/// `sys:"first words…"`: the start of a system prompt's first line.
+fn system_label(system: &str) -> String {
+    const SHOWN: usize = 16;
+    let first = system.lines().next().unwrap_or_default().trim();
+    let shown: String = first.chars().take(SHOWN).collect::<String>().trim_end().to_owned();
+    let more = first.chars().count() > SHOWN || system.trim().lines().nth(1).is_some();
+    format!("sys:\"{shown}{}\"", if more { "…" } else { "" })
 }
 
 /// Bottom border: the newest answer's token count, or live progress.
