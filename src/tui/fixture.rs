@@ -36,6 +36,14 @@ pub fn settings(panes: usize) -> Settings {
 }
 
 /// An app with `panes` panes, the named built-in theme, and a loaded engine.
+/// The shipped profiles as the profile picker lists them (no files behind them).
+pub fn shipped_profiles() -> Vec<crate::config::profile::ProfileEntry> {
+    crate::config::profile::SHIPPED
+        .iter()
+        .map(|(name, _)| crate::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
+        .collect()
+}
+
 pub fn app(panes: usize, theme: &str) -> App {
     let mut app = App::new(settings(panes), Theme::builtin(theme), Keymap::default(), SESSION);
     app.update(Action::EngineReady(Box::new(EngineSummary {

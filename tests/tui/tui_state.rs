@@ -266,10 +266,7 @@ fn save_profile_asks_for_a_name_and_saves_the_current_settings() {
 #[test]
 fn the_picker_loads_the_chosen_profile() {
     let mut app = fixture::app(1, "dark");
-    app.profiles = cohort::config::profile::SHIPPED
-        .iter()
-        .map(|(n, _)| cohort::config::profile::ProfileEntry { name: (*n).into(), path: None, description: None })
-        .collect();
+    app.profiles = fixture::shipped_profiles();
     app.handle_key(ctrl('p'));
     app.handle_key(key(KeyCode::Down));
     let fx = app.handle_key(key(KeyCode::Enter));
@@ -1457,10 +1454,7 @@ fn drilling_in_with_no_row_running_says_whether_any_has_run() {
 #[test]
 fn the_save_dialog_opens_over_the_profile_picker_and_esc_goes_back_to_it() {
     let mut app = fixture::app(2, "dark");
-    app.profiles = cohort::config::profile::SHIPPED
-        .iter()
-        .map(|(name, _)| cohort::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
-        .collect();
+    app.profiles = fixture::shipped_profiles();
     app.handle_key(ctrl('p'));
     app.handle_key(key(KeyCode::Down));
     let picker = app.overlay().cloned().expect("the picker is open");

@@ -205,10 +205,7 @@ fn the_help_overlay_lists_the_keys_inside_lists_and_forms() {
 #[test]
 fn the_profile_picker() {
     let mut app = fixture::mixed(4, "dark");
-    app.profiles = cohort::config::profile::SHIPPED
-        .iter()
-        .map(|(name, _)| cohort::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
-        .collect();
+    app.profiles = fixture::shipped_profiles();
     app.popups.open(Overlay::Profiles { selected: 1 });
     insta::assert_snapshot!(draw(&app, 80, 24).backend());
 }
@@ -1042,10 +1039,7 @@ fn the_save_profile_prompt_says_it_all_and_how_the_profile_is_started() {
 #[test]
 fn the_save_prompt_over_the_profile_picker() {
     let mut app = fixture::mixed(4, "dark");
-    app.profiles = cohort::config::profile::SHIPPED
-        .iter()
-        .map(|(name, _)| cohort::config::profile::ProfileEntry { name: (*name).into(), path: None, description: None })
-        .collect();
+    app.profiles = fixture::shipped_profiles();
     app.popups.open(Overlay::Profiles { selected: 1 });
     app.popups.open(Overlay::SaveProfile { name: InputLine::new("my-eight") });
     insta::assert_snapshot!(draw(&app, 80, 24).backend());

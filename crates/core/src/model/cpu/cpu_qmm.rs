@@ -555,7 +555,7 @@ mod avx2 {
 
     /// [`range`] where the CPU has AVX-512: the same instructions given its 32 vector registers,
     /// so the direct paths keep their accumulators, weights, scales and biases out of the stack
-    /// (1.2-1.4x on a B1 product), and blocks past them on the AVX-512 scratch path.
+    /// (1.2x on a B1 product, one thread), and blocks past them on the AVX-512 scratch path.
     ///
     /// # Safety
     /// As [`range`], and AVX-512 F, DQ and VL must be present.
