@@ -488,8 +488,6 @@ impl<'s> Inline<'s> {
     }
 }
 
-// ---------------------------------------------------------------- tables
-
 /// The text of each code block in `text` (fenced or indented), in order, as written between its
 /// fences: what the message picker's code key copies.
 pub fn code_blocks(text: &str) -> Vec<String> {
@@ -509,6 +507,8 @@ pub fn code_blocks(text: &str) -> Vec<String> {
     }
     blocks
 }
+
+// ---------------------------------------------------------------- tables
 
 /// Draw the pending lines: a table when pulldown-cmark reads them as one, else line by line.
 fn flush(state: &mut BlockState, width: usize, styles: &Styles, out: &mut Rendered) {

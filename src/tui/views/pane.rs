@@ -204,26 +204,27 @@ fn title<'a>(pane: &Pane, index: usize, focused: bool, width: usize, app: &App) 
 fn settings_line<'a>(app: &App, index: usize, width: usize) -> Line<'a> {
     let own = app.panes[index].settings.is_some();
     let style = if own { app.styles.accent } else { app.styles.muted };
+    // The parts from the left that fit, and how many they are.
     let fit = |parts: &[String]| {
-        let mut text = String::new();
+        let (mut text, mut kept) = (String::new(), 0);
         for part in parts {
             let next = if text.is_empty() { part.clone() } else { format!("{text} {part}") };
             if next.chars().count() + 2 > width {
                 break;
             }
-            text = next;
+            (text, kept) = (next, kept + 1);
         }
-        text
+        (text, kept)
     };
     let chat = app.chat_settings(index);
     let mut parts = summary(&chat);
-    let short = fit(&parts);
+    let (short, _) = fit(&parts);
     // The system prompt's first words where they fit, else `sys` alone.
     let text = match (&chat.system, parts.iter().position(|p| p == "sys")) {
         (Some(system), Some(at)) => {
             parts[at] = system_label(system);
-            let long = fit(&parts);
-            if long.contains("sys:") { long } else { short }
+            let (long, kept) = fit(&parts);
+            if kept > at { long } else { short }
         }
         _ => short,
     };

@@ -445,7 +445,7 @@ impl<'m> Lane<'m> {
     fn read_prompts(&mut self) {
         self.seat_cached_prompts();
         let budget = self.planner.step_budget(self.others_wait(), self.lone_rate);
-        let lone = self.cfg.split_exact && !self.others_wait();
+        let lone = self.planner.split_exact && !self.others_wait();
         let started = Instant::now();
         let mut spent = 0;
         let mut pack = self.planner.packed;
@@ -461,8 +461,8 @@ impl<'m> Lane<'m> {
             }
             let room = budget.saturating_sub(spent).max(1);
             let n = if pack {
-                let front: Vec<Waiting> = self.readers.iter().map(Reader::waiting).collect();
-                self.planner.block_len(&front, room, |row_len, tokens| self.model.prefill_block(row_len, tokens))
+                let front = self.readers.iter().map(Reader::waiting);
+                self.planner.block_len(front, room, |row_len, tokens| self.model.prefill_block(row_len, tokens))
             } else {
                 1
             };

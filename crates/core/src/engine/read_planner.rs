@@ -97,13 +97,18 @@ impl ReadPlanner {
     /// model pads (`padded(row_len, tokens)`: the block length it pads `tokens` to, `None` where
     /// it reads them alone) while the block (prompts x the longest padded read) stays within
     /// `room` positions; always at least the first. One where the lane does not pack.
-    pub fn block_len(&self, front: &[Waiting], room: usize, padded: impl Fn(i32, usize) -> Option<usize>) -> usize {
+    pub fn block_len(
+        &self,
+        front: impl IntoIterator<Item = Waiting>,
+        room: usize,
+        padded: impl Fn(i32, usize) -> Option<usize>,
+    ) -> usize {
         if !self.packed {
             return 1;
         }
         let (mut n, mut width) = (0, 0);
         for w in front {
-            let Some(block) = padded(w.row_len, self.read_end(*w, room) - w.read).filter(|_| !w.cancelled) else {
+            let Some(block) = padded(w.row_len, self.read_end(w, room) - w.read).filter(|_| !w.cancelled) else {
                 break;
             };
             if n > 0 && width.max(block).saturating_mul(n + 1) > room {
@@ -158,13 +163,13 @@ mod tests {
         let pad16 = |_: i32, tokens: usize| Some(tokens.div_ceil(16) * 16);
         let front = [waiting(0, 40), waiting(0, 30), waiting(0, 100)];
         // Reads of 40, 30 and 64 tokens pad to 48, 32 and 64: two fit 128 (2 x 48), three do not (3 x 64).
-        assert_eq!(planner(true).block_len(&front, 128, pad16), 2);
-        assert_eq!(planner(true).block_len(&front, 512, pad16), 3);
-        assert_eq!(planner(true).block_len(&front, 16, pad16), 1, "always the first");
-        assert_eq!(planner(true).block_len(&front, 512, |_, _| None), 1, "a model that does not pad");
+        assert_eq!(planner(true).block_len(front, 128, pad16), 2);
+        assert_eq!(planner(true).block_len(front, 512, pad16), 3);
+        assert_eq!(planner(true).block_len(front, 16, pad16), 1, "always the first");
+        assert_eq!(planner(true).block_len(front, 512, |_, _| None), 1, "a model that does not pad");
         let cancelled = [waiting(0, 40), Waiting { cancelled: true, ..waiting(0, 30) }, waiting(0, 20)];
-        assert_eq!(planner(true).block_len(&cancelled, 512, pad16), 1, "a cancelled prompt ends the block");
+        assert_eq!(planner(true).block_len(cancelled, 512, pad16), 1, "a cancelled prompt ends the block");
         let unpacked = ReadPlanner { packed: false, ..planner(true) };
-        assert_eq!(unpacked.block_len(&front, 512, pad16), 1);
+        assert_eq!(unpacked.block_len(front, 512, pad16), 1);
     }
 }

@@ -4,17 +4,16 @@
 use crossterm::event::{KeyCode, KeyEvent};
 
 use super::super::App;
-use super::{Next, Overlay};
+use super::Overlay;
 
 impl App {
-    pub(super) fn help_key(&mut self, scroll: usize, key: KeyEvent) -> Next {
-        let kept: Option<Overlay> = match key.code {
+    pub(super) fn help_key(&mut self, scroll: usize, key: KeyEvent) -> Option<Overlay> {
+        match key.code {
             KeyCode::Up | KeyCode::Char('k') => Some(Overlay::Help { scroll: scroll.saturating_sub(1) }),
             KeyCode::Down | KeyCode::Char('j') => Some(Overlay::Help { scroll: scroll + 1 }),
             KeyCode::PageUp => Some(Overlay::Help { scroll: scroll.saturating_sub(10) }),
             KeyCode::PageDown | KeyCode::Char(' ') => Some(Overlay::Help { scroll: scroll + 10 }),
             _ => None,
-        };
-        kept.into()
+        }
     }
 }

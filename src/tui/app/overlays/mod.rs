@@ -2,7 +2,8 @@
 //! the keys and is drawn over those beneath, and closing it shows the one beneath again (the save
 //! dialog opened from the profile picker goes back to the picker). Each overlay's state is a
 //! variant of [`Overlay`]; its keys are a module here (help, profiles, pickers, settings_form,
-//! sessions, search, row), each answering a key with what follows ([`Next`]); its drawing is in
+//! sessions, search, row), each answering a key with the overlay to keep (`None` closes it), or,
+//! where it can open another over itself or close those beneath, with [`Next`]; its drawing is in
 //! `tui::views`.
 
 mod help;
@@ -141,15 +142,15 @@ impl App {
     pub(super) fn overlay_key(&mut self, key: KeyEvent, fx: &mut Vec<Effect>) {
         let Some(top) = self.popups.0.pop() else { return };
         let next = match top {
-            Overlay::Help { scroll } => self.help_key(scroll, key),
+            Overlay::Help { scroll } => self.help_key(scroll, key).into(),
             Overlay::Profiles { selected } => self.profiles_key(selected, key, fx),
             Overlay::SaveProfile { name } => self.save_profile_key(name, key, fx),
-            Overlay::Select { index, code } => self.select_key(index, code, key, fx),
-            Overlay::Branch { index } => self.branch_key(index, key, fx),
+            Overlay::Select { index, code } => self.select_key(index, code, key, fx).into(),
+            Overlay::Branch { index } => self.branch_key(index, key, fx).into(),
             Overlay::Settings(form) => self.settings_key(form, key, fx).into(),
             Overlay::Sessions(open) => self.sessions_key(open, key, fx).into(),
-            Overlay::Search { query, back } => self.search_key(query, back, key),
-            Overlay::Row { id, opened } => self.row_key(id, opened, key),
+            Overlay::Search { query, back } => self.search_key(query, back, key).into(),
+            Overlay::Row { id, opened } => self.row_key(id, opened, key).into(),
         };
         match next {
             Next::Keep(overlay) => self.popups.open(overlay),

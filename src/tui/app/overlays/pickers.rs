@@ -7,7 +7,7 @@
 use crossterm::event::{KeyCode, KeyEvent};
 
 use super::super::App;
-use super::{Next, Overlay};
+use super::Overlay;
 use crate::config::keymap::Command;
 use crate::tui::action::Effect;
 use crate::tui::markdown::code_blocks;
@@ -26,21 +26,24 @@ impl App {
         }
     }
 
-    pub(super) fn select_key(&mut self, index: usize, code: usize, key: KeyEvent, fx: &mut Vec<Effect>) -> Next {
-        let kept: Option<Overlay> = {
-            let copy = self.keymap.keys_for(Command::Copy).iter().any(|c| c.matches(&key));
-            match key.code {
-                KeyCode::Esc | KeyCode::Char('q') => None,
-                KeyCode::Enter | KeyCode::Char('y') => self.copy_message(index, fx),
-                _ if copy => self.copy_message(index, fx),
-                KeyCode::Char('c') => self.copy_code(index, code, fx),
-                _ => {
-                    let to = self.pick_move(index, &key);
-                    Some(Overlay::Select { index: to, code: if to == index { code } else { 0 } })
-                }
+    pub(super) fn select_key(
+        &mut self,
+        index: usize,
+        code: usize,
+        key: KeyEvent,
+        fx: &mut Vec<Effect>,
+    ) -> Option<Overlay> {
+        let copy = self.keymap.keys_for(Command::Copy).iter().any(|c| c.matches(&key));
+        match key.code {
+            KeyCode::Esc | KeyCode::Char('q') => None,
+            KeyCode::Enter | KeyCode::Char('y') => self.copy_message(index, fx),
+            _ if copy => self.copy_message(index, fx),
+            KeyCode::Char('c') => self.copy_code(index, code, fx),
+            _ => {
+                let to = self.pick_move(index, &key);
+                Some(Overlay::Select { index: to, code: if to == index { code } else { 0 } })
             }
-        };
-        kept.into()
+        }
     }
 
     /// Copy code block `code` of message `index` (the first again after the last); the picker
@@ -56,17 +59,14 @@ impl App {
         (blocks.len() > 1).then_some(Overlay::Select { index, code: at + 1 })
     }
 
-    pub(super) fn branch_key(&mut self, index: usize, key: KeyEvent, fx: &mut Vec<Effect>) -> Next {
-        let kept: Option<Overlay> = {
-            let again = self.keymap.keys_for(Command::Branch).iter().any(|c| c.matches(&key));
-            match key.code {
-                KeyCode::Esc | KeyCode::Char('q') => None,
-                KeyCode::Enter | KeyCode::Char('b') => self.branch(index, fx),
-                _ if again => self.branch(index, fx),
-                _ => Some(Overlay::Branch { index: self.pick_move(index, &key) }),
-            }
-        };
-        kept.into()
+    pub(super) fn branch_key(&mut self, index: usize, key: KeyEvent, fx: &mut Vec<Effect>) -> Option<Overlay> {
+        let again = self.keymap.keys_for(Command::Branch).iter().any(|c| c.matches(&key));
+        match key.code {
+            KeyCode::Esc | KeyCode::Char('q') => None,
+            KeyCode::Enter | KeyCode::Char('b') => self.branch(index, fx),
+            _ if again => self.branch(index, fx),
+            _ => Some(Overlay::Branch { index: self.pick_move(index, &key) }),
+        }
     }
 
     /// A message picker's move: up/down (k/j) one message, home/end (g/G) the first and last,

@@ -5,7 +5,7 @@
 use crossterm::event::{KeyCode, KeyEvent};
 
 use super::super::{App, InspectorPanel};
-use super::{Next, Overlay};
+use super::Overlay;
 use crate::config::keymap::Command;
 
 impl App {
@@ -44,33 +44,30 @@ impl App {
         self.popups.open(Overlay::Row { id, opened });
     }
 
-    pub(super) fn row_key(&mut self, id: String, opened: bool, key: KeyEvent) -> Next {
-        let kept: Option<Overlay> = {
-            let back = self.keymap.keys_for(Command::InspectRow).iter().any(|c| c.matches(&key));
-            if back || matches!(key.code, KeyCode::Esc | KeyCode::Char('q')) {
-                if opened {
-                    self.inspector = None;
-                }
-                return Next::Close;
+    pub(super) fn row_key(&mut self, id: String, opened: bool, key: KeyEvent) -> Option<Overlay> {
+        let back = self.keymap.keys_for(Command::InspectRow).iter().any(|c| c.matches(&key));
+        if back || matches!(key.code, KeyCode::Esc | KeyCode::Char('q')) {
+            if opened {
+                self.inspector = None;
             }
-            let rows = &self.telemetry.rows;
-            let at = rows.iter().position(|r| r.id == id);
-            let to = match key.code {
-                KeyCode::Up | KeyCode::Char('k') => at.map(|i| i.saturating_sub(1)).or(rows.len().checked_sub(1)),
-                KeyCode::Down | KeyCode::Char('j') => at.map(|i| (i + 1).min(rows.len().saturating_sub(1))).or(Some(0)),
-                KeyCode::Home | KeyCode::Char('g') => Some(0),
-                KeyCode::End | KeyCode::Char('G') => rows.len().checked_sub(1),
-                _ => None,
-            };
-            let id = match to.and_then(|i| rows.get(i)) {
-                Some(row) if row.id != id => {
-                    self.row_seen = Some(row.clone());
-                    row.id.clone()
-                }
-                _ => id,
-            };
-            Some(Overlay::Row { id, opened })
+            return None;
+        }
+        let rows = &self.telemetry.rows;
+        let at = rows.iter().position(|r| r.id == id);
+        let to = match key.code {
+            KeyCode::Up | KeyCode::Char('k') => at.map(|i| i.saturating_sub(1)).or(rows.len().checked_sub(1)),
+            KeyCode::Down | KeyCode::Char('j') => at.map(|i| (i + 1).min(rows.len().saturating_sub(1))).or(Some(0)),
+            KeyCode::Home | KeyCode::Char('g') => Some(0),
+            KeyCode::End | KeyCode::Char('G') => rows.len().checked_sub(1),
+            _ => None,
         };
-        kept.into()
+        let id = match to.and_then(|i| rows.get(i)) {
+            Some(row) if row.id != id => {
+                self.row_seen = Some(row.clone());
+                row.id.clone()
+            }
+            _ => id,
+        };
+        Some(Overlay::Row { id, opened })
     }
 }

@@ -5,37 +5,34 @@
 use crossterm::event::{KeyCode, KeyEvent};
 
 use super::super::App;
-use super::{Next, Overlay};
+use super::Overlay;
 use crate::config::keymap::Command;
 use crate::tui::input::InputLine;
 
 impl App {
-    pub(super) fn search_key(&mut self, mut query: InputLine, back: usize, key: KeyEvent) -> Next {
-        let kept: Option<Overlay> = {
-            let pane = self.focused();
-            let hits = pane.search_hits.get();
-            let again = self.keymap.keys_for(Command::Search).iter().any(|c| c.matches(&key));
-            let back = match key.code {
-                // Closed, the view stays on the match it showed (scrolled up, it holds
-                // still; the bottom follows new text again).
-                KeyCode::Esc => {
-                    let (top, max) = (pane.shown_top.get(), pane.max_scroll.get());
-                    if hits > 0 {
-                        self.focused_mut().scroll_top = (top < max).then_some(top);
-                    }
-                    return Next::Close;
+    pub(super) fn search_key(&mut self, mut query: InputLine, back: usize, key: KeyEvent) -> Option<Overlay> {
+        let pane = self.focused();
+        let hits = pane.search_hits.get();
+        let again = self.keymap.keys_for(Command::Search).iter().any(|c| c.matches(&key));
+        let back = match key.code {
+            // Closed, the view stays on the match it showed (scrolled up, it holds
+            // still; the bottom follows new text again).
+            KeyCode::Esc => {
+                let (top, max) = (pane.shown_top.get(), pane.max_scroll.get());
+                if hits > 0 {
+                    self.focused_mut().scroll_top = (top < max).then_some(top);
                 }
-                _ if again => (back + 1) % hits.max(1),
-                KeyCode::Enter | KeyCode::Up => (back + 1) % hits.max(1),
-                KeyCode::Down => (back + hits.max(1) - 1) % hits.max(1),
-                _ => {
-                    let before = query.text().to_owned();
-                    query.handle_key(&key);
-                    if query.text() == before { back } else { 0 }
-                }
-            };
-            Some(Overlay::Search { query, back })
+                return None;
+            }
+            _ if again => (back + 1) % hits.max(1),
+            KeyCode::Enter | KeyCode::Up => (back + 1) % hits.max(1),
+            KeyCode::Down => (back + hits.max(1) - 1) % hits.max(1),
+            _ => {
+                let before = query.text().to_owned();
+                query.handle_key(&key);
+                if query.text() == before { back } else { 0 }
+            }
         };
-        kept.into()
+        Some(Overlay::Search { query, back })
     }
 }
